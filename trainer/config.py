@@ -1,0 +1,245 @@
+"""Typed configuration of the trainer, with Megatron-LM argument names.
+
+The trainer takes a :class:`TrainerConfig`; runmgr composes the same sections
+from Hydra (``conf/``) and hands them over. Every field has a docstring so that
+``runmgr launch --help-config`` and the docs can show it. Validation that needs
+no I/O lives in :meth:`TrainerConfig.problems`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+MODEL_FAMILIES = ("llama", "opt")
+LR_DECAY_STYLES = ("cosine", "linear", "constant")
+DEVICE_KINDS = ("auto", "cpu", "cuda", "npu")
+
+
+@dataclass
+class ModelConfig:
+    """Shape of a decoder-only transformer."""
+
+    family: str = "llama"
+    """``llama``: RMSNorm, rotary positions, grouped-query attention, SwiGLU.
+    ``opt``: LayerNorm, learned positions, ReLU MLP."""
+    num_layers: int = 2
+    """Number of transformer blocks."""
+    hidden_size: int = 64
+    """Width of the residual stream."""
+    ffn_hidden_size: int = 172
+    """Inner width of the MLP."""
+    num_attention_heads: int = 4
+    """Query heads per layer."""
+    num_query_groups: Optional[int] = None
+    """Key/value heads (grouped-query attention); None means one per query head."""
+    seq_length: int = 64
+    """Tokens per training sample."""
+    max_position_embeddings: int = 64
+    """Longest sequence the position encoding supports (>= seq_length)."""
+    vocab_size: int = 256
+    """Vocabulary size; 256 for the byte-level embedded corpus."""
+    norm_epsilon: float = 1e-5
+    """Epsilon of RMSNorm / LayerNorm."""
+    hidden_dropout: float = 0.0
+    """Dropout after attention and MLP (seed 000: keep 0 for pretraining)."""
+    attention_dropout: float = 0.0
+    """Dropout on attention probabilities."""
+    init_method_std: float = 0.02
+    """Standard deviation of the Gaussian weight init (also learned positions)."""
+    untie_embeddings_and_output_weights: bool = False
+    """True: separate output projection; False: output shares the embedding."""
+    rotary_base: float = 10000.0
+    """Base of the rotary frequencies (llama family)."""
+    recompute_granularity: Optional[str] = None
+    """None, or ``full``: recompute each block's activations in backward."""
+
+
+@dataclass
+class OptimConfig:
+    """AdamW and the learning-rate schedule."""
+
+    lr: float = 1e-3
+    """Peak learning rate, reached at the end of warmup."""
+    min_lr: float = 1e-4
+    """Learning rate at the end of decay."""
+    lr_decay_style: str = "cosine"
+    """``cosine``, ``linear`` or ``constant`` decay after warmup."""
+    lr_warmup_fraction: Optional[float] = None
+    """Warmup length as a fraction of the decay iterations (overrides lr_warmup_iters)."""
+    lr_warmup_iters: int = 0
+    """Warmup length in iterations."""
+    lr_decay_iters: Optional[int] = None
+    """Iterations over which to decay; None means train_iters."""
+    weight_decay: float = 0.1
+    """Decoupled weight decay; never applied to biases and 1-D weights (seed 004)."""
+    clip_grad: float = 1.0
+    """Global gradient-norm clipping threshold; 0 disables clipping."""
+    adam_beta1: float = 0.9
+    """Adam beta1."""
+    adam_beta2: float = 0.95
+    """Adam beta2 (seeds 000/002: 0.95, not 0.999)."""
+    adam_eps: float = 1e-8
+    """Adam epsilon (seed 000: 1e-8, not 1e-5)."""
+
+
+@dataclass
+class PrecisionConfig:
+    """Mixed precision; at most one of bf16 and fp16."""
+
+    bf16: bool = False
+    """Autocast compute to bfloat16, fp32 master weights."""
+    fp16: bool = False
+    """Autocast compute to float16 with a dynamic loss scaler."""
+    initial_loss_scale: float = 65536.0
+    """fp16: starting loss scale."""
+    loss_scale_window: int = 1000
+    """fp16: steps without overflow before the scale doubles."""
+    min_loss_scale: float = 1.0
+    """fp16: the scale never drops below this."""
+    hysteresis: int = 2
+    """fp16: overflows tolerated before the scale halves."""
+
+
+@dataclass
+class DataConfig:
+    """Where training samples come from."""
+
+    data_path: Optional[str] = None
+    """Prefix of a Megatron indexed dataset (``PREFIX.bin`` / ``PREFIX.idx``);
+    None uses the embedded corpus (the Python standard library's source, bytes)."""
+    corpus_max_bytes: int = 4_000_000
+    """Embedded corpus only: how many bytes of source to tokenize."""
+
+
+@dataclass
+class TrainingConfig:
+    """Batching, length and reproducibility of the run."""
+
+    micro_batch_size: int = 4
+    """Samples per rank per forward/backward pass."""
+    global_batch_size: int = 8
+    """Samples per optimizer step over all data-parallel ranks; must be a
+    multiple of micro_batch_size x data-parallel size."""
+    train_iters: int = 100
+    """Optimizer steps to train."""
+    seed: int = 1234
+    """Seed of initialisation, data order and dropout."""
+    deterministic: bool = True
+    """Deterministic algorithms and per-step reseeding so that a resumed run
+    reproduces the uninterrupted one bit for bit (HCCL_DETERMINISTIC on NPU)."""
+    log_interval: int = 1
+    """Report every this many steps."""
+
+
+@dataclass
+class ParallelConfig:
+    """How ranks split the work. The trainer runs data parallel; tensor and
+    pipeline sizes are planned by ``--dry-run`` for large recipes."""
+
+    tensor_model_parallel_size: int = 1
+    """Tensor-parallel degree (Megatron)."""
+    pipeline_model_parallel_size: int = 1
+    """Pipeline-parallel degree (Megatron)."""
+    use_distributed_optimizer: bool = False
+    """Shard optimizer state over data parallel (ZeRO-1)."""
+    use_torch_fsdp2: bool = False
+    """Shard weights, gradients and optimizer state over data parallel (ZeRO-3)."""
+    dist_timeout_s: float = 60.0
+    """Timeout of collectives: a hung peer surfaces as an error after this long."""
+
+
+@dataclass
+class CheckpointConfig:
+    """Sharded checkpoints (torch.distributed.checkpoint) with a manifest."""
+
+    save: Optional[str] = None
+    """Directory of checkpoints; runmgr sets it to ``<run dir>/checkpoints``."""
+    save_interval: int = 10
+    """Save every this many steps (and at the end)."""
+    keep_last: int = 3
+    """Verified checkpoints kept; older ones are deleted."""
+    async_save: bool = True
+    """Write in the background on a process group of its own."""
+
+
+@dataclass
+class TrainerConfig:
+    """Everything the trainer needs to run."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    device: str = "auto"
+    """``auto`` (npu, then cuda, then cpu), ``cpu``, ``cuda`` or ``npu``."""
+
+    def data_parallel_size(self, world_size: int) -> int:
+        model_parallel = self.parallel.tensor_model_parallel_size * self.parallel.pipeline_model_parallel_size
+        return world_size // model_parallel
+
+    def accumulation_steps(self, world_size: int) -> int:
+        """Micro-batches per rank per step: global / (micro x data parallel)."""
+        dp = self.data_parallel_size(world_size)
+        return self.training.global_batch_size // (self.training.micro_batch_size * dp)
+
+    def problems(self, world_size: int) -> list[str]:
+        """Every inconsistency of this config for ``world_size`` ranks, as
+        one-line messages naming the key and how to fix it (empty when valid)."""
+        m, o, p, t, par = self.model, self.optim, self.precision, self.training, self.parallel
+        out: list[str] = []
+        positives = {
+            "model.num_layers": m.num_layers, "model.hidden_size": m.hidden_size,
+            "model.ffn_hidden_size": m.ffn_hidden_size, "model.num_attention_heads": m.num_attention_heads,
+            "model.seq_length": m.seq_length, "model.max_position_embeddings": m.max_position_embeddings,
+            "model.vocab_size": m.vocab_size, "training.micro_batch_size": t.micro_batch_size,
+            "training.global_batch_size": t.global_batch_size, "training.train_iters": t.train_iters,
+            "parallel.tensor_model_parallel_size": par.tensor_model_parallel_size,
+            "parallel.pipeline_model_parallel_size": par.pipeline_model_parallel_size,
+            "checkpoint.save_interval": self.checkpoint.save_interval,
+            "checkpoint.keep_last": self.checkpoint.keep_last,
+        }
+        out += [f"{k} must be a positive integer, got {v}" for k, v in positives.items() if v <= 0]
+        if out:
+            return out
+        if m.family not in MODEL_FAMILIES:
+            out.append(f"model.family must be one of {', '.join(MODEL_FAMILIES)}, got {m.family!r}")
+        if m.hidden_size % m.num_attention_heads:
+            out.append(f"model.hidden_size ({m.hidden_size}) must be divisible by model.num_attention_heads ({m.num_attention_heads})")
+        groups = m.num_query_groups or m.num_attention_heads
+        if groups <= 0 or m.num_attention_heads % groups:
+            out.append(f"model.num_query_groups ({groups}) must divide model.num_attention_heads ({m.num_attention_heads})")
+        if m.max_position_embeddings < m.seq_length:
+            out.append(f"model.max_position_embeddings ({m.max_position_embeddings}) must be >= model.seq_length ({m.seq_length})")
+        if m.recompute_granularity not in (None, "full"):
+            out.append(f"model.recompute_granularity must be null or 'full', got {m.recompute_granularity!r}")
+        if o.lr_decay_style not in LR_DECAY_STYLES:
+            out.append(f"optim.lr_decay_style must be one of {', '.join(LR_DECAY_STYLES)}, got {o.lr_decay_style!r}")
+        if o.lr <= 0 or o.min_lr < 0 or o.min_lr > o.lr:
+            out.append(f"optim.lr ({o.lr}) must be > 0 and optim.min_lr ({o.min_lr}) in [0, lr]")
+        if not (0 <= o.adam_beta1 < 1 and 0 <= o.adam_beta2 < 1):
+            out.append(f"optim.adam_beta1/adam_beta2 must be in [0, 1), got {o.adam_beta1}/{o.adam_beta2}")
+        if o.adam_eps <= 0 or o.weight_decay < 0 or o.clip_grad < 0:
+            out.append("optim.adam_eps must be > 0, optim.weight_decay and optim.clip_grad >= 0")
+        if o.lr_warmup_fraction is not None and not 0 <= o.lr_warmup_fraction <= 1:
+            out.append(f"optim.lr_warmup_fraction must be in [0, 1], got {o.lr_warmup_fraction}")
+        if o.lr_warmup_iters < 0:
+            out.append(f"optim.lr_warmup_iters must be >= 0, got {o.lr_warmup_iters}")
+        if p.bf16 and p.fp16:
+            out.append("precision.bf16 and precision.fp16 are both true: choose one")
+        if self.device not in DEVICE_KINDS:
+            out.append(f"device must be one of {', '.join(DEVICE_KINDS)}, got {self.device!r}")
+        model_parallel = par.tensor_model_parallel_size * par.pipeline_model_parallel_size
+        if world_size % model_parallel:
+            out.append(f"world size {world_size} is not divisible by tensor x pipeline parallel size {model_parallel}")
+        else:
+            dp = world_size // model_parallel
+            if t.global_batch_size % (t.micro_batch_size * dp):
+                out.append(
+                    f"training.global_batch_size ({t.global_batch_size}) must be divisible by "
+                    f"micro_batch_size x data-parallel size ({t.micro_batch_size} x {dp} = {t.micro_batch_size * dp})"
+                )
+        return out

@@ -1,0 +1,63 @@
+"""The resume plan: plain data that tells the trainer how to (re)start.
+
+runmgr's remedies produce plans; the trainer reads one at start. A plan is
+loggable, replayable and testable without Ray, and another trainer could be
+driven by the same plan through an adapter.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class SkipRange:
+    """Samples ``[start, end)`` of the data stream never trained on.
+
+    Indices are positions in the sampler's stream (Megatron's "consumed
+    samples"), so they are independent of batch size and world size, and the
+    sampler maps each to a dataset sample that the logbook can decode.
+    """
+
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    """How a sub-run starts. The default is a fresh run from step 0."""
+
+    subrun: str = "0.00"
+    """Sub-run id (``12.03``), reported back with every step."""
+    start_checkpoint: Optional[str] = None
+    """Directory of the verified checkpoint to load; None starts from init."""
+    skip_ranges: tuple[SkipRange, ...] = ()
+    """Sample ranges to skip, cumulative over the lineage."""
+    lr_scale: float = 1.0
+    """Multiplies the scheduled learning rate for the rest of the run."""
+    rewarmup_iters: int = 0
+    """Linear re-warmup from 0 to the scheduled LR over this many steps after the start."""
+    clip_grad: Optional[float] = None
+    """Overrides optim.clip_grad when set."""
+    reset_optimizer: bool = False
+    """Keep the weights but start Adam's moments (and step count) afresh."""
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["skip_ranges"] = [[r.start, r.end] for r in self.skip_ranges]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ResumePlan":
+        values = dict(data)
+        values["skip_ranges"] = tuple(SkipRange(int(a), int(b)) for a, b in values.get("skip_ranges", ()))
+        return cls(**values)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ResumePlan":
+        return cls.from_dict(json.loads(text))

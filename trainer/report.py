@@ -1,0 +1,80 @@
+"""What the trainer tells whoever runs it: one report per step, one per
+checkpoint, and heartbeats per phase. The trainer calls a :class:`Reporter`;
+standalone it prints, under runmgr it is streamed to the driver."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Protocol
+
+PHASES = ("init", "step", "checkpoint", "eval")
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """One optimizer step, reported by rank 0 after the step completed."""
+
+    subrun: str
+    step: int
+    """Steps completed (1 after the first optimizer step)."""
+    loss: float
+    """Mean language-model loss over the global batch."""
+    grad_norm: float
+    """Global gradient norm before clipping (unscaled); inf/nan on overflow."""
+    lr: float
+    """Learning rate used for this step."""
+    loss_scale: float
+    """fp16 loss scale in force (1.0 when not fp16)."""
+    tokens: int
+    """Tokens trained on in this step (global)."""
+    consumed_samples: int
+    """Stream position after this step (skip ranges included)."""
+    step_time: float
+    """Wall seconds of the step on rank 0."""
+    compute_times: tuple[float, ...]
+    """Per-rank seconds of forward+backward in this step, index = rank."""
+    skipped: bool
+    """True when fp16 overflow skipped the update."""
+    time: float
+    """Unix time at the end of the step."""
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["compute_times"] = list(self.compute_times)
+        return out
+
+
+@dataclass(frozen=True)
+class CheckpointReport:
+    """A checkpoint whose manifest is written (it verifies)."""
+
+    subrun: str
+    step: int
+    path: str
+    seconds: float
+    """From the save request to the manifest on disk."""
+    time: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """A rank is alive in ``phase`` (one of PHASES) at ``step``."""
+
+    rank: int
+    phase: str
+    step: int
+    time: float
+
+
+class Reporter(Protocol):
+    """Receives the trainer's reports; implementations must be cheap and must
+    not raise into the training loop."""
+
+    def step(self, report: StepReport) -> None: ...
+
+    def checkpoint(self, report: CheckpointReport) -> None: ...
+
+    def heartbeat(self, beat: Heartbeat) -> None: ...

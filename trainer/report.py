@@ -4,7 +4,7 @@ standalone it prints, under runmgr it is streamed to the driver."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Protocol
 
 PHASES = ("init", "step", "checkpoint", "eval")

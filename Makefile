@@ -1,0 +1,36 @@
+# Two commands for a newcomer: `make demo` and `make test`. Each sets up what
+# is missing first (a virtual environment in .venv with the pinned torch).
+#
+# TORCH: the torch requirement installed first. torch==2.13.0 is the CPU wheel
+# on CPU-only machines and the CUDA build on GPU hosts; on Ascend hosts add
+# EXTRAS=test,npu to get the matching torch_npu (needs CANN installed).
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+EXTRAS ?= test
+PY := $(VENV)/bin/python
+comma := ,
+STAMP := $(VENV)/.installed-$(subst =,-,$(TORCH))-$(subst $(comma),-,$(EXTRAS))
+DEMO_RUN ?= demo-$(shell date +%Y%m%d-%H%M%S)
+
+.PHONY: setup demo test test-fast clean-runs
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)" -e ".[$(EXTRAS)]"
+	touch $@
+
+demo: $(STAMP)
+	$(VENV)/bin/runmgr launch conf=demo run.name=$(DEMO_RUN)
+	$(VENV)/bin/runmgr logbook show $(DEMO_RUN)
+
+test: $(STAMP)
+	$(PY) -m pytest -q --timeout=600
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" --timeout=300
+
+clean-runs:
+	rm -rf runs

@@ -1,0 +1,5 @@
+import sys
+
+from runmgr.cli import main
+
+sys.exit(main())

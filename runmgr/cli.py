@@ -1,0 +1,120 @@
+"""The ``runmgr`` command. Argparse takes the subcommand; Hydra's compose API
+takes ``conf=NAME key=value ...`` (``@hydra.main`` cannot take subcommands).
+
+Anything a user can fix is one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from runmgr.errors import UserError
+
+EXIT_USER_ERROR = 2
+
+
+def _split_conf(items: list[str]) -> tuple[str, list[str]]:
+    conf = [i for i in items if i.startswith("conf=")]
+    if len(conf) != 1:
+        raise UserError("name exactly one config, e.g. `runmgr launch conf=demo` (the names are the files in conf/*.yaml)")
+    return conf[0].split("=", 1)[1], [i for i in items if not i.startswith("conf=")]
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    from runmgr.launch import launch
+
+    conf, overrides = _split_conf(args.items)
+    return launch(conf, overrides, dry_run=args.dry_run, conf_dir=args.config_dir)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from runmgr.status import read_status, render_status, resolve_run_dir
+
+    status = read_status(resolve_run_dir(args.run))
+    print(json.dumps(status, indent=1, sort_keys=True) if args.json else render_status(status))
+    return 0
+
+
+def cmd_logbook(args: argparse.Namespace) -> int:
+    from logbook import cli as logbook_cli
+    from runmgr.status import resolve_run_dir
+
+    if args.action == "list":
+        return logbook_cli.list_runs(Path(args.run or "runs"), sys.stdout)
+    if not args.run:
+        raise UserError(f"`runmgr logbook {args.action}` needs a run name or directory, e.g. runs/demo")
+    run_dir = resolve_run_dir(args.run)
+    if args.action == "show":
+        return logbook_cli.show(run_dir, sys.stdout)
+    if args.action == "events":
+        return logbook_cli.events_jsonl(run_dir, sys.stdout)
+    return logbook_cli.metrics_jsonl(run_dir, sys.stdout, kept=not args.all)
+
+
+def cmd_prepare_data(args: argparse.Namespace) -> int:
+    from trainer.data.prepare import main as prepare_main
+
+    return prepare_main(args.rest)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Usage mistakes are one line and exit code 2, like every user error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="runmgr", description="Fault-tolerant run manager for LLM pretraining.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+
+    launch = sub.add_parser("launch", help="compose a config and drive the run (resumes an existing lineage)")
+    launch.add_argument("items", nargs="*", metavar="conf=NAME key=value", help="the config and its overrides")
+    launch.add_argument("--dry-run", action="store_true", help="print the resolved plan; start nothing")
+    launch.add_argument("--config-dir", type=Path, default=None, help="directory of the configs (default: ./conf)")
+    launch.set_defaults(func=cmd_launch)
+
+    status = sub.add_parser("status", help="the live state of a run")
+    status.add_argument("run", help="run name (under runs/) or run directory")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(func=cmd_status)
+
+    book = sub.add_parser("logbook", help="browse a run's logbook")
+    book.add_argument("action", choices=("show", "events", "metrics", "list"))
+    book.add_argument("run", nargs="?", help="run name (under runs/) or run directory")
+    book.add_argument("--json", action="store_true", help="one JSON object per line (events, metrics)")
+    book.add_argument("--all", action="store_true", help="metrics: every sub-run's rows, also those rolled back")
+    book.set_defaults(func=cmd_logbook)
+
+    prep = sub.add_parser("prepare-data", help="write a Megatron indexed dataset from text or JSONL")
+    prep.add_argument("rest", nargs=argparse.REMAINDER, help="arguments of python -m trainer.data.prepare")
+    prep.set_defaults(func=cmd_prepare_data)
+    return parser
+
+
+def user_error_types() -> tuple[type[BaseException], ...]:
+    """Every exception that means 'the user can fix this' (imported lazily)."""
+    from logbook import LogbookError
+    from trainer.data import DataError
+    from trainer.errors import CheckpointError, TrainerConfigError
+
+    return (UserError, DataError, CheckpointError, TrainerConfigError, LogbookError)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("runmgr: interrupted", file=sys.stderr)
+        return 130
+    except user_error_types() as exc:
+        print(f"runmgr: error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

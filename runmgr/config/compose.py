@@ -1,0 +1,116 @@
+"""Compose ``conf/NAME.yaml`` with ``key=value`` overrides into a typed
+:class:`RunConfig`, turning every Hydra/OmegaConf complaint into one line."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException, MissingConfigException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from runmgr.config.schema import RunConfig
+from runmgr.errors import ConfigError
+
+CONF_DIR_ENV = "RUNMGR_CONF_DIR"
+
+
+def default_conf_dir() -> Path:
+    """``$RUNMGR_CONF_DIR``, else ``./conf`` when it exists, else the repository's conf/."""
+    if os.environ.get(CONF_DIR_ENV):
+        return Path(os.environ[CONF_DIR_ENV])
+    if (Path.cwd() / "conf").is_dir():
+        return Path.cwd() / "conf"
+    return Path(__file__).resolve().parents[2] / "conf"
+
+
+def available_confs(conf_dir: Path) -> list[str]:
+    return sorted(p.stem for p in conf_dir.glob("*.yaml"))
+
+
+def split_overrides(overrides: list[str], conf_dir: Path) -> tuple[list[str], list[str]]:
+    """(config-group choices for Hydra such as ``model=tiny_opt``, ``key=value``
+    settings applied on the typed schema). Settings go to the schema so that
+    any schema key can be set even when the YAML leaves it at its default,
+    and an unknown key is named clearly."""
+    groups, settings = [], []
+    for item in overrides:
+        key, sep, _ = item.partition("=")
+        if not sep or not key or key[0] in "+~":
+            raise ConfigError(f"bad override {item!r}: write overrides as key=value, e.g. training.train_iters=100")
+        (groups if "." not in key and (conf_dir / key).is_dir() else settings).append(item)
+    return groups, settings
+
+
+def compose_dict(conf_name: str, group_overrides: list[str], conf_dir: Path) -> DictConfig:
+    """The raw composed config (no schema applied yet)."""
+    if not conf_dir.is_dir():
+        raise ConfigError(f"config directory {conf_dir} does not exist: pass --config-dir or set {CONF_DIR_ENV}")
+    if not (conf_dir / f"{conf_name}.yaml").is_file():
+        names = ", ".join(available_confs(conf_dir)) or "none"
+        raise ConfigError(f"unknown conf {conf_name!r}: no {conf_name}.yaml in {conf_dir} (available: {names})")
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
+            return compose(config_name=conf_name, overrides=list(group_overrides))
+    except MissingConfigException as exc:
+        raise ConfigError(_missing_option_message(exc, conf_dir)) from None
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(f"{conf_dir / conf_name}.yaml: {_first_line(exc)}") from None
+
+
+def to_run_config(raw: DictConfig, settings: list[str] = ()) -> RunConfig:
+    """Merge into the schema, then apply ``key=value`` settings: unknown keys
+    and wrong types fail here."""
+    schema = OmegaConf.structured(RunConfig)
+    try:
+        merged = OmegaConf.merge(schema, raw)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(_schema_message(exc)) from None
+    try:
+        merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(settings)))
+        return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    except OmegaConfBaseException as exc:
+        raise ConfigError(_schema_message(exc)) from None
+
+
+def load_run_config(conf_name: str, overrides: list[str], conf_dir: Path | None = None) -> RunConfig:
+    """Compose, type and check the config; raise ConfigError with one line."""
+    conf_dir = (conf_dir or default_conf_dir()).resolve()
+    groups, settings = split_overrides(list(overrides), conf_dir)
+    config = to_run_config(compose_dict(conf_name, groups, conf_dir), settings)
+    problems = config.problems()
+    if problems:
+        more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+        raise ConfigError(problems[0] + more)
+    return config
+
+
+def config_as_dict(config: RunConfig) -> dict:
+    return OmegaConf.to_container(OmegaConf.structured(config), resolve=True)  # type: ignore[return-value]
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _schema_message(exc: OmegaConfBaseException) -> str:
+    key = getattr(exc, "full_key", None) or "?"
+    text = _first_line(exc)
+    if "not in struct" in text or "Key '" in text and "not in" in text:
+        return f"unknown config key {key!r}: check the spelling (the keys are in conf/*.yaml and runmgr/config/schema.py)"
+    value = getattr(exc, "msg", text)
+    if "Value '" in text:
+        return f"bad value for {key}: {text}"
+    return f"{key}: {value.splitlines()[0] if value else text}"
+
+
+def _missing_option_message(exc: MissingConfigException, conf_dir: Path) -> str:
+    match = re.search(r"Could not find '([^/']+)/([^']+)'", str(exc))
+    if not match:
+        return _first_line(exc)
+    group, option = match.groups()
+    options = ", ".join(available_confs(conf_dir / group)) or "none"
+    return f"unknown {group} {option!r}: no conf/{group}/{option}.yaml (available: {options})"

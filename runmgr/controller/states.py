@@ -1,0 +1,72 @@
+"""The controller's states. Each carries what the next transition needs, so
+a state can be logged, inspected in tests and resumed from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trainer.plan import ResumePlan
+
+
+@dataclass(frozen=True)
+class Launching:
+    """A sub-run is about to start from ``plan``."""
+
+    subrun: str
+    plan: ResumePlan
+    start_step: int
+    cause: str
+    evidence: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Running:
+    """The ranks of ``subrun`` are training."""
+
+    subrun: str
+    plan: ResumePlan
+    start_step: int
+    workers: tuple = ()
+
+
+@dataclass(frozen=True)
+class Restarting:
+    """``subrun`` ended early; the next sub-run starts from a verified checkpoint."""
+
+    subrun: str
+    plan: ResumePlan
+    incident: str
+    evidence: dict
+    last_step: int
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The run trained all its steps."""
+
+    subrun: str
+    last_step: int
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The run stopped and needs a person; ``reason`` says what to look at."""
+
+    subrun: str
+    reason: str
+    last_step: int
+
+
+State = Launching | Running | Restarting | Finished | Failed
+
+ALLOWED: dict[type, tuple[type, ...]] = {
+    Launching: (Running, Restarting, Failed),
+    Running: (Running, Restarting, Finished, Failed),
+    Restarting: (Launching, Failed),
+    Finished: (),
+    Failed: (),
+}
+
+
+def is_terminal(state: State) -> bool:
+    return not ALLOWED[type(state)]

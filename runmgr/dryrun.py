@@ -1,0 +1,189 @@
+"""``runmgr launch --dry-run``: the resolved plan of a run, and whether the
+cluster in view can hold it, without starting anything.
+
+Memory per device follows Megatron-LM's accounting (Korthikanti et al. 2022,
+"Reducing Activation Recomputation in Large Transformer Models"):
+- static: mixed precision keeps a 2-byte weight, a 4-byte main gradient and
+  12 bytes of optimizer state (fp32 master, Adam m and v) per parameter
+  (18 B); fp32 training keeps 4 + 4 + 8 (16 B). Parameters are split over
+  tensor x pipeline parallel; the distributed optimizer divides the 12 (or 8)
+  optimizer bytes by data parallel; FSDP divides all of them.
+- activations per layer and micro-batch: s*b*h*(10 + 24/t + 5*a*s/(h*t))
+  bytes without recompute; with full recompute only each layer's 2*s*b*h-byte
+  input is kept, plus one layer's full working set. A pipeline stage holds
+  layers/p layers and up to p micro-batches in flight (1F1B).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from runmgr.config.schema import ClusterConfig, RunConfig
+from runmgr.placement import accelerator_resource, resolve_device_kind
+from trainer.model import parameter_count
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """What the cluster in view offers."""
+
+    source: str
+    cpus: float
+    memory_bytes: float
+    accelerators: dict[str, float] = field(default_factory=dict)
+    """Ray resource name (GPU, NPU) -> count."""
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes per device."""
+
+    weights_grads_optimizer: float
+    activations: float
+
+    @property
+    def total(self) -> float:
+        return self.weights_grads_optimizer + self.activations
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """The resolved shape of a run."""
+
+    config: RunConfig
+    world_size: int
+    data_parallel: int
+    accumulation: int
+    tokens_per_step: int
+    parameters: int
+    memory: MemoryEstimate
+    device_kind: str
+    cluster: ClusterView
+    shortfalls: tuple[str, ...]
+
+    @property
+    def fits(self) -> bool:
+        return not self.shortfalls
+
+
+def memory_per_device(config: RunConfig, parameters: int) -> MemoryEstimate:
+    m, par, t = config.model, config.parallel, config.training
+    tp, pp = par.tensor_model_parallel_size, par.pipeline_model_parallel_size
+    dp = max(1, config.world_size // (tp * pp))
+    low_precision = config.precision.bf16 or config.precision.fp16
+    weight_grad, optimizer = (6.0, 12.0) if low_precision else (8.0, 8.0)
+    shard = parameters / (tp * pp)
+    if par.use_torch_fsdp2:
+        static = shard * (weight_grad + optimizer) / dp
+    elif par.use_distributed_optimizer:
+        static = shard * (weight_grad + optimizer / dp)
+    else:
+        static = shard * (weight_grad + optimizer)
+    s, b, h, a = m.seq_length, t.micro_batch_size, m.hidden_size, m.num_attention_heads
+    full_layer = s * b * h * (10 + 24 / tp + 5 * a * s / (h * tp))
+    layers_per_stage = m.num_layers / pp
+    in_flight = min(pp, max(1, config.training.global_batch_size // (b * dp)))
+    if m.recompute_granularity == "full":
+        activations = layers_per_stage * in_flight * 2 * s * b * h + full_layer
+    else:
+        activations = layers_per_stage * in_flight * full_layer
+    return MemoryEstimate(static, activations)
+
+
+def inspect_cluster(cluster: ClusterConfig) -> ClusterView:
+    """The connected cluster's resources, or this machine's when no address is set."""
+    if cluster.address:
+        import ray
+
+        from runmgr import cluster as ray_cluster
+
+        ray_cluster.connect(cluster)
+        try:
+            res = ray.cluster_resources()
+        finally:
+            ray_cluster.disconnect()
+        accels = {k: v for k, v in res.items() if k in ("GPU", "NPU")}
+        return ClusterView(f"Ray cluster at {cluster.address}", res.get("CPU", 0), res.get("memory", 0), accels)
+    from trainer.device import local_accelerators
+
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    accels = {accelerator_resource(kind) or kind: n for kind, n in local_accelerators().items() if n}
+    return ClusterView("this machine (cluster.address is null: a local Ray)", float(os.cpu_count() or 1), float(memory), accels)
+
+
+def build_plan(config: RunConfig, view: ClusterView) -> RunPlan:
+    world = config.world_size
+    par, t = config.parallel, config.training
+    dp = world // (par.tensor_model_parallel_size * par.pipeline_model_parallel_size)
+    params = parameter_count(config.model)
+    memory = memory_per_device(config, params)
+    device_kind = resolve_device_kind(config.device, view.accelerators)
+    return RunPlan(config, world, dp, config.trainer_config().accumulation_steps(world),
+                   t.global_batch_size * config.model.seq_length, params, memory, device_kind, view,
+                   tuple(shortfalls(config, view, device_kind, memory)))
+
+
+def shortfalls(config: RunConfig, view: ClusterView, device_kind: str, memory: MemoryEstimate) -> list[str]:
+    c = config.cluster
+    out = []
+    need_cpus = c.num_workers * c.cpus_per_worker
+    if need_cpus > view.cpus:
+        out.append(f"needs {need_cpus:g} CPUs for {c.num_workers} workers, the cluster has {view.cpus:g}")
+    resource = accelerator_resource(device_kind)
+    if resource:
+        need = c.num_workers * max(1, c.devices_per_worker)
+        have = view.accelerators.get(resource, 0)
+        if need > have:
+            out.append(f"needs {need:,} {resource}s ({c.num_workers:,} workers x {max(1, c.devices_per_worker)} {device_kind} device), "
+                       f"the cluster has {have:g}")
+    elif memory.total * c.num_workers > view.memory_bytes:
+        out.append(f"needs {memory.total * c.num_workers / GIB:,.1f} GiB of memory for {c.num_workers} workers, "
+                   f"the cluster has {view.memory_bytes / GIB:,.1f} GiB")
+    return out
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("TiB", 1024**4), ("GiB", GIB), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _count(n: float) -> str:
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return f"{n:g}"
+
+
+def render_plan(plan: RunPlan) -> str:
+    c, m, par, t, p = plan.config, plan.config.model, plan.config.parallel, plan.config.training, plan.config.precision
+    precision = "bf16" if p.bf16 else (f"fp16 (dynamic loss scale from {p.initial_loss_scale:g}, floor {p.min_loss_scale:g})" if p.fp16 else "fp32")
+    sharding = ("FSDP2: weights, grads, optimizer sharded over DP" if par.use_torch_fsdp2
+                else "distributed optimizer over DP" if par.use_distributed_optimizer else "replicated over DP")
+    recompute = "full recompute" if m.recompute_granularity == "full" else "no recompute"
+    lines = [
+        f"Plan for {c.run.name} (sub-runs {c.run.number}.00, {c.run.number}.01, ... in {c.run_dir()})",
+        f"  model         {m.family}, {m.num_layers} layers, hidden {m.hidden_size}, {m.num_attention_heads} heads "
+        f"({m.num_query_groups or m.num_attention_heads} kv groups), ffn {m.ffn_hidden_size}, seq {m.seq_length}",
+        f"  parameters    {plan.parameters:,} ({_count(plan.parameters)})",
+        f"  parallelism   world size {plan.world_size:,} = TP {par.tensor_model_parallel_size} x PP "
+        f"{par.pipeline_model_parallel_size} x DP {plan.data_parallel:,} ({sharding})",
+        f"  batch         micro {t.micro_batch_size} x DP {plan.data_parallel:,} x accumulation {plan.accumulation} "
+        f"= global {t.global_batch_size:,} sequences = {plan.tokens_per_step:,} tokens per step",
+        f"  training      {t.train_iters:,} steps = {_count(t.train_iters * plan.tokens_per_step)} tokens; {precision}; "
+        f"lr {c.optim.lr:g} -> {c.optim.min_lr:g} ({c.optim.lr_decay_style})",
+        f"  memory/device {_bytes(plan.memory.weights_grads_optimizer)} weights+grads+optimizer + "
+        f"{_bytes(plan.memory.activations)} activations ({recompute}) = {_bytes(plan.memory.total)} per "
+        f"{plan.device_kind} device",
+        f"  cluster       {plan.cluster.source}: {plan.cluster.cpus:g} CPUs, {_bytes(plan.cluster.memory_bytes)}, "
+        + (", ".join(f"{n:g} {k}" for k, n in plan.cluster.accelerators.items()) or "no GPU/NPU"),
+    ]
+    if plan.fits:
+        lines.append("  verdict       fits: the cluster in view can hold this run")
+    else:
+        lines.append("  verdict       CANNOT run on the cluster in view: " + "; ".join(plan.shortfalls))
+    return "\n".join(lines)

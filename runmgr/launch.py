@@ -1,0 +1,121 @@
+"""``runmgr launch``: compose, check, connect, then drive sub-runs until the
+run finishes or needs a person. Re-running it on a run directory that holds a
+lineage resumes that lineage as its next sub-run."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import TextIO
+
+from logbook import Logbook
+from runmgr import cluster as ray_cluster
+from runmgr.config.compose import config_as_dict, load_run_config
+from runmgr.config.schema import RunConfig
+from runmgr.controller.machine import Controller, SubrunIds
+from runmgr.controller.states import Finished, Launching
+from runmgr.dryrun import build_plan, inspect_cluster, render_plan
+from runmgr.observers.logbook_writer import LogbookObserver
+from runmgr.observers.progress import ProgressObserver
+from runmgr.observers.status_file import StatusFileObserver
+from runmgr.placement import resolve_device_kind
+from runmgr.resume import find_resume_point
+from runmgr.errors import RunStateError
+from runmgr.rundir import RunDirLock
+from runmgr.status import read_status
+from runmgr.workers.group import RayWorkerGroup
+from trainer.data import check_data_path
+from trainer.plan import ResumePlan
+
+
+def last_metric_step(book: Logbook, subrun: str, default: int) -> int:
+    return max((row["step"] for row in book.all_metrics() if row["subrun"] == subrun), default=default)
+
+
+def initial_state(config: RunConfig, book: Logbook, ids: SubrunIds) -> Launching | None:
+    """A fresh sub-run, or the next one of an existing lineage (None: already done)."""
+    lineage = book.lineage()
+    if not lineage:
+        subrun = ids.take()
+        return Launching(subrun, ResumePlan(subrun=subrun), 0, "launch", {})
+    last = lineage[-1]
+    last_step = last.last_step if last.last_step is not None else last_metric_step(book, last.id, last.start_step)
+    if last.end_state is None:
+        book.end_subrun(last.id, "abandoned", last_step, "the driver stopped without recording an end (killed?)")
+    elif last.end_state == "finished" and (last_step or 0) >= config.training.train_iters:
+        return None
+    recorded = max((row["step"] for row in book.kept_metrics()), default=0)
+    point = find_resume_point(config.checkpoint_dir(), max_step=recorded)
+    plan = replace(ResumePlan.from_dict(last.plan), start_checkpoint=point.path)
+    cause = f"relaunch: sub-run {last.id} ended as {last.end_state or 'abandoned (driver lost)'} at step {last_step}"
+    evidence = {"previous_subrun": last.id, "resumed_from": point.path, "resumed_step": point.step,
+                "steps_lost": max(0, (last_step or 0) - point.step),
+                "rejected_checkpoints": [list(r) for r in point.rejected]}
+    subrun = ids.take()
+    return Launching(subrun, replace(plan, subrun=subrun), point.step, cause, evidence)
+
+
+def wait_for_lost_workers(run_dir: Path, lease_s: float, out: TextIO, clock=time.time, sleep=time.sleep) -> None:
+    """After a driver crash its workers stop themselves within ``lease_s`` of
+    its last word; wait that long so they never train beside the new sub-run."""
+    try:
+        status = read_status(run_dir)
+    except RunStateError:
+        return
+    if status["driver_alive"] or not status.get("workers") or status.get("state", "").startswith(("finished", "failed")):
+        return
+    remaining = status.get("updated_at", 0) + lease_s + 1.0 - clock()
+    if remaining > 0:
+        out.write(f"waiting {remaining:.0f} s for the workers of the lost driver (pid {status['driver_pid']}) to stop\n")
+        out.flush()
+        sleep(remaining)
+
+
+def launch(conf_name: str, overrides: list[str], dry_run: bool = False, conf_dir: Path | None = None,
+           out: TextIO = sys.stdout) -> int:
+    config = load_run_config(conf_name, overrides, conf_dir)
+    check_data_path(config.data)
+    if dry_run:
+        out.write(render_plan(build_plan(config, inspect_cluster(config.cluster))) + "\n")
+        return 0
+    ray_cluster.preflight(config.cluster)  # before anything is written
+    run_dir = config.run_dir()
+    with RunDirLock(run_dir), Logbook.open(run_dir) as book:
+        wait_for_lost_workers(run_dir, config.controller.worker_lease_s, out)
+        ids = SubrunIds(config.run.number, len(book.lineage()))
+        initial = initial_state(config, book, ids)
+        if initial is None:
+            out.write(f"run {config.run.name} already finished at step {config.training.train_iters}; "
+                      f"`runmgr logbook show {run_dir}` shows it\n")
+            return 0
+        ray_cluster.connect(config.cluster)
+        try:
+            final = drive(config, book, ids, initial, out)
+        finally:
+            ray_cluster.disconnect()
+    out.write(f"logbook: runmgr logbook show {run_dir}\n")
+    return 0 if isinstance(final, Finished) else 1
+
+
+def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, out: TextIO):
+    import ray
+
+    device_kind = resolve_device_kind(config.device, ray.cluster_resources())
+    trainer_config = replace(config.trainer_config(), device=device_kind)
+    run_dir = config.run_dir()
+    observers = [
+        LogbookObserver(book, config_as_dict(config)),
+        StatusFileObserver(run_dir, config.run.name, config.training.train_iters, initial.start_step),
+        ProgressObserver(config.training.train_iters, out),
+    ]
+    controller = Controller(
+        initial, trainer_config,
+        make_group=lambda: RayWorkerGroup(config.cluster, device_kind, config.controller.start_timeout_s,
+                                          config.controller.worker_lease_s),
+        find_resume_point=lambda max_step: find_resume_point(config.checkpoint_dir(), max_step),
+        subrun_ids=ids, max_restarts=config.controller.max_restarts,
+        poll_interval_s=config.controller.poll_interval_s, observers=observers,
+    )
+    return controller.run()

@@ -1,0 +1,63 @@
+"""Writes the run's history into the logbook as the controller moves:
+sub-run starts and ends, incidents, decisions, metrics and checkpoints.
+The driver is the logbook's only writer, and this is the only place it writes."""
+
+from __future__ import annotations
+
+from logbook import Logbook
+from runmgr.controller.states import Failed, Finished, Launching, Restarting, Running, State
+from runmgr.workers.group import GroupPoll
+
+
+def metric_row(report) -> dict:
+    return {
+        "step": report.step, "loss": report.loss, "grad_norm": report.grad_norm, "lr": report.lr,
+        "loss_scale": report.loss_scale, "tokens": report.tokens, "consumed_samples": report.consumed_samples,
+        "tokens_per_s": report.tokens / report.step_time if report.step_time > 0 else 0.0,
+        "step_time": report.step_time, "time": report.time, "skipped": report.skipped,
+    }
+
+
+class LogbookObserver:
+    """Turns transitions into logbook rows."""
+
+    def __init__(self, book: Logbook, config: dict) -> None:
+        self.book = book
+        self.config = config
+        self._incident_id: int | None = None
+
+    def on_transition(self, old: State | None, new: State) -> None:
+        if isinstance(new, Launching):
+            self._start(old, new)
+        elif isinstance(new, Running):
+            workers = [w.to_dict() for w in new.workers]
+            self.book.record_event(new.subrun, "workers_started", f"{len(workers)} workers started", {"workers": workers})
+        elif isinstance(new, Restarting):
+            self._incident_id = self.book.record_incident(
+                new.subrun, "worker_lost", new.incident, new.evidence, step=new.last_step,
+                ranks=(new.evidence.get("rank"),) if new.evidence.get("rank") is not None else (),
+                nodes=((new.evidence.get("worker") or {}).get("node_ip"),) if new.evidence.get("worker") else (),
+            )
+            self.book.end_subrun(new.subrun, "restarting", new.last_step, new.incident)
+        elif isinstance(new, Finished):
+            self.book.end_subrun(new.subrun, "finished", new.last_step, f"trained to step {new.last_step}")
+        elif isinstance(new, Failed):
+            self.book.record_event(new.subrun, "needs_human", new.reason, {"last_step": new.last_step})
+            self.book.end_subrun(new.subrun, "failed", new.last_step, new.reason)
+
+    def _start(self, old: State, new: Launching) -> None:
+        if isinstance(old, Restarting):
+            reason = (f"restart from {new.plan.start_checkpoint or 'initialisation'} (step {new.start_step}); "
+                      f"{new.evidence.get('steps_lost', 0)} steps lost")
+            self.book.record_decision(old.subrun, self._incident_id, "restart", reason, new.plan.to_dict())
+        self.book.start_subrun(new.subrun, new.cause, new.evidence, new.plan.start_checkpoint, new.start_step,
+                               new.plan.to_dict(), self.config)
+        for path, reason in new.evidence.get("rejected_checkpoints", []):
+            self.book.record_event(new.subrun, "checkpoint_rejected", f"checkpoint {path} rejected: {reason}",
+                                   {"path": path, "reason": reason})
+
+    def on_poll(self, state: Running, poll: GroupPoll) -> None:
+        if poll.steps:
+            self.book.record_metrics(state.subrun, [metric_row(r) for r in poll.steps])
+        for ckpt in poll.checkpoints:
+            self.book.record_checkpoint(state.subrun, ckpt.step, ckpt.path, ckpt.seconds)

@@ -1,0 +1,83 @@
+"""Live progress in the terminal: sub-run, step/total, loss, tokens/s, ETA,
+last incident. One line redrawn in place on a terminal; a line every few
+seconds (and at every transition) when the output is a file or a pipe."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Callable, TextIO
+
+from runmgr.controller.states import Failed, Finished, Launching, Restarting, Running, State
+from runmgr.workers.group import GroupPoll
+
+
+def format_duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+class ProgressObserver:
+    """Prints progress; never touches the run."""
+
+    def __init__(self, train_iters: int, out: TextIO = sys.stdout, clock: Callable[[], float] = time.time,
+                 line_every_s: float = 5.0) -> None:
+        self.train_iters = train_iters
+        self.out = out
+        self.clock = clock
+        self.line_every_s = line_every_s
+        self.live = hasattr(out, "isatty") and out.isatty()
+        self.last_incident = "none"
+        self.subrun = "-"
+        self._step = 0
+        self._loss = float("nan")
+        self._tokens_per_s = 0.0
+        self._step_time_ema: float | None = None
+        self._last_line = 0.0
+
+    def on_transition(self, old: State | None, new: State) -> None:
+        self.subrun = new.subrun
+        if isinstance(new, Launching):
+            self._event(f"sub-run {new.subrun}: starting from step {new.start_step} ({new.cause})")
+        elif isinstance(new, Running):
+            pids = ", ".join(f"rank {w.rank} pid {w.pid}" for w in new.workers)
+            self._event(f"sub-run {new.subrun}: {len(new.workers)} workers up ({pids})")
+        elif isinstance(new, Restarting):
+            self.last_incident = new.incident
+            self._event(f"incident in {new.subrun}: {new.incident}")
+        elif isinstance(new, Finished):
+            self._event(f"finished: sub-run {new.subrun} reached step {new.last_step}")
+        elif isinstance(new, Failed):
+            self._event(f"FAILED in sub-run {new.subrun} at step {new.last_step}: {new.reason}")
+
+    def on_poll(self, state: Running, poll: GroupPoll) -> None:
+        for report in poll.steps:
+            self._step, self._loss = report.step, report.loss
+            if report.step_time > 0:
+                self._tokens_per_s = report.tokens / report.step_time
+                ema = self._step_time_ema
+                self._step_time_ema = report.step_time if ema is None else 0.9 * ema + 0.1 * report.step_time
+        if poll.steps:
+            self._progress()
+
+    def line(self) -> str:
+        eta = "?" if self._step_time_ema is None else format_duration((self.train_iters - self._step) * self._step_time_ema)
+        return (f"[{self.subrun}] step {self._step}/{self.train_iters} | loss {self._loss:.4f} | "
+                f"{self._tokens_per_s:,.0f} tok/s | ETA {eta} | last incident: {self.last_incident}")
+
+    def _progress(self) -> None:
+        now = self.clock()
+        if self.live:
+            self.out.write("\r\033[K" + self.line())
+            self.out.flush()
+        elif now - self._last_line >= self.line_every_s or self._step >= self.train_iters:
+            self._last_line = now
+            self.out.write(self.line() + "\n")
+            self.out.flush()
+
+    def _event(self, text: str) -> None:
+        prefix = "\r\033[K" if self.live else ""
+        self.out.write(f"{prefix}{time.strftime('%H:%M:%S', time.localtime(self.clock()))} {text}\n")
+        self.out.flush()

@@ -1,0 +1,48 @@
+"""Keeps ``status.json`` current: state, sub-run, step and the workers."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from runmgr.controller.states import Failed, Finished, Launching, Restarting, Running, State
+from runmgr.status import write_status
+from runmgr.workers.group import GroupPoll
+
+STATE_NAMES = {Launching: "launching", Running: "running", Restarting: "restarting", Finished: "finished", Failed: "failed"}
+
+
+class StatusFileObserver:
+    """Writes the run's live state after every transition and poll."""
+
+    def __init__(self, run_dir: Path, run_name: str, train_iters: int, start_step: int) -> None:
+        self.run_dir = run_dir
+        self.status: dict = {
+            "run": run_name, "run_dir": str(run_dir), "driver_pid": os.getpid(), "train_iters": train_iters,
+            "state": "launching", "subrun": None, "step": start_step, "workers": [], "last_incident": None,
+        }
+
+    def on_transition(self, old: State | None, new: State) -> None:
+        self.status["state"] = STATE_NAMES[type(new)]
+        self.status["subrun"] = new.subrun
+        if isinstance(new, Running):
+            self.status["workers"] = [w.to_dict() for w in new.workers]
+        elif isinstance(new, Launching):
+            self.status["step"] = new.start_step
+        elif isinstance(new, Restarting):
+            self.status["last_incident"] = new.incident
+            self.status["workers"] = []
+        elif isinstance(new, Failed):
+            self.status["last_incident"] = new.reason
+        self._write()
+
+    def on_poll(self, state: Running, poll: GroupPoll) -> None:
+        # Written on every poll: updated_at tells a relaunch when the driver was last alive.
+        if poll.steps:
+            self.status["step"] = poll.steps[-1].step
+        self._write()
+
+    def _write(self) -> None:
+        self.status["updated_at"] = time.time()
+        write_status(self.run_dir, self.status)

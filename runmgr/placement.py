@@ -1,0 +1,44 @@
+"""Ray resources per rank: the runmgr half of the device layer.
+
+Ray places NVIDIA GPUs under its native ``GPU`` resource and Ascend NPUs under
+``NPU``; this mapping is the only place runmgr names them.
+"""
+
+from __future__ import annotations
+
+RAY_ACCELERATOR_RESOURCE = {"cuda": "GPU", "npu": "NPU"}
+
+
+def bundle_for(device_kind: str, cpus: float, devices: int) -> dict[str, float]:
+    """The placement-group bundle of one rank."""
+    bundle: dict[str, float] = {"CPU": float(cpus)}
+    resource = RAY_ACCELERATOR_RESOURCE.get(device_kind)
+    if resource and devices > 0:
+        bundle[resource] = float(devices)
+    return bundle
+
+
+def accelerator_resource(device_kind: str) -> str | None:
+    return RAY_ACCELERATOR_RESOURCE.get(device_kind)
+
+
+def actor_resources(device_kind: str, cpus: float, devices: int) -> dict:
+    """Keyword options of ``.options()`` asking for one rank's bundle
+    (Ray wants ``num_gpus`` for GPUs and ``resources`` for anything else)."""
+    options: dict = {"num_cpus": float(cpus)}
+    resource = RAY_ACCELERATOR_RESOURCE.get(device_kind)
+    if resource == "GPU" and devices > 0:
+        options["num_gpus"] = float(devices)
+    elif resource and devices > 0:
+        options["resources"] = {resource: float(devices)}
+    return options
+
+
+def resolve_device_kind(configured: str, cluster_resources: dict) -> str:
+    """``auto`` becomes what the cluster offers: NPU, then GPU, then cpu."""
+    if configured != "auto":
+        return configured
+    for kind, resource in (("npu", "NPU"), ("cuda", "GPU")):
+        if cluster_resources.get(resource, 0) > 0:
+            return kind
+    return "cpu"

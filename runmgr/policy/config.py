@@ -1,0 +1,171 @@
+"""The remedy ladder and its budgets, mirrored by ``conf/policy/default.yaml``.
+
+:func:`policy_config_from_dict` builds a :class:`PolicyConfig` from the
+composed Hydra section and refuses unknown keys, wrong types and
+inconsistent rungs with :class:`PolicyConfigError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from runmgr.policy.decision import (
+    ABORT, EXCLUDE_NODE, IGNORE, INSTABILITY_ACTIONS, LOWER_CLIP, LOWER_LR, RESET_OPTIMIZER, RESTART,
+    ROLLBACK_SKIP,
+)
+from runmgr.errors import ConfigError
+from runmgr.watch.deaths import DEATH_CATEGORIES
+from runmgr.watch.incidents import GRAD_SPIKE, INSTABILITY_KINDS, LOSS_SCALE, LOSS_SPIKE, NONFINITE
+from runmgr.watch.typed_config import build
+
+
+class PolicyConfigError(ConfigError):
+    """A policy setting is unknown, mistyped or inconsistent."""
+
+
+@dataclass(frozen=True)
+class RollbackConfig:
+    """Where an instability rolls back to, and which data it skips (PaLM: restart ~100 steps
+    before the spike, skip 200-500 batches)."""
+
+    margin_steps: int = 100
+    """Restart from the newest verified checkpoint at least this many steps before the onset."""
+    skip_before_steps: int = 100
+    """The skipped window starts this many steps' worth of samples before the onset..."""
+    skip_after_steps: int = 200
+    """...and ends this many steps' worth after it (300 batches in all by default)."""
+
+    def problems(self) -> list[str]:
+        if min(self.margin_steps, self.skip_before_steps, self.skip_after_steps) < 0:
+            return ["margin_steps, skip_before_steps and skip_after_steps must be >= 0"]
+        return []
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One rung of the instability ladder. Every rung rolls back; the rung says what changes."""
+
+    action: str = ROLLBACK_SKIP
+    """rollback_skip, lower_lr, lower_clip or reset_optimizer."""
+    max_uses: int = 10
+    """Budget: times this rung may be used in the run; one more stops the run for a human."""
+    skip_data: bool = True
+    """Add the data window around the onset to the plan's skip ranges."""
+    lr_factor: float = 1.0
+    """Multiplies the LR scale for the rest of the run (lower_lr; OPT 12.42-12.53 cut ~0.67-0.9 each time)."""
+    clip_grad: Optional[float] = None
+    """New clipping threshold for the rest of the run (lower_clip; OPT 12.16 went 1.0 -> 0.3)."""
+    rewarmup_iters: int = 0
+    """Linear warmup from 0 after the restart (reset_optimizer: a fresh warmup)."""
+
+    def problems(self) -> list[str]:
+        if self.action not in INSTABILITY_ACTIONS:
+            return [f"rung action {self.action!r} is not one of {', '.join(sorted(INSTABILITY_ACTIONS))}"]
+        if self.max_uses < 0 or self.rewarmup_iters < 0 or not 0 < self.lr_factor <= 1:
+            return ["need max_uses >= 0, rewarmup_iters >= 0 and 0 < lr_factor <= 1"]
+        if self.action == LOWER_LR and self.lr_factor >= 1:
+            return [f"a lower_lr rung needs lr_factor < 1, got {self.lr_factor}"]
+        if self.action == LOWER_CLIP and (self.clip_grad is None or self.clip_grad <= 0):
+            return [f"a lower_clip rung needs clip_grad > 0, got {self.clip_grad}"]
+        return []
+
+
+def _default_ladder() -> tuple[Rung, ...]:
+    return (
+        Rung(action=ROLLBACK_SKIP, max_uses=10, skip_data=True),
+        Rung(action=LOWER_LR, max_uses=6, skip_data=True, lr_factor=0.67),
+        Rung(action=RESET_OPTIMIZER, max_uses=2, skip_data=True, rewarmup_iters=200),
+    )
+
+
+@dataclass(frozen=True)
+class InstabilityConfig:
+    """How spikes, divergence, NaN and loss-scale collapse are met."""
+
+    kinds: tuple[str, ...] = (LOSS_SPIKE, GRAD_SPIKE, NONFINITE, LOSS_SCALE)
+    """Incident kinds that climb the ladder (a recovered spike is only recorded)."""
+    repeat_window_steps: int = 1000
+    """An instability whose onset is within this many steps of the previous one's climbs a rung;
+    one further away starts again at the first rung (the LR cuts stay)."""
+    ladder: tuple[Rung, ...] = field(default_factory=_default_ladder)
+    """Rung n answers the n-th instability in a row; past the last, the last rung repeats."""
+
+    def problems(self) -> list[str]:
+        unknown = [k for k in self.kinds if k not in INSTABILITY_KINDS]
+        if unknown:
+            return [f"kinds: {unknown[0]!r} is not one of {', '.join(sorted(INSTABILITY_KINDS))}"]
+        if not self.ladder or self.repeat_window_steps < 0:
+            return ["the ladder needs at least one rung and repeat_window_steps >= 0"]
+        return []
+
+
+@dataclass(frozen=True)
+class RestartConfig:
+    """Restarts after lost workers and hangs, and the storm breaker."""
+
+    max_restarts: int = 20
+    """Budget: restarts (worker deaths, hangs, exclusions) in the run."""
+    storm_restarts: int = 3
+    """Abort when this many restarts in a row started from the same checkpoint and never
+    produced a newer one (a restart storm)."""
+
+    def problems(self) -> list[str]:
+        if self.max_restarts < 0 or self.storm_restarts < 1:
+            return ["need max_restarts >= 0 and storm_restarts >= 1"]
+        return []
+
+
+@dataclass(frozen=True)
+class HardwareConfig:
+    """Taking nodes out."""
+
+    max_excluded_nodes: int = 4
+    """Budget: nodes excluded in the run; beyond that the fleet itself needs a human."""
+    straggler_strikes: int = 3
+    """A node reported as a straggler this many times within straggler_window_s is excluded."""
+    straggler_window_s: float = 3600.0
+    """Window of the straggler strikes."""
+
+    def problems(self) -> list[str]:
+        if self.max_excluded_nodes < 0 or self.straggler_strikes < 1 or self.straggler_window_s <= 0:
+            return ["need max_excluded_nodes >= 0, straggler_strikes >= 1, straggler_window_s > 0"]
+        return []
+
+
+def _default_death_actions() -> dict[str, str]:
+    return {"hardware": EXCLUDE_NODE, "node": EXCLUDE_NODE, "network": RESTART, "storage": EXCLUDE_NODE,
+            "memory": RESTART, "device": RESTART, "killed": RESTART, "bug": ABORT, "unknown": RESTART}
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """The whole policy (Hydra group ``policy``)."""
+
+    rollback: RollbackConfig = field(default_factory=RollbackConfig)
+    instability: InstabilityConfig = field(default_factory=InstabilityConfig)
+    restarts: RestartConfig = field(default_factory=RestartConfig)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    death_actions: dict[str, str] = field(default_factory=_default_death_actions)
+    """Remedy per worker-death category: exclude_node, restart or abort. exclude_node falls
+    back to restart when the node is unknown."""
+    slowdown_action: str = IGNORE
+    """ignore (record it) or restart a job that runs well below its own throughput baseline."""
+
+    def problems(self) -> list[str]:
+        missing = [c for c in DEATH_CATEGORIES if c not in self.death_actions]
+        extra = [c for c in self.death_actions if c not in DEATH_CATEGORIES]
+        if missing or extra:
+            return [f"death_actions must name exactly the categories {', '.join(DEATH_CATEGORIES)}; "
+                    f"{'missing ' + missing[0] if missing else 'unknown ' + extra[0]}"]
+        bad = [a for a in self.death_actions.values() if a not in (EXCLUDE_NODE, RESTART, ABORT)]
+        if bad:
+            return [f"death_actions: {bad[0]!r} is not one of exclude_node, restart, abort"]
+        if self.slowdown_action not in (IGNORE, RESTART):
+            return [f"slowdown_action {self.slowdown_action!r} is not one of ignore, restart"]
+        return []
+
+
+def policy_config_from_dict(data: Any) -> PolicyConfig:
+    """Build and check a :class:`PolicyConfig` from the composed ``policy`` section."""
+    return build(PolicyConfig, data, "policy", PolicyConfigError)

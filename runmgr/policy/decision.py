@@ -1,0 +1,77 @@
+"""What the policy returns: an action, its reason, and the plan changes as data.
+
+The policy only decides (like Ray Train v2's FailurePolicy); the controller
+executes. The plan changes are plain data that :func:`runmgr.policy.plan_update.next_plan`
+folds into the next sub-run's :class:`trainer.plan.ResumePlan`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from trainer.plan import SkipRange
+
+IGNORE = "ignore"
+ROLLBACK_SKIP = "rollback_skip"
+LOWER_LR = "lower_lr"
+LOWER_CLIP = "lower_clip"
+RESET_OPTIMIZER = "reset_optimizer"
+EXCLUDE_NODE = "exclude_node"
+RESTART = "restart"
+DUMP_AND_RESTART = "dump_and_restart"
+ABORT = "abort"
+
+ACTIONS = (IGNORE, ROLLBACK_SKIP, LOWER_LR, LOWER_CLIP, RESET_OPTIMIZER, EXCLUDE_NODE, RESTART,
+           DUMP_AND_RESTART, ABORT)
+INSTABILITY_ACTIONS = frozenset({ROLLBACK_SKIP, LOWER_LR, LOWER_CLIP, RESET_OPTIMIZER})
+"""Rungs of the optimisation ladder; each rolls back to before the onset."""
+RESTARTING_ACTIONS = INSTABILITY_ACTIONS | {EXCLUDE_NODE, RESTART, DUMP_AND_RESTART}
+"""Actions that end the current sub-run and start a new one."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The policy's answer to one incident."""
+
+    action: str
+    """One of ACTIONS."""
+    reason: str
+    """Why, quoting the numbers (incident figures, checkpoint, budgets)."""
+    restart_from_step: Optional[int] = None
+    """Step of the verified checkpoint to start from; None with a restarting action means
+    from initialisation (no verified checkpoint yet)."""
+    skip_ranges: tuple[SkipRange, ...] = ()
+    """Sample ranges to add to the plan's skip list."""
+    lr_factor: float = 1.0
+    """Multiplies the plan's LR scale, for the rest of the run."""
+    clip_grad: Optional[float] = None
+    """New gradient-clipping threshold, kept for the rest of the run; None keeps the current one."""
+    reset_optimizer: bool = False
+    """Start Adam's moments afresh at the restart (weights are kept)."""
+    rewarmup_iters: int = 0
+    """Linear re-warmup after the restart (with reset_optimizer: OPT 12.16's fresh warmup)."""
+    exclude_nodes: tuple[str, ...] = ()
+    """Nodes to take out of the placement before restarting."""
+    dump_stacks: bool = False
+    """Dump every rank's Python stack (py-spy) before killing it."""
+
+    @property
+    def restarts(self) -> bool:
+        """True when the decision ends the sub-run and starts a new one."""
+        return self.action in RESTARTING_ACTIONS
+
+    def to_dict(self) -> dict:
+        """Plain data for JSON and the logbook."""
+        return {
+            "action": self.action,
+            "reason": self.reason,
+            "restart_from_step": self.restart_from_step,
+            "skip_ranges": [[r.start, r.end] for r in self.skip_ranges],
+            "lr_factor": self.lr_factor,
+            "clip_grad": self.clip_grad,
+            "reset_optimizer": self.reset_optimizer,
+            "rewarmup_iters": self.rewarmup_iters,
+            "exclude_nodes": list(self.exclude_nodes),
+            "dump_stacks": self.dump_stacks,
+        }

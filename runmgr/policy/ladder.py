@@ -1,0 +1,122 @@
+"""The policy: incident + history + budgets -> decision. Pure.
+
+:func:`decide` routes each incident kind to its rule; this module holds the
+instability ladder (a recovered spike is recorded; a persistent one rolls back
+and skips data; again soon after, the LR goes down for good; still again,
+Adam's moments are reset with a fresh warmup; past the budgets, a human).
+The fault rules (hangs, deaths, devices, stragglers) live in
+:mod:`runmgr.policy.faults`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from trainer.plan import SkipRange
+
+from runmgr.policy.checkpoints import VerifiedCheckpoint, newest_at_or_before
+from runmgr.policy.config import PolicyConfig, Rung
+from runmgr.policy.decision import ABORT, IGNORE, RESET_OPTIMIZER, Decision
+from runmgr.policy.faults import decide_fault
+from runmgr.policy.guards import storm_abort
+from runmgr.policy.history import History
+from runmgr.watch.incidents import DEVICE_FAULT, INSTABILITY_KINDS, Incident
+
+
+def decide(incident: Incident, history: History, config: PolicyConfig,
+           checkpoints: Sequence[VerifiedCheckpoint]) -> Decision:
+    """The decision for ``incident``. ``checkpoints`` are the verified ones, any order."""
+    closing = history.closing_entry(incident.subrun)
+    if closing is not None and incident.kind != DEVICE_FAULT:
+        return Decision(IGNORE, (
+            f"recorded: sub-run {incident.subrun} is already ending ({closing.decision.action} for "
+            f"{closing.incident.kind} from step {closing.incident.onset_step})"))
+    if incident.kind in INSTABILITY_KINDS:
+        if incident.recovered:
+            return Decision(IGNORE, f"recorded, training goes on: {_recovery(incident)}")
+        if incident.kind not in config.instability.kinds:
+            return Decision(IGNORE, f"recorded: {incident.kind} is not in policy.instability.kinds")
+        return _climb(incident, history, config, checkpoints)
+    return decide_fault(incident, history, config, checkpoints)
+
+
+def _climb(incident: Incident, history: History, config: PolicyConfig,
+           checkpoints: Sequence[VerifiedCheckpoint]) -> Decision:
+    onset = incident.onset_step if incident.onset_step is not None else 0
+    ladder = config.instability.ladder
+    chain = history.instability_streak(onset, config.instability.repeat_window_steps)
+    level = len(chain) + 1
+    rung = ladder[min(level, len(ladder)) - 1]
+    earlier = ", ".join(str(e.incident.onset_step) for e in reversed(chain)) or "none"
+    grace = incident.evidence.get("grace_steps")
+    persisted = f" did not recover within {grace} steps and" if grace is not None else ""
+    why = (f"{incident.kind} from step {onset}{persisted} is instability {level} in a row (earlier onsets "
+           f"within {config.instability.repeat_window_steps} steps: {earlier})")
+    used = history.uses(rung.action)
+    if used >= rung.max_uses:
+        return Decision(ABORT, (
+            f"{why}; the {rung.action} budget is spent ({used} of {rung.max_uses}, LR scale now "
+            f"{history.lr_scale():.3g}). A human must look at the data around step {onset} and the "
+            f"optimizer settings (beta2, eps, LR, clipping, weight decay)"))
+    target = onset - config.rollback.margin_steps
+    start = newest_at_or_before(checkpoints, target)
+    if start is None:
+        steps = sorted(c.step for c in checkpoints)
+        return Decision(ABORT, (
+            f"{why}; no verified checkpoint at or before step {target} (onset {onset} - margin "
+            f"{config.rollback.margin_steps}); verified: {steps or 'none'}. A human must choose where to "
+            f"restart, or lower policy.rollback.margin_steps"))
+    storm = storm_abort(incident, history, config, checkpoints)
+    if storm is not None:
+        return storm
+    return _rung_decision(incident, history, config, rung, start, why, used)
+
+
+def _recovery(incident: Incident) -> str:
+    evidence = incident.evidence
+    if "resolved_step" not in evidence or incident.onset_step is None:
+        return f"the {incident.kind} went away by itself"
+    return (f"the {incident.kind} recovered by itself {evidence['resolved_step'] - incident.onset_step} steps "
+            f"after its onset at step {incident.onset_step}, within the {evidence['grace_steps']}-step grace "
+            f"window (peak {evidence['peak_rise']:+.0%} over the baseline at step {incident.peak_step})")
+
+
+def _rung_decision(incident: Incident, history: History, config: PolicyConfig, rung: Rung,
+                   start: VerifiedCheckpoint, why: str, used: int) -> Decision:
+    onset = incident.onset_step if incident.onset_step is not None else 0
+    skips, skip_note = _skip_window(incident, config, start) if rung.skip_data else ((), "no data skipped")
+    changes = [f"restart from verified checkpoint {start.step} ({onset - start.step} steps before onset, "
+               f"margin {config.rollback.margin_steps})", skip_note]
+    if rung.lr_factor != 1.0:
+        before = history.lr_scale()
+        changes.append(f"LR scale {before:.3g} -> {before * rung.lr_factor:.3g} for the rest of the run")
+    if rung.clip_grad is not None:
+        changes.append(f"gradient clipping {history.clip_grad() or 'as configured'} -> {rung.clip_grad:g} "
+                       f"for the rest of the run")
+    if rung.action == RESET_OPTIMIZER:
+        changes.append(f"reset Adam's moments, keep the weights, re-warm up over {rung.rewarmup_iters} steps")
+    elif rung.rewarmup_iters:
+        changes.append(f"re-warm up over {rung.rewarmup_iters} steps")
+    return Decision(
+        rung.action,
+        f"{why} -> {rung.action} (use {used + 1} of {rung.max_uses}): {'; '.join(changes)}",
+        restart_from_step=start.step, skip_ranges=skips, lr_factor=rung.lr_factor, clip_grad=rung.clip_grad,
+        reset_optimizer=rung.action == RESET_OPTIMIZER, rewarmup_iters=rung.rewarmup_iters,
+    )
+
+
+def _skip_window(incident: Incident, config: PolicyConfig,
+                 start: VerifiedCheckpoint) -> tuple[tuple[SkipRange, ...], str]:
+    """Samples from ``skip_before_steps`` before the onset to ``skip_after_steps`` after it,
+    never before the restart checkpoint's position (those were trained on before the trouble)."""
+    per_step = incident.samples_per_step
+    if incident.onset_sample is None or not per_step:
+        return (), "no data skipped: the observations carry no sample positions"
+    cfg = config.rollback
+    first = max(incident.onset_sample - cfg.skip_before_steps * per_step, start.consumed_samples or 0, 0)
+    last = incident.onset_sample + cfg.skip_after_steps * per_step
+    if last <= first:
+        return (), "no data skipped: the window is empty"
+    note = (f"skip samples [{first}, {last}) = {(last - first) // per_step} steps of {per_step} samples "
+            f"({cfg.skip_before_steps} before to {cfg.skip_after_steps} after the onset at sample "
+            f"{incident.onset_sample})")
+    return (SkipRange(first, last),), note

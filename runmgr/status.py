@@ -1,0 +1,71 @@
+"""The live state of a run, as ``runmgr status RUN --json`` shows it.
+
+The driver rewrites ``<run dir>/status.json`` atomically on every transition
+and poll; ``runmgr status`` reads it and checks that the driver still lives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from runmgr.errors import RunStateError
+
+STATUS_FILE = "status.json"
+
+
+def write_status(run_dir: Path, status: dict) -> None:
+    """Replace the status file atomically (a reader never sees half a file)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=".status.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(status, f, indent=1, sort_keys=True)
+    os.replace(tmp, run_dir / STATUS_FILE)
+
+
+def resolve_run_dir(run: str, runs_root: Path = Path("runs")) -> Path:
+    """``RUN`` is a run name under runs/ or a run directory."""
+    candidates = [Path(run), runs_root / run]
+    for path in candidates:
+        if (path / STATUS_FILE).is_file() or (path / "logbook.sqlite").is_file():
+            return path
+    raise RunStateError(f"no run {run!r}: neither {candidates[0]} nor {candidates[1]} holds a run "
+                        f"(start one with `runmgr launch conf=demo`)")
+
+
+def read_status(run_dir: Path) -> dict:
+    path = run_dir / STATUS_FILE
+    if not path.is_file():
+        raise RunStateError(f"{run_dir} has no status yet: the run has not started a driver")
+    status = json.loads(path.read_text())
+    status["driver_alive"] = pid_alive(status.get("driver_pid"))
+    if not status["driver_alive"] and status.get("state") not in ("finished", "failed"):
+        status["state"] = f"stopped ({status.get('state')} when the driver was lost)"
+    return status
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def render_status(status: dict) -> str:
+    lines = [
+        f"run {status.get('run')}  state {status.get('state')}  sub-run {status.get('subrun')}  "
+        f"step {status.get('step')}/{status.get('train_iters')}",
+        f"driver pid {status.get('driver_pid')} ({'alive' if status.get('driver_alive') else 'gone'})",
+    ]
+    for w in status.get("workers", []):
+        lines.append(f"  rank {w['rank']:>3}  pid {w['pid']:>7}  node {w['node_ip']}  {w['node'][:12]}")
+    if status.get("last_incident"):
+        lines.append(f"last incident: {status['last_incident']}")
+    return "\n".join(lines)

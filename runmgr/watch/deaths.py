@@ -1,0 +1,174 @@
+"""Worker deaths, with the cause read from the worker's error text.
+
+The signatures are the real messages of the runtimes (FORMATS.md: HCCL
+EI0006/EI0002/watchdog, NCCL watchdog and errors, CUDA errors and Xids, Ascend
+UCE 507053 and HBM multi-bit ECC 507054, ESTALE/ENOTCONN on the checkpoint
+path, out of memory, a killed process, a plain Python bug). They are tried in
+order, most specific first: a CUDA "out of memory" is memory, not a CUDA
+error; Ray's "actor died" text lists "OOM killer" among *possible* causes,
+so it is a kill, not an OOM.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from runmgr.watch.config import DeviceConfig
+from runmgr.watch.incidents import WORKER_DEATH, Incident
+from runmgr.watch.observations import WorkerExit
+
+DEATH_CATEGORIES = ("hardware", "node", "network", "storage", "memory", "device", "killed", "bug", "unknown")
+"""What the policy maps to a remedy (policy.death_actions)."""
+
+
+@dataclass(frozen=True)
+class DeathCause:
+    """Why a worker died, as far as its text tells."""
+
+    name: str
+    category: str
+    """One of DEATH_CATEGORIES."""
+    label: str
+    """What happened, in words."""
+    hint: str
+    """What a human should look at if it keeps happening."""
+    line: str = ""
+    """The line of the text that matched."""
+
+
+@dataclass(frozen=True)
+class _Signature:
+    name: str
+    category: str
+    label: str
+    hint: str
+    patterns: tuple[str, ...]
+
+
+_SIGNATURES = (
+    _Signature("npu_hbm_ecc", "hardware", "Ascend HBM multi-bit ECC error (507054)",
+               "the NPU's HBM: npu-smi info -t ecc -i N; isolate the device", (
+                   r"\b507054\b", r"hbm Multi-bit ECC", r"HBM MULTI BIT ECC")),
+    _Signature("npu_uce", "hardware", "Ascend HBM uncorrectable error, UCE (507053)",
+               "the NPU's memory: npu-smi info -t health -i N; replace the device if UCE repeats", (
+                   r"\b507053\b", r"UCE ERROR", r"device mem error")),
+    _Signature("cuda_ecc", "hardware", "CUDA uncorrectable ECC error",
+               "nvidia-smi -q -d ECC on the node (volatile uncorrectable > 0 drains it)", (
+                   r"uncorrectable ECC error encountered",)),
+    _Signature("gpu_lost", "hardware", "GPU fell off the bus",
+               "dmesg for Xid 79; the node needs a reboot or the GPU a replacement", (
+                   r"GPU has fallen off the bus", r"Unable to determine the device handle for GPU")),
+    _Signature("node_lost", "node", "the worker's node died",
+               "the node's state in Ray (ray list nodes) and the machine itself", (
+                   r"The actor died because its node has died", r"Owner's node has crashed")),
+    _Signature("storage_stale", "storage", "stale handle on a shared file system (ESTALE)",
+               "the checkpoint path's mount on that node (remount; GPFS/NFS server state)", (
+                   r"\[Errno 116\]", r"Stale file handle", r"\bESTALE\b")),
+    _Signature("storage_disconnected", "storage", "shared file system disconnected (ENOTCONN/ESHUTDOWN)",
+               "the FUSE/Lustre client on that node (fusermount -u, remount)", (
+                   r"Transport endpoint is not connected", r"\[Errno 107\]", r"os error 107", r"\bENOTCONN\b",
+                   r"Cannot send after transport endpoint shutdown", r"\[Errno 108\]")),
+    _Signature("oom", "memory", "out of memory",
+               "memory per device: micro batch, recompute, or the host's RAM", (
+                   r"CUDA out of memory", r"NPU out of memory", r"\bOutOfMemoryError\b", r"\bout of memory\b",
+                   r"\bMemoryError\b", r"running low on memory", r"\[Errno 12\] Cannot allocate memory")),
+    _Signature("hccl_socket_timeout", "network", "HCCL socket timeout (EI0006)",
+               "the RoCE links: hccn_tool -i N -link -g / -net_health -g; HCCL_CONNECT_TIMEOUT", (
+                   r"\bEI0006\b", r"Get_Socket_Timeout", r"wait socket establish timeout")),
+    _Signature("hccl_exec_timeout", "network", "HCCL execution timeout (EI0002)",
+               "the rank named in the message (stuck or dead); HCCL_EXEC_TIMEOUT", (
+                   r"\bEI0002\b", r"Notify register times out", r"hccl fftsplus task timeout")),
+    _Signature("hccl_watchdog", "network", "HCCL watchdog terminated the process",
+               "the first failing rank's log; network health of its node", (
+                   r"HCCL watchdog thread terminated", r"\bERR02005\b")),
+    _Signature("hccl_error", "network", "HCCL collective failed",
+               "HCCL logs of the ranks and their links", (
+                   r"Hccl\w+, error code is", r"hccl op retry failed", r"\bERR01100\b")),
+    _Signature("nccl_timeout", "network", "NCCL watchdog: collective timed out",
+               "which rank did not join (stuck, dead or slow); NCCL_DEBUG=INFO", (
+                   r"Watchdog caught collective operation timeout", r"Heartbeat monitor timed out",
+                   r"watchdog got stuck")),
+    _Signature("gloo_peer_lost", "network", "a peer of the gloo group vanished or timed out",
+               "the other ranks' exits: this one is usually a consequence", (
+                   r"Connection closed by peer", r"Connection reset by peer",
+                   r"Timed out waiting \d+ms for (?:recv|send) operation")),
+    _Signature("nccl_error", "network", "NCCL error",
+               "NCCL_DEBUG=INFO output and the InfiniBand links (ibstat, port counters)", (
+                   r"NCCL error", r"\bnccl(?:System|UnhandledCuda|Remote|Internal)Error\b", r"NCCL WARN",
+                   r"DistBackendError")),
+    _Signature("npu_error", "device", "Ascend runtime error",
+               "the error code in the CANN docs; plog of the device", (
+                   r"error code is 50\d{4}", r"\bEZ9999\b", r"\bEE9999\b")),
+    _Signature("cuda_error", "device", "CUDA error",
+               "dmesg for Xids around the time; CUDA_LAUNCH_BLOCKING=1 if it repeats", (
+                   r"CUDA error", r"c10::CUDAError", r"CUDA driver error")),
+    _Signature("killed", "killed", "process killed (SIGKILL / actor died unexpectedly)",
+               "the node's kernel log for the OOM killer; whoever sent the signal", (
+                   r"\bSIGKILL\b", r"[Ss]ignal 9\b", r"exitcode\s*:\s*-9\b", r"^Killed$",
+                   r"actor died unexpectedly", r"The actor is dead because its worker process has died",
+                   r"A worker died or was killed")),
+)
+_COMPILED = tuple((sig, tuple(re.compile(p, re.MULTILINE) for p in sig.patterns)) for sig in _SIGNATURES)
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?[0-9A-Fa-f:.]+\): (\d+),")
+_EXCEPTION_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*)$", re.MULTILINE)
+
+
+def classify(text: str, exit_code: Optional[int] = None,
+             fatal_codes: tuple[int, ...] = DeviceConfig().fatal_event_codes) -> DeathCause:
+    """The cause of a worker's death from its error text (and exit code)."""
+    xid = _XID.search(text)
+    if xid:
+        code = int(xid.group(1))
+        fatal = code in fatal_codes
+        return DeathCause(f"xid_{code}", "hardware" if fatal else "device", f"GPU Xid {code}",
+                          "the Xid catalog; nvidia-smi -q on the node", _line_at(text, xid.start()))
+    for sig, patterns in _COMPILED:
+        for pattern in patterns:
+            match = pattern.search(text)
+            if match:
+                return DeathCause(sig.name, sig.category, sig.label, sig.hint, _line_at(text, match.start()))
+    if exit_code in (-9, 137):
+        return DeathCause("killed", "killed", f"process killed (exit code {exit_code})",
+                          "the node's kernel log for the OOM killer; whoever sent the signal")
+    if "Traceback (most recent call last)" in text:
+        raised = _EXCEPTION_LINE.findall(text)
+        line = raised[-1].strip() if raised else text.strip().splitlines()[-1]
+        return DeathCause("bug", "bug", "a Python exception in the training code",
+                          "the traceback: restarting will fail the same way until the code or config is fixed",
+                          line)
+    suffix = f" (exit code {exit_code})" if exit_code is not None else ""
+    return DeathCause("unknown", "unknown", f"unrecognised failure{suffix}", "the worker's full log",
+                      text.strip().splitlines()[-1] if text.strip() else "")
+
+
+def _line_at(text: str, index: int) -> str:
+    start = text.rfind("\n", 0, index) + 1
+    end = text.find("\n", index)
+    return text[start:end if end >= 0 else len(text)].strip()[:300]
+
+
+class DeathDetector:
+    """One WORKER_DEATH incident per (sub-run, cause, node): the other ranks'
+    exits after the first are consequences of the same failure."""
+
+    def __init__(self, fatal_codes: tuple[int, ...] = DeviceConfig().fatal_event_codes) -> None:
+        self.fatal_codes = fatal_codes
+        self._seen: set[tuple[str, str, str]] = set()
+
+    def update(self, exit: WorkerExit, now: float) -> list[Incident]:
+        """Feed one worker exit; returns its incident unless already reported."""
+        cause = classify(exit.text, exit.exit_code, self.fatal_codes)
+        key = (exit.subrun, cause.name, exit.node)
+        if key in self._seen:
+            return []
+        self._seen.add(key)
+        where = f"rank {exit.rank}" + (f" on {exit.node}" if exit.node else "")
+        quoted = f': "{cause.line}"' if cause.line else ""
+        return [Incident(
+            kind=WORKER_DEATH, time=now, subrun=exit.subrun, description=f"{where} died: {cause.label}{quoted}",
+            ranks=(exit.rank,) if exit.rank >= 0 else (), nodes=(exit.node,) if exit.node else (),
+            evidence={"cause": cause.name, "category": cause.category, "hint": cause.hint, "line": cause.line,
+                      "exit_code": exit.exit_code},
+        )]

@@ -1,0 +1,173 @@
+"""What the detectors look at: typed, timestamped observations.
+
+Each observation carries its own time, so detectors never read a clock. They
+are built from the trainer's reports (:class:`trainer.report.StepReport`,
+:class:`trainer.report.Heartbeat`), from a parsed log line, from a health poll
+or from a worker's exit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from trainer.report import Heartbeat, StepReport
+
+DEVICE_READINGS = ("health", "ecc", "event")
+
+
+@dataclass(frozen=True)
+class StepObservation:
+    """One logged training step (or one log line covering ``iterations`` steps)."""
+
+    step: int
+    """Optimizer steps completed (Megatron's ``iteration``)."""
+    time: float
+    """Seconds (Unix time, or seconds since the log's start) at the end of the step."""
+    subrun: str = ""
+    """Sub-run id (``12.03``); a new id tells detectors the run restarted."""
+    loss: Optional[float] = None
+    """Mean LM loss; None when the line did not report one (all steps skipped)."""
+    grad_norm: Optional[float] = None
+    """Global gradient norm before clipping; None when not reported."""
+    lr: Optional[float] = None
+    """Learning rate of the step."""
+    loss_scale: Optional[float] = None
+    """fp16 loss scale in force (1.0 in bf16/fp32 runs)."""
+    consumed_samples: Optional[int] = None
+    """Stream position after the step (Megatron's ``consumed samples``)."""
+    global_batch: Optional[int] = None
+    """Samples per step, when the source says so."""
+    step_time: Optional[float] = None
+    """Wall seconds per step (Megatron: the interval's mean)."""
+    tokens_per_s: Optional[float] = None
+    """Throughput as the source reports it (global or per device; only ratios matter)."""
+    compute_times: tuple[float, ...] = ()
+    """Per-rank forward+backward seconds, index = rank; empty when unknown."""
+    iterations: int = 1
+    """Steps this observation covers (a Megatron line covers ``log_interval``)."""
+    skipped_iterations: int = 0
+    """Of those, steps whose update fp16 overflow skipped."""
+    nan_iterations: int = 0
+    """Of those, steps whose loss was NaN/Inf (Megatron counts them)."""
+
+    @classmethod
+    def from_report(cls, report: StepReport) -> "StepObservation":
+        """The observation of one trainer step."""
+        tokens_per_s = report.tokens / report.step_time if report.step_time > 0 else None
+        return cls(
+            step=report.step,
+            time=report.time,
+            subrun=report.subrun,
+            loss=report.loss,
+            grad_norm=report.grad_norm,
+            lr=report.lr,
+            loss_scale=report.loss_scale,
+            consumed_samples=report.consumed_samples,
+            step_time=report.step_time,
+            tokens_per_s=tokens_per_s,
+            compute_times=tuple(report.compute_times),
+            skipped_iterations=int(report.skipped),
+        )
+
+    @property
+    def skipped(self) -> bool:
+        """True when every step of the observation was an overflow skip."""
+        return self.iterations > 0 and self.skipped_iterations >= self.iterations
+
+    @property
+    def speed(self) -> Optional[float]:
+        """Throughput in the best unit the source gives; comparable within one source."""
+        if self.tokens_per_s is not None and self.tokens_per_s > 0:
+            return self.tokens_per_s
+        if self.step_time is not None and self.step_time > 0:
+            return (self.global_batch or 1) / self.step_time
+        return None
+
+
+def onset_position(
+    previous: Optional[StepObservation], obs: StepObservation
+) -> tuple[int, Optional[int], Optional[int]]:
+    """Where trouble seen in ``obs`` may have started.
+
+    Returns the first step ``obs`` covers, the stream position (consumed
+    samples) where that step's batch starts, and the samples per step; the
+    last two are None when the source gives no sample positions.
+    """
+    covered = max(obs.iterations, 1)
+    onset_step = obs.step - covered + 1
+    per_step = obs.global_batch
+    if previous is not None and previous.consumed_samples is not None and obs.consumed_samples is not None:
+        if per_step is None and obs.step > previous.step:
+            per_step = (obs.consumed_samples - previous.consumed_samples) // (obs.step - previous.step)
+        if previous.step == onset_step - 1:
+            return onset_step, previous.consumed_samples, per_step
+    if obs.consumed_samples is not None and per_step:
+        return onset_step, obs.consumed_samples - per_step * covered, per_step
+    return onset_step, None, per_step
+
+
+@dataclass(frozen=True)
+class HeartbeatObservation:
+    """A rank said it is alive in ``phase`` at ``step``."""
+
+    rank: int
+    phase: str
+    """One of trainer.report.PHASES: init, step, checkpoint, eval."""
+    step: int
+    time: float
+    node: str = ""
+    """Node the rank runs on (the controller knows the placement)."""
+    subrun: str = ""
+
+    @classmethod
+    def from_heartbeat(cls, beat: Heartbeat, node: str = "", subrun: str = "") -> "HeartbeatObservation":
+        """The observation of a trainer heartbeat, placed on ``node``."""
+        return cls(rank=beat.rank, phase=beat.phase, step=beat.step, time=beat.time, node=node, subrun=subrun)
+
+
+@dataclass(frozen=True)
+class DeviceObservation:
+    """One reading of one accelerator from the health poll.
+
+    ``kind`` says which fields are meaningful: ``health`` (``status``),
+    ``ecc`` (``correctable`` / ``uncorrectable``, volatile counts since the
+    last driver reset) or ``event`` (``code`` and ``message``, an Xid or a
+    runtime error code).
+    """
+
+    node: str
+    device: int
+    kind: str
+    time: float
+    status: str = "OK"
+    """Health as the tool prints it: OK, Warning, Alarm, Critical, UNKNOWN."""
+    correctable: Optional[int] = None
+    uncorrectable: Optional[int] = None
+    code: Optional[int] = None
+    """Xid number or runtime error code of an ``event``."""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class CheckpointObservation:
+    """A checkpoint that verified (its manifest is written), at ``step``."""
+
+    step: int
+    time: float
+    consumed_samples: Optional[int] = None
+    """Stream position after ``step``, when known."""
+    subrun: str = ""
+
+
+@dataclass(frozen=True)
+class WorkerExit:
+    """A worker process ended; ``text`` is its error output (the tail of stderr)."""
+
+    rank: int
+    node: str
+    text: str
+    time: float
+    exit_code: Optional[int] = None
+    """Process exit status; negative for a signal (-9 is SIGKILL)."""
+    subrun: str = ""

@@ -1,0 +1,81 @@
+"""Stragglers: a rank whose compute time is persistently above its peers'.
+
+In a synchronous data-parallel step every rank waits for the slowest, so one
+slow device or node slows the whole job (seed 000: find slow machines by
+comparing them with the fleet, then exclude them). Each step, a rank's
+forward+backward time is divided by the median of the *other* ranks; a rank
+slow in at least ``min_share`` of the last ``window`` steps is a straggler.
+Reported once per episode; the episode ends when the share halves.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from typing import Optional
+
+from runmgr.watch.config import StragglerConfig
+from runmgr.watch.incidents import STRAGGLER, Incident
+from runmgr.watch.observations import StepObservation
+from runmgr.watch.robust_stats import median
+
+
+class StragglerDetector:
+    """Watches StepObservation.compute_times (index = rank)."""
+
+    def __init__(self, config: StragglerConfig, rank_nodes: Optional[Mapping[int, str]] = None) -> None:
+        self.config = config
+        self.rank_nodes = dict(rank_nodes or {})
+        self._ratios: dict[int, deque[tuple[int, float]]] = {}
+        self._flagged: set[int] = set()
+        self._subrun: Optional[str] = None
+
+    def update(self, obs: StepObservation, now: float) -> list[Incident]:
+        """Feed one observation; returns an incident naming newly persistent stragglers."""
+        if obs.subrun != self._subrun:
+            self._ratios.clear()  # the world (and its placement) may have changed
+            self._flagged.clear()
+            self._subrun = obs.subrun
+        times = obs.compute_times
+        if len(times) < 2:
+            return []
+        for rank, seconds in enumerate(times):
+            peers = median(t for r, t in enumerate(times) if r != rank)
+            ratio = seconds / peers if peers > 0 else 1.0
+            self._ratios.setdefault(rank, deque(maxlen=self.config.window)).append((obs.step, ratio))
+        return self._judge(obs, now)
+
+    def _share_slow(self, rank: int) -> float:
+        ratios = self._ratios[rank]
+        return sum(r > self.config.ratio for _, r in ratios) / len(ratios)
+
+    def _judge(self, obs: StepObservation, now: float) -> list[Incident]:
+        new = []
+        for rank, ratios in sorted(self._ratios.items()):
+            if len(ratios) < self.config.window:
+                continue
+            share = self._share_slow(rank)
+            if rank in self._flagged and share < self.config.min_share / 2:
+                self._flagged.discard(rank)
+            elif rank not in self._flagged and share >= self.config.min_share:
+                self._flagged.add(rank)
+                new.append(rank)
+        if not new:
+            return []
+        details = {rank: {"median_ratio": median(r for _, r in self._ratios[rank]),
+                          "share_slow": self._share_slow(rank),
+                          "node": self.rank_nodes.get(rank, "")} for rank in new}
+        worst = max(new, key=lambda r: details[r]["median_ratio"])
+        description = (f"rank {worst}" + (f" on {details[worst]['node']}" if details[worst]["node"] else "")
+                       + f" took {details[worst]['median_ratio']:.2f}x its peers' median compute time, slow in "
+                       f"{details[worst]['share_slow']:.0%} of the last {self.config.window} steps "
+                       f"(threshold {self.config.ratio:.2f}x in {self.config.min_share:.0%})")
+        if len(new) > 1:
+            description += f"; {len(new) - 1} more rank(s) slow"
+        return [Incident(
+            kind=STRAGGLER, time=now, subrun=obs.subrun, description=description,
+            onset_step=min(step for rank in new for step, r in self._ratios[rank] if r > self.config.ratio),
+            ranks=tuple(new),
+            nodes=tuple(sorted({d["node"] for d in details.values() if d["node"]})),
+            evidence={"ranks": {str(r): d for r, d in details.items()}, "world_size": len(obs.compute_times)},
+        )]

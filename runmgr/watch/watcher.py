@@ -1,0 +1,63 @@
+"""All detectors behind one door: feed observations, get incidents.
+
+The controller (and the offline replay) hands every observation to
+:meth:`Watcher.observe` with the current time, and calls :meth:`Watcher.check`
+periodically so that silence (a hang) is noticed without any observation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Optional, Union
+
+from runmgr.watch.config import WatcherConfig
+from runmgr.watch.deaths import DeathDetector
+from runmgr.watch.devices import DeviceDetector
+from runmgr.watch.hang import HangDetector
+from runmgr.watch.incidents import GRAD_SPIKE, LOSS_SPIKE, Incident
+from runmgr.watch.nonfinite import NonFiniteDetector
+from runmgr.watch.observations import (
+    CheckpointObservation, DeviceObservation, HeartbeatObservation, StepObservation, WorkerExit,
+)
+from runmgr.watch.scale import LossScaleDetector
+from runmgr.watch.slowdown import SlowdownDetector
+from runmgr.watch.spikes import SpikeDetector
+from runmgr.watch.stragglers import StragglerDetector
+
+Observation = Union[StepObservation, HeartbeatObservation, DeviceObservation, WorkerExit, CheckpointObservation]
+
+
+class Watcher:
+    """Routes each observation to the detectors that read it."""
+
+    def __init__(self, config: WatcherConfig, rank_nodes: Optional[Mapping[int, str]] = None) -> None:
+        self.config = config
+        self.step_detectors = (
+            SpikeDetector("loss", LOSS_SPIKE, config.loss_spike),
+            SpikeDetector("grad_norm", GRAD_SPIKE, config.grad_spike),
+            NonFiniteDetector(),
+            LossScaleDetector(config.loss_scale),
+            StragglerDetector(config.straggler, rank_nodes),
+            SlowdownDetector(config.slowdown),
+        )
+        self.hang = HangDetector(config.hang)
+        self.devices = DeviceDetector(config.devices)
+        self.deaths = DeathDetector(config.devices.fatal_event_codes)
+
+    def observe(self, obs: Observation, now: float) -> list[Incident]:
+        """Feed one observation; returns the incidents it produced (usually none)."""
+        if isinstance(obs, StepObservation):
+            return [incident for detector in self.step_detectors for incident in detector.update(obs, now)]
+        if isinstance(obs, HeartbeatObservation):
+            return self.hang.update(obs, now)
+        if isinstance(obs, DeviceObservation):
+            return self.devices.update(obs, now)
+        if isinstance(obs, WorkerExit):
+            return self.deaths.update(obs, now)
+        if isinstance(obs, CheckpointObservation):
+            return []  # checkpoints inform the policy (where to restart), not the detectors
+        raise TypeError(f"not an observation: {type(obs).__name__}")
+
+    def check(self, now: float) -> list[Incident]:
+        """Incidents that silence alone produces (hangs), as of ``now``."""
+        return self.hang.check(now)

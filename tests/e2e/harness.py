@@ -1,0 +1,103 @@
+"""Helpers for end-to-end runs: a real `runmgr launch` in a subprocess (its
+own local Ray, real worker processes over gloo), driven like a user would."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Small enough for CI on 2 cores, long enough to be killed in the middle.
+E2E_OVERRIDES = [
+    "training.train_iters=40", "checkpoint.save_interval=10", "checkpoint.keep_last=3",
+    "model.num_layers=1", "model.hidden_size=64", "model.ffn_hidden_size=172",
+    "model.seq_length=64", "model.max_position_embeddings=64",
+    "training.micro_batch_size=2", "training.global_batch_size=8", "data.corpus_max_bytes=400000",
+]
+
+
+class LaunchedRun:
+    """A `runmgr launch` subprocess and the run directory it writes."""
+
+    def __init__(self, run_dir: Path, extra: list[str] | None = None) -> None:
+        self.run_dir = run_dir
+        self.args = [sys.executable, "-m", "runmgr", "launch", "conf=demo", f"run.dir={run_dir}",
+                     f"run.name={run_dir.name}", *E2E_OVERRIDES, *(extra or [])]
+        self.log = run_dir.parent / f"{run_dir.name}.driver.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "LaunchedRun":
+        self.log_file = open(self.log, "a")
+        self.proc = subprocess.Popen(self.args, cwd=ROOT, stdout=self.log_file, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        return self
+
+    def wait(self, timeout: float = 300) -> int:
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            self.log_file.close()
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def status(self) -> dict | None:
+        path = self.run_dir / "status.json"
+        try:
+            return json.loads(path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def wait_for(self, predicate, timeout: float = 180, what: str = "condition") -> dict:
+        """Poll the status file until predicate(status) holds; fail with the log otherwise."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            status = self.status()
+            if status and predicate(status):
+                return status
+            if self.proc is not None and self.proc.poll() is not None:
+                pytest.fail(f"driver exited ({self.proc.returncode}) before {what}:\n{self.output()[-3000:]}")
+            time.sleep(0.1)
+        pytest.fail(f"timed out waiting for {what}:\n{self.output()[-3000:]}")
+
+    def kill_driver(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        self.log_file.close()
+
+
+def runmgr_json_lines(*args: str) -> list[dict]:
+    out = subprocess.run([sys.executable, "-m", "runmgr", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+def runmgr_text(*args: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "runmgr", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def kept_losses(run_dir: Path) -> dict[int, float]:
+    return {row["step"]: row["loss"] for row in runmgr_json_lines("logbook", "metrics", str(run_dir), "--json")}
+
+
+def pid_gone(pid: int, timeout: float = 30) -> bool:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False

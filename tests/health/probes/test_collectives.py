@@ -1,0 +1,43 @@
+"""All-reduce bandwidth measured for real: two processes in a gloo group."""
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from health.probes.collectives import bus_bandwidth_gbps
+
+MEMBER = """
+import sys, torch, torch.distributed as dist
+from health.probes.collectives import allreduce_busbw_gbps
+torch.set_num_threads(1)
+dist.init_process_group("gloo", rank=int(sys.argv[1]), world_size=2)
+print(allreduce_busbw_gbps(megabytes=1.0, iterations=2))
+dist.destroy_process_group()
+"""
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_bus_bandwidth_follows_the_ring_convention():
+    assert bus_bandwidth_gbps(1_000_000_000, 1.0, 2) == pytest.approx(1.0)
+    assert bus_bandwidth_gbps(1_000_000_000, 1.0, 4) == pytest.approx(1.5)
+    assert bus_bandwidth_gbps(1_000_000_000, 1.0, 1) == 0.0
+
+
+def test_two_gloo_members_measure_the_same_positive_bandwidth():
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+    members = [subprocess.Popen([sys.executable, "-c", MEMBER, str(rank)], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for rank in range(2)]
+    outputs = [m.communicate(timeout=120) for m in members]
+    assert [m.returncode for m in members] == [0, 0], [err for _, err in outputs]
+    figures = [float(out.strip().splitlines()[-1]) for out, _ in outputs]
+    assert figures[0] > 0 and figures[0] == figures[1]  # one agreed figure per group

@@ -1,0 +1,46 @@
+import itertools
+
+import pytest
+import torch
+
+from health.config import ComputeChecks
+from health.findings import Severity
+from health.probes.compute import ComputeProbeError, matmul_tflops, memory_gbps, probe_compute
+
+
+def ticking(step):
+    """A clock that advances ``step`` seconds per reading."""
+    counter = itertools.count()
+    return lambda: next(counter) * step
+
+
+def test_figures_follow_from_the_clock():
+    # every timed call spans exactly one tick of 0.5 s
+    assert matmul_tflops(size=64, repeats=3, clock=ticking(0.5)) == pytest.approx(
+        2 * 64 ** 3 / 0.5 / 1e12)
+    assert memory_gbps(megabytes=1.0, repeats=2, clock=ticking(0.25)) == pytest.approx(
+        2 * 250_000 * 4 / 0.25 / 1e9)
+
+
+def test_the_real_benchmark_measures_this_cpu():
+    torch.set_num_threads(1)
+    result = probe_compute(ComputeChecks(matmul_size=128, repeats=2, bandwidth_mb=4.0))
+    assert result.findings[0].severity is Severity.OK
+    assert result.figures["compute.matmul_tflops"] > 0
+    assert result.figures["compute.memory_gbps"] > 0
+    assert result.facts == {"compute.device": "cpu", "compute.dtype": "float32"}
+
+
+def test_bfloat16_runs_in_that_dtype():
+    assert matmul_tflops(dtype="bfloat16", size=64, repeats=1) > 0
+
+
+def test_an_unknown_dtype_names_the_key_and_the_choices():
+    with pytest.raises(ComputeProbeError, match=r"health.compute.dtype: .*float32, bfloat16"):
+        matmul_tflops(dtype="fp8")
+
+
+def test_an_unusable_device_fails_the_node_with_the_reason():
+    (finding,) = probe_compute(ComputeChecks(device="nodevice:0", matmul_size=8)).findings
+    assert finding.severity is Severity.FAIL and finding.code == "compute.device_error"
+    assert "nodevice:0" in finding.message

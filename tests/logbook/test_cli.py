@@ -1,0 +1,85 @@
+import io
+import json
+import math
+
+import pytest
+
+from logbook import LOGBOOK_FILENAME, Logbook, LogbookError
+from logbook import cli
+
+
+def test_metrics_jsonl_round_trips_floats_exactly(scripted_run):
+    out = io.StringIO()
+    assert cli.metrics_jsonl(scripted_run.run_dir, out) == 0
+    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 201))
+    for row in rows:
+        recorded = scripted_run.recorded[(row["subrun"], row["step"])]
+        for name in ("loss", "grad_norm", "lr", "loss_scale", "step_time", "time"):
+            assert row[name] == recorded[name], (name, row["step"])
+        assert row["tokens_per_s"] == recorded["tokens"] / recorded["step_time"]
+
+
+def test_metrics_jsonl_all_includes_the_lost_steps(scripted_run):
+    out = io.StringIO()
+    cli.metrics_jsonl(scripted_run.run_dir, out, kept=False)
+    assert len(out.getvalue().splitlines()) == len(scripted_run.recorded)
+
+
+def test_nan_and_negative_zero_survive_jsonl(tmp_path, clock):
+    with Logbook.open(tmp_path, clock=clock) as book:
+        book.start_subrun("1.00", "launch", {}, None, 0, {}, {})
+        book.record_metrics("1.00", [{"step": 1, "loss": math.nan, "grad_norm": -0.0, "lr": 0.1 + 0.2}])
+    out = io.StringIO()
+    cli.metrics_jsonl(tmp_path, out)
+    row = json.loads(out.getvalue())
+    assert math.isnan(row["loss"]) and math.copysign(1.0, row["grad_norm"]) == -1.0
+    assert row["lr"] == 0.1 + 0.2
+
+
+def test_events_jsonl_lines_parse_in_order(scripted_run):
+    out = io.StringIO()
+    assert cli.events_jsonl(scripted_run.run_dir, out) == 0
+    events = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert events[0]["type"] == "subrun_start" and events[-1]["type"] == "subrun_end"
+    assert [e["seq"] for e in events] == sorted(e["seq"] for e in events)
+    incident = next(e for e in events if e["type"] == "incident")
+    assert incident["evidence"]["pid"] == 4242 and incident["ranks"] == [1]
+
+
+def test_show_prints_the_chronicle(scripted_run):
+    out = io.StringIO()
+    assert cli.show(scripted_run.run_dir, out) == 0
+    text = out.getvalue()
+    assert text.startswith("run 7") and "finished at step 200" in text
+
+
+def test_a_missing_run_is_one_clear_line_and_creates_nothing(tmp_path):
+    missing = tmp_path / "runs" / "foo"
+    for command in (cli.show, cli.events_jsonl, cli.metrics_jsonl):
+        with pytest.raises(LogbookError) as error:
+            command(missing, io.StringIO())
+        message = str(error.value)
+        assert message == (f"no logbook at {missing}: run `runmgr launch conf=... run.name=foo` first, "
+                           "or pass a run directory")
+    assert not missing.exists()
+
+
+def test_list_runs_has_one_line_per_run(scripted_run, tmp_path, clock):
+    runs_root = scripted_run.run_dir.parent
+    with Logbook.open(runs_root / "alpha", clock=clock) as book:
+        book.start_subrun("1.00", "launch", {}, None, 0, {}, {})
+        book.record_metrics("1.00", [{"step": 1}, {"step": 2}])
+    (runs_root / "not-a-run").mkdir()
+    out = io.StringIO()
+    assert cli.list_runs(runs_root, out) == 0
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2
+    assert lines[0].split() == ["alpha", "1", "sub-runs", "open", "step", "2"]
+    assert lines[1].split() == ["seven", "3", "sub-runs", "finished", "step", "200"]
+    assert not (runs_root / "not-a-run" / LOGBOOK_FILENAME).exists()
+
+
+def test_list_runs_without_a_runs_folder_says_what_to_do(tmp_path):
+    with pytest.raises(LogbookError, match="launch a run first"):
+        cli.list_runs(tmp_path / "nowhere", io.StringIO())

@@ -1,0 +1,126 @@
+"""Worker deaths classified from their real error texts (FORMATS.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from runmgr.watch.deaths import DeathDetector, classify
+from runmgr.watch.incidents import WORKER_DEATH
+from runmgr.watch.observations import WorkerExit
+
+RAY_ACTOR_DIED = (
+    "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n"
+    "\tclass_name: TrainWorker\n\tpid: 16424\n"
+    "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: "
+    "Worker unexpectedly exits with a connection error code 2. End of file. There are some potential root causes. "
+    "(1) The process is killed by SIGKILL by OOM killer due to high memory usage. (2) ray stop --force is called. "
+    "(3) The worker is crashed unexpectedly due to SIGSEGV or other unexpected errors.")
+
+CASES = [
+    ("hccl_socket_timeout", "network",
+     "EI0006: [PID: 1292363] 2025-04-08-18:07:20.444.436 Getting socket times out. Reason: Remote Rank did not "
+     "send the data in time. Please check the reason for the rank being stuck"),
+    ("hccl_socket_timeout", "network",
+     "[PID: 749] 2025-12-29-03:16:15.787.356 Get_Socket_Timeout(EI0006): Getting socket times out. Reason: ..."),
+    ("hccl_socket_timeout", "network",
+     "[ERROR] HCCL(2717288,python3):2025-07-23-03:49:57.177.194 [hccl_socket_manager.cc:778] "
+     "[2734049][Wait][LinkEstablish]wait socket establish timeout, role[1] rank[12] timeout[120]"),
+    ("hccl_exec_timeout", "network",
+     "EI0002: [PID: 2969] 2025-10-11-15:09:34.713.335 The wait execution of the Notify register times out. "
+     "Reason: The Notify register has not received the Notify record from remote rank: [24]."),
+    ("hccl_watchdog", "network",
+     "[Rank 7] HCCL watchdog thread terminated with exception:\nERR02005 DIST internal error"),
+    ("nccl_timeout", "network",
+     "[E ProcessGroupNCCL.cpp:737] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=469508, "
+     "OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1802212 milliseconds before timing out."),
+    ("nccl_timeout", "network",
+     "[rank0]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation "
+     "timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=466119168, NumelOut=466119168, Timeout(ms)=600000) "
+     "ran for 600060 milliseconds before timing out."),
+    ("nccl_error", "network",
+     "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1691, "
+     "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3\nncclSystemError: System "
+     "call (e.g. socket, malloc) or external library call failed or device error."),
+    ("cuda_error", "device",
+     "terminate called after throwing an instance of 'c10::CUDAError'\n  what():  CUDA error: unknown error"),
+    ("cuda_ecc", "hardware", "RuntimeError: CUDA error: uncorrectable ECC error encountered"),
+    ("xid_79", "hardware", "NVRM: Xid (PCI:0000:2b:00): 79, GPU has fallen off the bus."),
+    ("xid_13", "device", "NVRM: Xid (PCI:0000:01:00): 13, pid=7062, name=python, Graphics Exception"),
+    ("npu_uce", "hardware",
+     "RuntimeError: npu_allreduce:torch_npu/csrc/core/npu/NPUQueue.cpp:202 NPU function error: UCE ERROR., "
+     "error code is 507053\n[ERROR] 2025-01-02-10:00:00 (PID:1234, Device:3, RankID:3) ERR00100 PTA call acl "
+     "api failed"),
+    ("npu_hbm_ecc", "hardware",
+     "RuntimeError: ...compiler_depend.ts:105 NPU function error: aclrtSynchronizeStream, error code is 507054\n"
+     "[Error]: reason=[hbm Multi-bit ECC error]"),
+    ("storage_stale", "storage", "OSError: [Errno 116] Stale file handle: '/mnt/hpfs/ckpt/iter_0004000/optimizer.pt'"),
+    ("storage_disconnected", "storage",
+     "ls: cannot open directory '/mnt/s3/ckpt': Transport endpoint is not connected"),
+    ("oom", "memory",
+     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+     "79.15 GiB of which 1.02 GiB is free."),
+    ("oom", "memory", "RuntimeError: CUDA error: out of memory"),
+    ("oom", "memory",
+     "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory. Memory on the node "
+     "(IP: 10.0.62.231, ID: e5d953ef) where the task was running was 29.56GB / 30.96GB (0.954733)"),
+    ("node_lost", "node",
+     "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\nThe actor died "
+     "because its node has died. Node Id: 3a4b6075\n\tthe actor's node was terminated unexpectedly: health check "
+     "failed due to missing too many heartbeats"),
+    ("killed", "killed", RAY_ACTOR_DIED),
+    ("hccl_exec_timeout", "network",
+     "EI9999: Inner Error! hccl fftsplus task timeout occurred during task execution, stream_id:2, timeout:30min"
+     "(default)"),
+    ("hccl_error", "network", "OPS function error: HcclAllreduce, error code is 6\nERR01100 OPS call acl api failed"),
+    ("nccl_timeout", "network",
+     "[rank25]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 25] Heartbeat monitor timed out! Process will be "
+     "terminated after dumping debug info. workMetaList_.size()=2"),
+    ("nccl_error", "network",
+     "H100-2:19989:20082 [1] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
+     "fe80::a288%ib0<53249> with error 4, opcode 32564, len 32564, vendor err 81 (Send)"),
+    ("npu_error", "device",
+     "RuntimeError: ...compiler_depend.ts:66 NPU function error: aclrtSynchronizeDevice, error code is 507010"),
+    ("xid_94", "device",
+     "NVRM: Xid (PCI:0000:01:00): 94, pid=7062, Contained: CE User Channel (0x9). RST: No, D-RST: No"),
+    ("storage_disconnected", "storage", "Error: Failed to read directory /mnt/gcs (os error 107)"),
+    ("storage_disconnected", "storage",
+     "mount.lustre: mount /dev/sdb at /mnt/testfs-OST0001 failed: Cannot send after transport endpoint shutdown"),
+    ("storage_stale", "storage", "-bash: cd: /home/x: Stale file handle"),
+    ("gloo_peer_lost", "network",
+     "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+     "[127.0.0.1]:41231"),
+]
+
+
+@pytest.mark.parametrize("name,category,text", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_every_real_message_class_is_recognised(name, category, text):
+    cause = classify(text)
+    assert (cause.name, cause.category) == (name, category)
+    assert cause.line and cause.line in text
+
+
+def test_rays_actor_died_text_is_a_kill_not_an_oom_despite_mentioning_the_oom_killer():
+    assert classify(RAY_ACTOR_DIED).category == "killed"
+
+
+def test_a_python_traceback_of_user_code_is_a_bug_quoting_the_exception():
+    text = ('Traceback (most recent call last):\n  File "/work/trainer/loop.py", line 88, in run\n'
+            '    loss = model(batch)["loss"]\nKeyError: \'loss\'\n')
+    cause = classify(text)
+    assert (cause.name, cause.category, cause.line) == ("bug", "bug", "KeyError: 'loss'")
+
+
+def test_a_bare_sigkill_exit_code_is_a_kill_and_silence_is_unknown():
+    assert classify("", exit_code=-9).category == "killed"
+    assert classify("some text nobody knows", exit_code=1).category == "unknown"
+
+
+def test_the_detector_reports_one_incident_per_cause_and_node_in_a_subrun():
+    detector = DeathDetector()
+    text = "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE)"
+    first = detector.update(WorkerExit(1, "node-0", text, 10.0, subrun="1.00"), 10.0)
+    again = detector.update(WorkerExit(0, "node-0", text, 10.5, subrun="1.00"), 10.5)
+    later = detector.update(WorkerExit(1, "node-0", text, 99.0, subrun="1.01"), 99.0)
+    assert [i.kind for i in first] == [WORKER_DEATH] and again == [] and len(later) == 1
+    assert first[0].evidence["cause"] == "nccl_timeout" and first[0].nodes == ("node-0",)
+    assert "rank 1 on node-0 died" in first[0].description

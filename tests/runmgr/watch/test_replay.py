@@ -1,0 +1,94 @@
+"""Replay: detectors and policy over recorded logs, without training."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+from runmgr.watch.replay import main_replay, read_events, replay
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SPIKE_LOG = str(FIXTURES / "megatron_spike.log")
+CLEAN_LOG = str(FIXTURES / "megatron_clean.log")
+
+
+def run(path, as_json=False, **kwargs):
+    out, err = io.StringIO(), io.StringIO()
+    code = main_replay(path, as_json, out, err, **kwargs)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_the_spike_log_prints_the_transient_spike_ignored_and_the_persistent_one_rolled_back():
+    code, out, err = run(SPIKE_LOG)
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert "steps 10-6000" in lines[0] and "2 sub-run(s)" in lines[0] and "12 checkpoint(s)" in lines[0]
+    transient = next(i for i, line in enumerate(lines) if "loss_spike at step 2351" in line)
+    assert "(recovered)" in lines[transient] and lines[transient + 1].strip().startswith("-> ignore:")
+    persistent = next(i for i, line in enumerate(lines) if "loss_spike at step 4211" in line)
+    decision = lines[persistent + 1]
+    assert "-> rollback_skip:" in decision
+    assert "restart from verified checkpoint 4000" in decision
+    # 100 steps before the onset to 200 after it, at 1024 samples per step, from the onset's position.
+    assert "skip samples [4208640, 4515840)" in decision
+
+
+def test_the_spike_log_as_json_carries_the_plan_changes():
+    code, out, _ = run(SPIKE_LOG, as_json=True)
+    report = json.loads(out)
+    rollbacks = [item for item in report["incidents"] if item["decision"]["action"] == "rollback_skip"]
+    assert len(rollbacks) == 1
+    incident, decision = rollbacks[0]["incident"], rollbacks[0]["decision"]
+    assert incident["kind"] == "loss_spike" and incident["onset_step"] == 4211 and not incident["recovered"]
+    assert decision["restart_from_step"] <= 4211 - 100
+    assert decision["skip_ranges"] == [[4208640, 4515840]]
+    assert report["subruns"] == ["00", "01"]
+
+
+def test_the_clean_log_prints_no_incident():
+    code, out, err = run(CLEAN_LOG)
+    assert code == 0 and err == ""
+    assert out.splitlines()[-1] == "no incidents"
+    assert json.loads(run(CLEAN_LOG, as_json=True)[1])["incidents"] == []
+
+
+def test_a_missing_file_is_one_line_and_exit_2(tmp_path):
+    code, out, err = run(str(tmp_path / "nope.log"))
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "no such file" in err and "nope.log" in err
+
+
+def test_a_directory_or_a_file_without_steps_is_one_line_and_exit_2(tmp_path):
+    code, _, err = run(str(tmp_path))
+    assert code == 2 and "is a directory" in err and err.count("\n") == 1
+    junk = tmp_path / "notes.txt"
+    junk.write_text("hello\nthis is not a training log\n")
+    code, _, err = run(str(junk))
+    assert code == 2 and "no training steps found" in err and err.count("\n") == 1
+
+
+def test_a_bad_jsonl_line_is_one_line_and_exit_2(tmp_path):
+    bad = tmp_path / "metrics.jsonl"
+    bad.write_text('{"step": 1, "loss": 2.0, "time": 1.0}\n{not json}\n{"step": 3, "loss": 2.0, "time": 3.0}\n')
+    code, _, err = run(str(bad))
+    assert code == 2 and "metrics.jsonl:2" in err and err.count("\n") == 1
+
+
+def test_jsonl_replay_of_a_spiky_trace_with_an_assumed_save_interval(tmp_path, trace):
+    observations = trace(1400, 21, spikes=((1100, 5000, 0.5),))
+    path = tmp_path / "metrics.jsonl"
+    with path.open("w") as handle:
+        for o in observations:
+            handle.write(json.dumps({"subrun": o.subrun, "step": o.step, "loss": o.loss, "grad_norm": o.grad_norm,
+                                     "time": o.time, "step_time": o.step_time, "tokens_per_s": o.tokens_per_s,
+                                     "consumed_samples": o.consumed_samples, "skipped": False}) + "\n")
+    code, out, _ = run(str(path), as_json=True, save_interval=250)
+    decisions = [item["decision"] for item in json.loads(out)["incidents"]]
+    assert decisions[0]["action"] == "rollback_skip" and decisions[0]["restart_from_step"] == 1000
+
+
+def test_replay_is_deterministic():
+    lines = Path(SPIKE_LOG).read_text().splitlines(keepends=True)
+    fmt, events = read_events(lines, SPIKE_LOG)
+    assert replay(events, fmt) == replay(read_events(lines, SPIKE_LOG)[1], fmt)

@@ -1,0 +1,54 @@
+"""Stragglers: one slow rank among eight."""
+
+from __future__ import annotations
+
+import random
+
+from runmgr.watch.config import StragglerConfig
+from runmgr.watch.incidents import STRAGGLER
+from runmgr.watch.observations import StepObservation
+from runmgr.watch.stragglers import StragglerDetector
+
+NODES = {rank: f"node-{rank // 4}" for rank in range(8)}
+
+
+def steps(n, seed, slow=None, factor=1.5, from_step=1, subrun="1.00"):
+    rng = random.Random(seed)
+    out = []
+    for step in range(1, n + 1):
+        times = [0.40 * (1 + rng.gauss(0, 0.05)) for _ in range(8)]
+        if slow is not None and step >= from_step:
+            times[slow] *= factor
+        out.append(StepObservation(step=step, time=float(step), subrun=subrun, compute_times=tuple(times)))
+    return out
+
+
+def feed(detector, observations):
+    return [i for obs in observations for i in detector.update(obs, obs.time)]
+
+
+def test_one_slow_rank_among_eight_is_named_with_its_node():
+    found = feed(StragglerDetector(StragglerConfig(), NODES), steps(200, 1, slow=5, from_step=100))
+    assert len(found) == 1
+    straggler = found[0]
+    assert straggler.kind == STRAGGLER and straggler.ranks == (5,) and straggler.nodes == ("node-1",)
+    assert 1.4 < straggler.evidence["ranks"]["5"]["median_ratio"] < 1.6
+    assert 100 <= straggler.onset_step <= 120
+
+
+def test_ranks_with_ordinary_jitter_are_not_stragglers():
+    assert feed(StragglerDetector(StragglerConfig(), NODES), steps(2000, 2)) == []
+
+
+def test_a_rank_slow_only_now_and_then_is_not_a_straggler():
+    rng = random.Random(3)
+    noisy = [StepObservation(step=o.step, time=o.time, compute_times=tuple(
+        t * (1.5 if r == 2 and rng.random() < 0.3 else 1.0) for r, t in enumerate(o.compute_times)))
+        for o in steps(500, 3)]
+    assert feed(StragglerDetector(StragglerConfig(), NODES), noisy) == []
+
+
+def test_a_new_subrun_starts_the_count_afresh():
+    detector = StragglerDetector(StragglerConfig(), NODES)
+    assert len(feed(detector, steps(60, 4, slow=1))) == 1
+    assert len(feed(detector, steps(60, 5, slow=1, subrun="1.01"))) == 1

@@ -1,0 +1,87 @@
+"""Fixtures of the trainer's tests: launching real ranks as processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+WORKER = Path(__file__).with_name("rank_worker.py")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def rank_env(rank: int, world_size: int, port: int) -> dict:
+    env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+@dataclass
+class Ranks:
+    """Processes of one launch and where they write."""
+
+    procs: list[subprocess.Popen]
+    out: Path
+
+    def wait(self, timeout: float = 120) -> list[dict]:
+        """Wait for every rank; fail with its stderr when one fails; return results by rank."""
+        for rank, proc in enumerate(self.procs):
+            proc.wait(timeout=timeout)
+            assert proc.returncode == 0, f"rank {rank} exited {proc.returncode}:\n{self.stderr(rank)[-3000:]}"
+        return [json.loads((self.out / f"rank{r}.json").read_text()) for r in range(len(self.procs))]
+
+    def stderr(self, rank: int) -> str:
+        return (self.out / f"rank{rank}.stderr").read_text()
+
+    def events(self, rank: int, kind: Optional[str] = None) -> list[dict]:
+        path = self.out / f"rank{rank}.events"
+        if not path.exists():
+            return []
+        lines = [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+        return [e for e in lines if kind is None or e["kind"] == kind]
+
+    def kill_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture(scope="module")
+def launch_ranks(tmp_path_factory):
+    """``launch_ranks(config_dict, plan_dict, world_size=2) -> Ranks``: real
+    processes training with gloo on 127.0.0.1."""
+    launched: list[Ranks] = []
+
+    def launch(config: dict, plan: Optional[dict] = None, world_size: int = 2) -> Ranks:
+        out = tmp_path_factory.mktemp("ranks")
+        spec = out / "spec.json"
+        spec.write_text(json.dumps({"config": config, "plan": plan or {}}))
+        port = free_port()
+        procs = []
+        for rank in range(world_size):
+            # stderr to a file, not a pipe: a full pipe would stall a rank mid-collective.
+            with (out / f"rank{rank}.stderr").open("w") as err:
+                procs.append(subprocess.Popen([sys.executable, str(WORKER), str(spec), str(out)],
+                                              env=rank_env(rank, world_size, port), stdout=subprocess.DEVNULL, stderr=err))
+        ranks = Ranks(procs, out)
+        launched.append(ranks)
+        return ranks
+
+    yield launch
+    for ranks in launched:
+        ranks.kill_all()

@@ -1,0 +1,121 @@
+"""Which checkpoints are trusted: manifests, verification with reasons a
+person understands, the newest verified one, pruning and retiring. The
+checkpoints are real torch.distributed.checkpoint directories."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+
+from trainer.manifest import (
+    checkpoint_dir,
+    find_latest_verified,
+    list_checkpoints,
+    prune_checkpoints,
+    read_manifest,
+    retire_checkpoints_after,
+    verify_checkpoint,
+)
+from trainer.manifest import write_manifest
+
+pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+
+
+def make_checkpoint(save_dir: Path, step: int, manifest: bool = True) -> Path:
+    path = checkpoint_dir(save_dir, step)
+    state = {"model": {"weight": torch.full((64, 64), float(step))}, "step": torch.tensor(step)}
+    dcp.save(state, checkpoint_id=str(path), no_dist=True)
+    if manifest:
+        write_manifest(path, {"step": step, "consumed_samples": 8 * step})
+    return path
+
+
+def data_file(path: Path) -> Path:
+    return next(path.glob("*.distcp"))
+
+
+def test_a_complete_checkpoint_verifies_and_its_manifest_lists_every_file(tmp_path):
+    path = make_checkpoint(tmp_path, 120)
+    assert verify_checkpoint(path) == (True, "ok")
+    manifest = read_manifest(path)
+    assert manifest["step"] == 120 and manifest["consumed_samples"] == 960
+    assert {f["name"] for f in manifest["files"]} == {".metadata", data_file(path).name}
+    assert not list(path.glob("*.tmp"))
+
+
+def test_a_truncated_file_is_rejected_with_sizes(tmp_path):
+    path = make_checkpoint(tmp_path, 120)
+    target = data_file(path)
+    size = target.stat().st_size
+    target.write_bytes(target.read_bytes()[:1000])
+    ok, reason = verify_checkpoint(path)
+    assert not ok
+    assert reason == f"step_00000120: file {target.name} is 1000 bytes, manifest says {size} (truncated)"
+
+
+def test_an_altered_byte_is_rejected_by_its_checksum(tmp_path):
+    path = make_checkpoint(tmp_path, 120)
+    target = data_file(path)
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    target.write_bytes(bytes(data))
+    ok, reason = verify_checkpoint(path)
+    assert not ok and reason.startswith(f"step_00000120: file {target.name} has sha256 ") and reason.endswith("(corrupted)")
+    assert verify_checkpoint(path, check_hashes=False) == (True, "ok")  # the cheap check cannot see it
+
+
+def test_missing_manifest_metadata_or_garbled_manifest_are_rejected(tmp_path):
+    unfinished = make_checkpoint(tmp_path, 10, manifest=False)
+    assert verify_checkpoint(unfinished) == (False, "step_00000010: no manifest.json (the save did not finish)")
+    no_metadata = make_checkpoint(tmp_path, 20)
+    (no_metadata / ".metadata").unlink()
+    assert verify_checkpoint(no_metadata) == (False, "step_00000020: file .metadata is missing")
+    garbled = make_checkpoint(tmp_path, 30)
+    (garbled / "manifest.json").write_text('{"step": 30, "files": [')
+    ok, reason = verify_checkpoint(garbled)
+    assert not ok and reason.startswith("step_00000030: manifest.json cannot be read")
+    moved = make_checkpoint(tmp_path, 40)
+    manifest = json.loads((moved / "manifest.json").read_text())
+    (moved / "manifest.json").write_text(json.dumps({**manifest, "step": 41}))
+    assert verify_checkpoint(moved) == (False, "step_00000040: manifest says step 41 but the directory is step_00000040")
+
+
+def test_find_latest_verified_falls_back_past_broken_ones(tmp_path):
+    for step in (10, 20):
+        make_checkpoint(tmp_path, step)
+    corrupted = make_checkpoint(tmp_path, 30)
+    data_file(corrupted).write_bytes(b"")
+    make_checkpoint(tmp_path, 40, manifest=False)
+    latest = find_latest_verified(tmp_path)
+    assert latest.step == 20 and latest.path == checkpoint_dir(tmp_path, 20)
+    assert latest.manifest["consumed_samples"] == 160
+    assert [Path(p).name for p, _ in latest.rejected] == ["step_00000040", "step_00000030"]
+    assert "no manifest.json" in latest.rejected[0][1] and "(truncated)" in latest.rejected[1][1]
+
+
+def test_find_latest_verified_in_an_empty_or_missing_directory(tmp_path):
+    assert find_latest_verified(tmp_path / "nothing").path is None
+    assert find_latest_verified(tmp_path).rejected == []
+
+
+def test_prune_keeps_the_newest_complete_ones_and_the_protected_one(tmp_path):
+    paths = {step: make_checkpoint(tmp_path, step) for step in (10, 20, 30, 40)}
+    crashed = make_checkpoint(tmp_path, 25, manifest=False)
+    in_flight = make_checkpoint(tmp_path, 50, manifest=False)
+    deleted = prune_checkpoints(tmp_path, keep_last=2, protect=(paths[10],))
+    assert sorted(p.name for p in deleted) == ["step_00000020", "step_00000025"]
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_00000010", "step_00000030", "step_00000040",
+                                                            "step_00000050"]
+    assert in_flight.exists() and not crashed.exists()
+
+
+def test_retire_moves_checkpoints_of_an_abandoned_branch_aside(tmp_path):
+    for step in (10, 20, 30):
+        make_checkpoint(tmp_path, step)
+    moved = retire_checkpoints_after(tmp_path, 10, tag="12.03")
+    assert [p.name for p in moved] == ["step_00000020.by-12.03", "step_00000030.by-12.03"]
+    assert find_latest_verified(tmp_path).step == 10

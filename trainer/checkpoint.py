@@ -1,0 +1,207 @@
+"""Sharded checkpoints with torch.distributed.checkpoint (DCP).
+
+Every rank writes its part of ``<save dir>/step_00000120/``; rank 0 writes
+``manifest.json`` last, once DCP's own finish step proves all parts are on
+disk, then prunes old checkpoints. With ``async_save`` the write runs in a
+background thread on a process group of its own (on the default group it
+deadlocks against the training collectives: ENVIRONMENT.md); DCP copies the
+state before ``async_save`` returns, so training may change the weights
+while the files are written and the checkpoint still holds the saved step.
+
+The functions that need no process group (listing, verifying, finding the
+latest) live in :mod:`trainer.manifest` and are re-exported here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
+
+from trainer.config import CheckpointConfig, TrainerConfig
+from trainer.errors import CheckpointError
+from trainer.manifest import (  # noqa: F401  (re-exported API)
+    LatestCheckpoint,
+    checkpoint_dir,
+    find_latest_verified,
+    list_checkpoints,
+    prune_checkpoints,
+    read_manifest,
+    retire_checkpoints_after,
+    verify_checkpoint,
+    write_manifest,
+)
+from trainer.precision import LossScaler
+
+# Fields that may change between sub-runs without changing what is trained.
+_VOLATILE_FIELDS = {"checkpoint": None, "device": None, "training": ("train_iters", "log_interval"),
+                    "parallel": ("dist_timeout_s",)}
+
+
+def config_hash(config: TrainerConfig) -> str:
+    """sha256 of the config minus checkpoint placement and volatile fields
+    (length of the run, logging, timeouts, device kind)."""
+    data = dataclasses.asdict(config)
+    for section, keys in _VOLATILE_FIELDS.items():
+        if keys is None:
+            data.pop(section, None)
+        else:
+            for key in keys:
+                data[section].pop(key, None)
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class LoadedCheckpoint:
+    """Where a run resumes."""
+
+    path: Path
+    step: int
+    consumed_samples: int
+    manifest: dict
+
+
+@dataclass(frozen=True)
+class SavedCheckpoint:
+    """A checkpoint whose manifest is on disk (rank 0 only)."""
+
+    step: int
+    path: Path
+    seconds: float
+    """From the save request to the manifest on disk."""
+
+
+def _training_state(model: nn.Module, optimizer: Optional[torch.optim.Optimizer], scaler: LossScaler,
+                    step: int, consumed_samples: int) -> dict:
+    """The dict DCP saves or loads in place; without ``optimizer`` only the
+    model and the counters (an Adam reset drops the moments)."""
+    trainer_state = {
+        "step": torch.tensor(step, dtype=torch.int64),
+        "consumed_samples": torch.tensor(consumed_samples, dtype=torch.int64),
+        "scaler": scaler.state_dict(),
+    }
+    if optimizer is None:
+        return {"model": get_model_state_dict(model), "trainer": trainer_state}
+    model_state, optim_state = get_state_dict(model, optimizer)
+    return {"model": model_state, "optim": optim_state, "trainer": trainer_state}
+
+
+def _verify_on_every_rank(path: Path, group: Optional[dist.ProcessGroup]) -> None:
+    """Each rank checks its own view of the files; all raise if any fails,
+    so no rank is left waiting in a load collective."""
+    ok, reason = verify_checkpoint(path)
+    reasons: list[Optional[str]] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(reasons, None if ok else reason, group=group)
+    failures = [(rank, text) for rank, text in enumerate(reasons) if text is not None]
+    if failures:
+        rank, text = failures[0]
+        raise CheckpointError(f"cannot resume from {path}: {text} (seen by rank {rank}); "
+                              "pick another checkpoint or delete this one")
+
+
+def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scaler: LossScaler,
+                    load_optimizer: bool, group: Optional[dist.ProcessGroup]) -> LoadedCheckpoint:
+    """Verify then load ``path`` into the model (and optimizer and scaler).
+    Raises :class:`CheckpointError` when it does not verify."""
+    path = Path(path)
+    _verify_on_every_rank(path, group)
+    state = _training_state(model, optimizer if load_optimizer else None, scaler, 0, 0)
+    dcp.load(state, checkpoint_id=str(path), process_group=group)
+    if load_optimizer:
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    else:
+        set_model_state_dict(model, state["model"])
+    scaler.load_state_dict(state["trainer"]["scaler"])
+    manifest = read_manifest(path)
+    step = int(state["trainer"]["step"])
+    if step != manifest["step"]:
+        raise CheckpointError(f"{path.name}: saved step {step} differs from the manifest's {manifest['step']}")
+    return LoadedCheckpoint(path, step, int(state["trainer"]["consumed_samples"]), manifest)
+
+
+@dataclass
+class _PendingSave:
+    step: int
+    path: Path
+    future: Optional[Future]
+    fields: dict
+    started: float
+
+
+class Checkpointer:
+    """Writes one run's checkpoints; at most one save is in flight."""
+
+    def __init__(self, save_dir: Path, cfg: CheckpointConfig, rank: int, group: dist.ProcessGroup,
+                 protect: tuple[Path, ...] = (), clock: Callable[[], float] = time.time) -> None:
+        """``group``: a gloo group used by checkpoints only; ``protect``: the
+        checkpoint this run resumed from, never pruned."""
+        self.save_dir, self.cfg, self.rank, self.group = Path(save_dir), cfg, rank, group
+        self.protect, self.clock = protect, clock
+        self._pending: Optional[_PendingSave] = None
+
+    @property
+    def in_flight(self) -> bool:
+        return self._pending is not None
+
+    def save(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, scaler: LossScaler,
+             consumed_samples: int, fields: dict) -> list[SavedCheckpoint]:
+        """Checkpoint the current state as ``step``; ``fields`` go into the
+        manifest. First waits for the previous save. Returns (rank 0) the
+        checkpoints completed meanwhile: the previous one, and this one when
+        the save is synchronous."""
+        finished = [c for c in (self.wait(),) if c is not None]
+        started = self.clock()
+        path = checkpoint_dir(self.save_dir, step)
+        if self.rank == 0:
+            # A directory of the same step from an earlier attempt would mix old and new files.
+            shutil.rmtree(path, ignore_errors=True)
+            path.mkdir(parents=True)
+        dist.barrier(group=self.group)
+        state = _training_state(model, optimizer, scaler, step, consumed_samples)
+        if self.cfg.async_save:
+            future = dcp.async_save(state, checkpoint_id=str(path), process_group=self.group)
+            self._pending = _PendingSave(step, path, future, fields, started)
+            return finished
+        dcp.save(state, checkpoint_id=str(path), process_group=self.group)
+        self._pending = _PendingSave(step, path, None, fields, started)
+        return finished + [c for c in (self._finalize(),) if c is not None]
+
+    def poll(self) -> Optional[SavedCheckpoint]:
+        """Finalize the save in flight if its files are all written (cheap; call each step)."""
+        if self._pending is None or (self._pending.future is not None and not self._pending.future.done()):
+            return None
+        return self._finalize()
+
+    def wait(self) -> Optional[SavedCheckpoint]:
+        """Block until the save in flight is written, then finalize it."""
+        if self._pending is None:
+            return None
+        return self._finalize()
+
+    def _finalize(self) -> Optional[SavedCheckpoint]:
+        pending, self._pending = self._pending, None
+        assert pending is not None
+        if pending.future is not None:
+            pending.future.result()  # re-raises a failed write on this rank
+        if self.rank != 0:
+            return None
+        write_manifest(pending.path, {**pending.fields, "step": pending.step, "time": self.clock()})
+        prune_checkpoints(self.save_dir, self.cfg.keep_last, protect=self.protect)
+        return SavedCheckpoint(pending.step, pending.path, self.clock() - pending.started)

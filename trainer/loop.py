@@ -1,0 +1,233 @@
+"""The training loop: ``train(config, plan, reporter, dist_env)``.
+
+One call runs one sub-run on one rank: start the process groups, build (or
+resume) the model and optimizer, apply the resume plan, then take optimizer
+steps until ``training.train_iters``, reporting each step and checkpointing
+every ``save_interval``. Faults (a lost peer surfaces as a gloo RuntimeError)
+propagate to the caller, which decides what to do.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from trainer.checkpoint import Checkpointer, SavedCheckpoint, config_hash, load_checkpoint, retire_checkpoints_after
+from trainer.config import TrainerConfig
+from trainer.device import Device, resolve_device
+from trainer.distributed import DistEnv, broadcast_parameters, destroy_process_groups, gather_floats, init_process_groups
+from trainer.errors import TrainerConfigError
+from trainer.model import build_model
+from trainer.optim import GroupSettings, apply_hyperparameters, build_optimizer, effective_settings, set_lr, warmup_iters
+from trainer.plan import ResumePlan
+from trainer.precision import LossScaler
+from trainer.report import CheckpointReport, Heartbeat, Reporter, StepReport
+from trainer.rng import reseed_for_step, rng_snapshot, seed_everything
+from trainer.steps import StepContext, forward_backward, micro_batches, optimizer_step
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What one call of :func:`train` did (identical on every rank unless noted)."""
+
+    start_step: int
+    """Step the run started from (0, or the checkpoint's step)."""
+    step: int
+    """Steps completed at the end (== training.train_iters)."""
+    consumed_samples: int
+    """Stream position at the end."""
+    losses: tuple[float, ...]
+    """Global-batch loss of every step this call ran, in order."""
+    optimizer_at_start: tuple[GroupSettings, ...]
+    """Optimizer settings in force for the first step, after load and plan."""
+    last_checkpoint: Optional[str]
+    """Newest checkpoint this call completed (rank 0; None on other ranks)."""
+
+
+class NullReporter:
+    """Drops every report (tests, or callers that only want the result)."""
+
+    def step(self, report: StepReport) -> None: ...
+
+    def checkpoint(self, report: CheckpointReport) -> None: ...
+
+    def heartbeat(self, beat: Heartbeat) -> None: ...
+
+
+def check_config(config: TrainerConfig, world_size: int) -> None:
+    """Raise :class:`TrainerConfigError` with the first problem, if any."""
+    parallel = config.parallel
+    if parallel.tensor_model_parallel_size > 1 or parallel.pipeline_model_parallel_size > 1:
+        raise TrainerConfigError(
+            "this trainer runs data parallel only; set parallel.tensor_model_parallel_size=1 and "
+            "parallel.pipeline_model_parallel_size=1 (larger sizes are for runmgr --dry-run planning)"
+        )
+    problems = config.problems(world_size)
+    if problems:
+        raise TrainerConfigError(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+
+
+def _limit_threads() -> None:
+    # Ranks share the machine's cores; oversubscription makes every rank slower.
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)
+
+
+def train(
+    config: TrainerConfig,
+    plan: ResumePlan = ResumePlan(),
+    reporter: Optional[Reporter] = None,
+    dist_env: Optional[DistEnv] = None,
+) -> TrainResult:
+    """Run (or resume) training on this rank until ``training.train_iters``."""
+    dist_env = dist_env or DistEnv.from_environ()
+    reporter = reporter or NullReporter()
+    check_config(config, dist_env.world_size)
+    _limit_threads()
+    reporter.heartbeat(Heartbeat(dist_env.rank, "init", 0, time.time()))
+    device = resolve_device(config.device, dist_env.local_rank, config.training.deterministic)
+    ckpt_group = init_process_groups(dist_env, device.backend, config.parallel.dist_timeout_s)
+    try:
+        return _train(config, plan, reporter, dist_env, device, ckpt_group)
+    finally:
+        destroy_process_groups()
+
+
+def _rewarmup_iters(config: TrainerConfig, plan: ResumePlan) -> int:
+    """The plan's re-warmup; an Adam reset without one gets the config's
+    warmup length, because fresh moments with the full LR diverge."""
+    if plan.rewarmup_iters or not plan.reset_optimizer:
+        return plan.rewarmup_iters
+    return warmup_iters(config.optim, config.training.train_iters)
+
+
+@dataclass
+class _Session:
+    """What one sub-run holds on this rank between steps."""
+
+    ctx: StepContext
+    stream: Any
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: LossScaler
+    checkpointer: Optional[Checkpointer]
+    reporter: Reporter
+    cursor: int
+    optimizer_at_start: tuple[GroupSettings, ...]
+    losses: list[float] = field(default_factory=list)
+    last_checkpoint: Optional[str] = None
+
+
+def _start(config: TrainerConfig, plan: ResumePlan, reporter: Reporter, dist_env: DistEnv, device: Device,
+           ckpt_group) -> _Session:
+    """Build the model and optimizer, load the plan's checkpoint, apply the plan."""
+    from trainer.data import build_sample_stream  # the data package is optional until a run starts
+
+    # Data first: a bad data path should fail before anything expensive.
+    stream = build_sample_stream(config.data, config.model.seq_length, seed=config.training.seed,
+                                 skip_ranges=plan.skip_ranges)
+    seed_everything(config.training.seed)
+    model = build_model(config.model).to(device.torch_device)
+    broadcast_parameters(list(model.parameters()), dist_env.world_size)
+    optimizer = build_optimizer(model, config.optim)
+    scaler = LossScaler.from_config(config.precision)
+    start_step, cursor, resumed_from = 0, 0, None
+    if plan.start_checkpoint:
+        loaded = load_checkpoint(Path(plan.start_checkpoint), model, optimizer, scaler,
+                                 load_optimizer=not plan.reset_optimizer, group=ckpt_group)
+        start_step, cursor, resumed_from = loaded.step, loaded.consumed_samples, loaded.path
+    apply_hyperparameters(optimizer, config.optim)  # the config's betas/eps/wd, not the checkpoint's
+    ctx = StepContext(config, plan, dist_env, device, start_step, _rewarmup_iters(config, plan))
+    set_lr(optimizer, ctx.lr(start_step + 1))
+    return _Session(ctx, stream, model, optimizer, scaler,
+                    _checkpointer(config, plan, dist_env, ckpt_group, start_step, resumed_from), reporter, cursor,
+                    tuple(effective_settings(optimizer)))
+
+
+def _run_step(session: _Session, step: int) -> None:
+    """Train ``step`` and report it (rank 0)."""
+    ctx, scaler = session.ctx, session.scaler
+    config, rank, world = ctx.config, ctx.dist_env.rank, ctx.dist_env.world_size
+    started = time.perf_counter()
+    reseed_for_step(config.training.seed, step, rank)
+    batches, session.cursor = micro_batches(session.stream, session.cursor, ctx)
+    loss_scale = scaler.scale  # the scale this step ran with; the update may change it
+    local_loss, compute_time = forward_backward(session.model, batches, loss_scale, ctx)
+    params = list(session.model.parameters())
+    grad_norm, skipped = optimizer_step(params, session.optimizer, scaler, ctx.lr(step), ctx)
+    gathered = gather_floats([local_loss, compute_time], world, ctx.device.torch_device)
+    loss = sum(row[0] for row in gathered) / world  # fixed order: the same float on every rank
+    session.losses.append(loss)
+    if rank == 0 and (step % config.training.log_interval == 0 or step == config.training.train_iters):
+        session.reporter.step(StepReport(
+            subrun=ctx.plan.subrun, step=step, loss=loss, grad_norm=grad_norm, lr=ctx.lr(step),
+            loss_scale=loss_scale, tokens=config.training.global_batch_size * config.model.seq_length,
+            consumed_samples=session.cursor, step_time=time.perf_counter() - started,
+            compute_times=tuple(row[1] for row in gathered), skipped=skipped, time=time.time(),
+        ))
+
+
+def _report_saved(session: _Session, saved: list[Optional[SavedCheckpoint]]) -> None:
+    for item in saved:
+        if item is not None:
+            session.last_checkpoint = str(item.path)
+            session.reporter.checkpoint(
+                CheckpointReport(session.ctx.plan.subrun, item.step, str(item.path), item.seconds, time.time()))
+
+
+def _checkpoint_phase(session: _Session, step: int) -> None:
+    """Finalize a finished background save; start a new one when due."""
+    checkpointer, ctx = session.checkpointer, session.ctx
+    if checkpointer is None:
+        return
+    _report_saved(session, [checkpointer.poll()])
+    if step % ctx.config.checkpoint.save_interval and step != ctx.config.training.train_iters:
+        return
+    session.reporter.heartbeat(Heartbeat(ctx.dist_env.rank, "checkpoint", step, time.time()))
+    fields = _manifest_fields(ctx.config, ctx.plan, session.cursor, ctx.dist_env)
+    _report_saved(session, checkpointer.save(step, session.model, session.optimizer, session.scaler,
+                                             session.cursor, fields))
+
+
+def _train(config: TrainerConfig, plan: ResumePlan, reporter: Reporter, dist_env: DistEnv,
+           device: Device, ckpt_group) -> TrainResult:
+    session = _start(config, plan, reporter, dist_env, device, ckpt_group)
+    start_step, end_step = session.ctx.start_step, max(session.ctx.start_step, config.training.train_iters)
+    for step in range(start_step + 1, end_step + 1):
+        reporter.heartbeat(Heartbeat(dist_env.rank, "step", step, time.time()))
+        _run_step(session, step)
+        _checkpoint_phase(session, step)
+    if session.checkpointer is not None:
+        reporter.heartbeat(Heartbeat(dist_env.rank, "checkpoint", end_step, time.time()))
+        _report_saved(session, [session.checkpointer.wait()])
+    return TrainResult(start_step, end_step, session.cursor, tuple(session.losses), session.optimizer_at_start,
+                       session.last_checkpoint if dist_env.rank == 0 else None)
+
+
+def _checkpointer(config: TrainerConfig, plan: ResumePlan, dist_env: DistEnv, ckpt_group, start_step: int,
+                  resumed_from: Optional[Path]) -> Optional[Checkpointer]:
+    if config.checkpoint.save is None:
+        return None
+    save_dir = Path(config.checkpoint.save)
+    if dist_env.rank == 0:
+        # Checkpoints past the start belong to an abandoned branch (a rollback): not "latest" any more.
+        retire_checkpoints_after(save_dir, start_step, plan.subrun)
+    protect = (resumed_from,) if resumed_from is not None else ()
+    return Checkpointer(save_dir, config.checkpoint, dist_env.rank, ckpt_group, protect=protect)
+
+
+def _manifest_fields(config: TrainerConfig, plan: ResumePlan, cursor: int, dist_env: DistEnv) -> dict:
+    return {
+        "consumed_samples": cursor,
+        "subrun": plan.subrun,
+        "plan": plan.to_dict(),
+        "config_hash": config_hash(config),
+        "world_size": dist_env.world_size,
+        "seed": config.training.seed,
+        "rng": rng_snapshot(),
+    }

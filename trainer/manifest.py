@@ -1,0 +1,206 @@
+"""Checkpoint manifests and the checks that decide whether a checkpoint is
+trusted. No process group needed: runmgr's driver calls these directly.
+
+A checkpoint is ``<save dir>/step_00000120/``: the files of
+torch.distributed.checkpoint plus ``manifest.json``, written last and
+atomically once every rank's part is on disk. The manifest lists every file
+with its size and sha256, so a truncated or altered file is caught before a
+load, with a reason a person understands.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Union
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = 1
+DCP_METADATA_NAME = ".metadata"
+RETIRED_DIR = "retired"
+_STEP_DIR = re.compile(r"^step_(\d{8})$")
+
+PathLike = Union[str, os.PathLike]
+
+
+def checkpoint_dir(save_dir: PathLike, step: int) -> Path:
+    """Where the checkpoint of ``step`` lives."""
+    return Path(save_dir) / f"step_{step:08d}"
+
+
+def step_of(path: PathLike) -> Optional[int]:
+    """The step encoded in a checkpoint directory name, or None."""
+    match = _STEP_DIR.match(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def list_checkpoints(save_dir: PathLike) -> list[Path]:
+    """Every ``step_*`` directory under ``save_dir``, oldest step first,
+    verified or not (see :func:`verify_checkpoint`)."""
+    root = Path(save_dir)
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and step_of(p) is not None]
+    return sorted(found, key=lambda p: step_of(p) or 0)
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def describe_files(directory: Path) -> list[dict]:
+    """Name, size and sha256 of every regular file in ``directory`` except the manifest."""
+    files = []
+    for path in sorted(directory.iterdir()):
+        if path.is_file() and not path.name.startswith(MANIFEST_NAME):
+            files.append({"name": path.name, "size": path.stat().st_size, "sha256": sha256_of(path)})
+    return files
+
+
+def write_manifest(directory: Path, fields: dict) -> dict:
+    """Write ``manifest.json`` atomically (tmp, fsync, rename, fsync dir) with
+    ``fields`` plus the format version and the file list. Call it only once
+    every rank's files are on disk: its presence is what makes the
+    checkpoint count."""
+    manifest = {"format": MANIFEST_FORMAT, **fields, "files": describe_files(directory)}
+    tmp = directory / (MANIFEST_NAME + ".tmp")
+    with tmp.open("w") as handle:
+        json.dump(manifest, handle, indent=1, sort_keys=True)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, directory / MANIFEST_NAME)
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return manifest
+
+
+def read_manifest(path: PathLike) -> dict:
+    """The parsed manifest of the checkpoint at ``path`` (raises OSError or
+    ValueError when absent or unparseable; use :func:`verify_checkpoint` to
+    get a reason instead)."""
+    with (Path(path) / MANIFEST_NAME).open() as handle:
+        manifest = json.load(handle)
+    if not isinstance(manifest, dict):
+        raise ValueError("manifest.json does not hold a JSON object")
+    return manifest
+
+
+def _manifest_problem(path: Path, manifest: dict) -> Optional[str]:
+    if manifest.get("format") != MANIFEST_FORMAT:
+        return f"manifest format {manifest.get('format')!r} is not {MANIFEST_FORMAT} (written by another version)"
+    if manifest.get("step") != step_of(path):
+        return f"manifest says step {manifest.get('step')!r} but the directory is {path.name}"
+    files = manifest.get("files")
+    if not isinstance(files, list) or not all(isinstance(f, dict) and {"name", "size", "sha256"} <= f.keys() for f in files):
+        return "manifest has no valid file list"
+    if DCP_METADATA_NAME not in {f["name"] for f in files}:
+        return f"manifest lists no {DCP_METADATA_NAME} (torch.distributed.checkpoint metadata)"
+    return None
+
+
+def _file_problem(path: Path, entry: dict, check_hashes: bool) -> Optional[str]:
+    target = path / entry["name"]
+    if not target.is_file():
+        return f"file {entry['name']} is missing"
+    size = target.stat().st_size
+    if size != entry["size"]:
+        kind = "truncated" if size < entry["size"] else "larger than written"
+        return f"file {entry['name']} is {size} bytes, manifest says {entry['size']} ({kind})"
+    if check_hashes:
+        digest = sha256_of(target)
+        if digest != entry["sha256"]:
+            return f"file {entry['name']} has sha256 {digest[:12]}..., manifest says {entry['sha256'][:12]}... (corrupted)"
+    return None
+
+
+def verify_checkpoint(path: PathLike, check_hashes: bool = True) -> tuple[bool, str]:
+    """``(True, "ok")`` when the checkpoint is complete and intact, else
+    ``(False, reason)`` with the reason prefixed by the directory name.
+    ``check_hashes=False`` checks presence and sizes only (cheap)."""
+    path = Path(path)
+    if not path.is_dir():
+        return False, f"{path.name}: directory does not exist"
+    if not (path / MANIFEST_NAME).is_file():
+        return False, f"{path.name}: no {MANIFEST_NAME} (the save did not finish)"
+    try:
+        manifest = read_manifest(path)
+    except (OSError, ValueError) as error:
+        return False, f"{path.name}: {MANIFEST_NAME} cannot be read ({error})"
+    problem = _manifest_problem(path, manifest)
+    for entry in manifest["files"] if problem is None else ():
+        problem = _file_problem(path, entry, check_hashes)
+        if problem:
+            break
+    return (False, f"{path.name}: {problem}") if problem else (True, "ok")
+
+
+@dataclass(frozen=True)
+class LatestCheckpoint:
+    """The newest checkpoint that verifies, and the newer ones that did not."""
+
+    path: Optional[Path]
+    """None when no checkpoint verifies."""
+    step: Optional[int]
+    manifest: Optional[dict]
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+    """(path, reason) of every newer checkpoint that failed, newest first."""
+
+
+def find_latest_verified(save_dir: PathLike) -> LatestCheckpoint:
+    """Walk the checkpoints newest first and return the first that verifies."""
+    rejected: list[tuple[str, str]] = []
+    for path in reversed(list_checkpoints(save_dir)):
+        ok, reason = verify_checkpoint(path)
+        if ok:
+            return LatestCheckpoint(path=path, step=step_of(path), manifest=read_manifest(path), rejected=rejected)
+        rejected.append((str(path), reason))
+    return LatestCheckpoint(path=None, step=None, manifest=None, rejected=rejected)
+
+
+def prune_checkpoints(save_dir: PathLike, keep_last: int, protect: tuple[PathLike, ...] = ()) -> list[Path]:
+    """Delete checkpoints older than the newest ``keep_last`` complete ones
+    (complete = manifest present, files of the right size), never the
+    ``protect``-ed ones (the one a run resumed from). Unfinished directories
+    older than the newest complete checkpoint are leftovers of crashed saves
+    and go too. Returns what was deleted."""
+    protected = {Path(p).resolve() for p in protect}
+    entries = list_checkpoints(save_dir)
+    complete = [p for p in entries if verify_checkpoint(p, check_hashes=False)[0]]
+    kept = set(complete[-keep_last:])
+    newest_complete = (step_of(complete[-1]) or 0) if complete else -1
+    deleted = []
+    for path in entries:
+        if path in kept or path.resolve() in protected or (step_of(path) or 0) >= newest_complete:
+            continue
+        shutil.rmtree(path)
+        deleted.append(path)
+    return deleted
+
+
+def retire_checkpoints_after(save_dir: PathLike, step: int, tag: str) -> list[Path]:
+    """Move checkpoints newer than ``step`` to ``<save dir>/retired/`` when a
+    run restarts from ``step`` (after a rollback they belong to an abandoned
+    branch and must not be mistaken for the latest). They are kept for
+    inspection, not deleted; ``tag`` (the sub-run) tells branches apart."""
+    moved = []
+    for path in list_checkpoints(save_dir):
+        if (step_of(path) or 0) > step:
+            target = Path(save_dir) / RETIRED_DIR / f"{path.name}.by-{tag}"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.exists():
+                shutil.rmtree(target)
+            path.rename(target)
+            moved.append(target)
+    return moved

@@ -1,0 +1,204 @@
+"""Decoder-only transformer in the two families the project trains.
+
+``llama``: RMSNorm, rotary positions, grouped-query attention, SwiGLU, no
+biases. ``opt``: LayerNorm, learned positions, ReLU MLP, biases. Both are
+pre-norm with a final norm; the output projection is tied to the embedding
+unless ``untie_embeddings_and_output_weights``. :func:`parameter_count`
+computes the size from the config alone, so ``--dry-run`` can plan a 175B
+model without allocating it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from trainer.config import ModelConfig
+
+
+def _kv_heads(cfg: ModelConfig) -> int:
+    return cfg.num_query_groups or cfg.num_attention_heads
+
+
+def _head_dim(cfg: ModelConfig) -> int:
+    return cfg.hidden_size // cfg.num_attention_heads
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm with a learned gain (no bias, no centring)."""
+
+    def __init__(self, width: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in fp32 even under autocast: the mean of squares overflows fp16.
+        xf = x.float()
+        normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (normed * self.weight).to(x.dtype)
+
+
+def _norm(cfg: ModelConfig) -> nn.Module:
+    if cfg.family == "llama":
+        return RMSNorm(cfg.hidden_size, cfg.norm_epsilon)
+    return nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_epsilon)
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding (rotate-half form) for one head width."""
+
+    def __init__(self, head_dim: int, max_positions: int, base: float) -> None:
+        super().__init__()
+        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+        angles = torch.outer(torch.arange(max_positions, dtype=torch.float64), inv_freq)
+        angles = torch.cat([angles, angles], dim=-1)
+        # Not parameters and not saved: they follow from the config.
+        self.register_buffer("cos", angles.cos().float(), persistent=False)
+        self.register_buffer("sin", angles.sin().float(), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Rotate ``x`` of shape (batch, heads, seq, head_dim)."""
+        seq = x.shape[-2]
+        cos, sin = self.cos[:seq].to(x.dtype), self.sin[:seq].to(x.dtype)
+        first, second = x.chunk(2, dim=-1)
+        return x * cos + torch.cat([-second, first], dim=-1) * sin
+
+
+class Attention(nn.Module):
+    """Causal self-attention with grouped key/value heads."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        bias = cfg.family == "opt"
+        self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, _kv_heads(cfg), _head_dim(cfg)
+        kv_width = self.kv_heads * self.head_dim
+        self.qkv = nn.Linear(cfg.hidden_size, cfg.hidden_size + 2 * kv_width, bias=bias)
+        self.proj = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=bias)
+        self.dropout = cfg.attention_dropout
+        self.rotary = Rotary(self.head_dim, cfg.max_position_embeddings, cfg.rotary_base) if cfg.family == "llama" else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq, width = x.shape
+        kv_width = self.kv_heads * self.head_dim
+        q, k, v = self.qkv(x).split([width, kv_width, kv_width], dim=-1)
+        q = q.view(batch, seq, self.heads, self.head_dim).transpose(1, 2)
+        k = k.view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
+        if self.rotary is not None:
+            q, k = self.rotary(q), self.rotary(k)
+        if self.kv_heads != self.heads:
+            repeat = self.heads // self.kv_heads
+            k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+        dropout = self.dropout if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        return self.proj(out.transpose(1, 2).reshape(batch, seq, width))
+
+
+class MLP(nn.Module):
+    """SwiGLU (llama, gate and up projections fused) or ReLU (opt)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.gated = cfg.family == "llama"
+        bias = not self.gated
+        up_width = 2 * cfg.ffn_hidden_size if self.gated else cfg.ffn_hidden_size
+        self.up = nn.Linear(cfg.hidden_size, up_width, bias=bias)
+        self.down = nn.Linear(cfg.ffn_hidden_size, cfg.hidden_size, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gated:
+            gate, up = self.up(x).chunk(2, dim=-1)
+            return self.down(F.silu(gate) * up)
+        return self.down(F.relu(self.up(x)))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.attn_norm, self.attn = _norm(cfg), Attention(cfg)
+        self.mlp_norm, self.mlp = _norm(cfg), MLP(cfg)
+        self.dropout = nn.Dropout(cfg.hidden_dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.dropout(self.attn(self.attn_norm(x)))
+        return x + self.dropout(self.mlp(self.mlp_norm(x)))
+
+
+class Transformer(nn.Module):
+    """Token ids (batch, seq) -> next-token logits (batch, seq, vocab)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embedding = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.positions = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size) if cfg.family == "opt" else None
+        self.dropout = nn.Dropout(cfg.hidden_dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        self.final_norm = _norm(cfg)
+        # Tied: the output reuses embedding.weight through F.linear, so no second
+        # module aliases the parameter (checkpoint state dicts stay unambiguous).
+        self.output: Optional[nn.Linear] = (
+            nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False) if cfg.untie_embeddings_and_output_weights else None
+        )
+        self.recompute = cfg.recompute_granularity == "full"
+        init_weights(self, cfg)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embedding(tokens)
+        if self.positions is not None:
+            x = x + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
+        x = self.dropout(x)
+        for block in self.blocks:
+            if self.recompute and self.training:
+                x = checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
+        x = self.final_norm(x)
+        weight = self.output.weight if self.output is not None else self.embedding.weight
+        return F.linear(x, weight)
+
+
+def init_weights(model: Transformer, cfg: ModelConfig) -> None:
+    """Gaussian init with ``init_method_std``; the projections that write into
+    the residual stream get std / sqrt(2 * layers) (Megatron's scaled init) so
+    the residual's variance does not grow with depth. Biases 0, norm gains 1."""
+    residual_std = cfg.init_method_std / math.sqrt(2.0 * cfg.num_layers)
+    for name, param in model.named_parameters():
+        if param.ndim < 2:
+            if name.endswith("bias"):
+                nn.init.zeros_(param)
+            else:
+                nn.init.ones_(param)
+        elif name.endswith(("attn.proj.weight", "mlp.down.weight")):
+            nn.init.normal_(param, mean=0.0, std=residual_std)
+        else:
+            nn.init.normal_(param, mean=0.0, std=cfg.init_method_std)
+
+
+def build_model(cfg: ModelConfig) -> Transformer:
+    """A freshly initialised model; seed torch's RNG first for a reproducible init."""
+    return Transformer(cfg)
+
+
+def parameter_count(cfg: ModelConfig) -> int:
+    """Number of parameters of :class:`Transformer` for ``cfg``, computed from
+    the shapes alone (nothing is allocated)."""
+    h, f, v = cfg.hidden_size, cfg.ffn_hidden_size, cfg.vocab_size
+    kv_width = _kv_heads(cfg) * _head_dim(cfg)
+    opt = cfg.family == "opt"
+    qkv_out = h + 2 * kv_width
+    attention = h * qkv_out + h * h + (qkv_out + h if opt else 0)
+    mlp = (h * f + f + f * h + h) if opt else (h * 2 * f + f * h)
+    norm = 2 * h if opt else h
+    per_layer = attention + mlp + 2 * norm
+    embeddings = v * h + (cfg.max_position_embeddings * h if opt else 0)
+    output = v * h if cfg.untie_embeddings_and_output_weights else 0
+    return embeddings + cfg.num_layers * per_layer + norm + output

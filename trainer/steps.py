@@ -1,0 +1,106 @@
+"""One optimizer step, in three parts the loop calls in order: this rank's
+micro-batches, forward/backward over them, and the synchronised update
+(average gradients, unscale, clip, step)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from trainer.config import TrainerConfig
+from trainer.device import Device
+from trainer.distributed import DistEnv, average_gradients
+from trainer.errors import TrainerConfigError
+from trainer.optim import clip_gradients, lr_at, set_lr
+from trainer.plan import ResumePlan
+from trainer.precision import LossScaler, autocast, grads_finite, unscale_
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What every step needs to know and never changes during a sub-run."""
+
+    config: TrainerConfig
+    plan: ResumePlan
+    dist_env: DistEnv
+    device: Device
+    start_step: int
+    """Step the sub-run resumed from; re-warmup counts from here."""
+    rewarmup_iters: int
+
+    @property
+    def accumulation(self) -> int:
+        return self.config.accumulation_steps(self.dist_env.world_size)
+
+    @property
+    def samples_per_rank(self) -> int:
+        return self.config.training.global_batch_size // self.config.data_parallel_size(self.dist_env.world_size)
+
+    @property
+    def clip_grad(self) -> float:
+        """The plan's clip override wins over the config's."""
+        return self.plan.clip_grad if self.plan.clip_grad is not None else self.config.optim.clip_grad
+
+    def lr(self, step: int) -> float:
+        return lr_at(step, self.config.optim, self.config.training.train_iters, self.plan.lr_scale,
+                     self.start_step, self.rewarmup_iters)
+
+
+def micro_batches(stream, cursor: int, ctx: StepContext) -> tuple[list[torch.Tensor], int]:
+    """This rank's micro-batches of the global batch starting at ``cursor``
+    (rank r takes the r-th contiguous slice, split in order), and the cursor
+    after the global batch. Each tensor is (micro, seq_length + 1) tokens."""
+    positions, next_cursor = stream.take(cursor, ctx.config.training.global_batch_size)
+    per_rank, micro = ctx.samples_per_rank, ctx.config.training.micro_batch_size
+    mine = positions[ctx.dist_env.rank * per_rank:(ctx.dist_env.rank + 1) * per_rank]
+    tokens = np.stack([stream.tokens(p) for p in mine]).astype(np.int64, copy=False)
+    vocab = ctx.config.model.vocab_size
+    if tokens.size and (int(tokens.max()) >= vocab or int(tokens.min()) < 0):
+        raise TrainerConfigError(
+            f"the data holds token {int(tokens.max())} but model.vocab_size is {vocab}; "
+            "set model.vocab_size to the tokenizer's vocabulary size"
+        )
+    batch = torch.from_numpy(tokens).to(ctx.device.torch_device)
+    return list(batch.split(micro)), next_cursor
+
+
+def forward_backward(model: torch.nn.Module, batches: list[torch.Tensor], loss_scale: float,
+                     ctx: StepContext) -> tuple[float, float]:
+    """Accumulate gradients of the (scaled) mean loss over ``batches``.
+    Returns this rank's mean loss and the seconds of compute."""
+    model.train()
+    model.zero_grad(set_to_none=True)
+    started = time.perf_counter()
+    total = torch.zeros((), dtype=torch.float32, device=ctx.device.torch_device)
+    for batch in batches:
+        inputs, labels = batch[:, :-1], batch[:, 1:]
+        with autocast(ctx.device.autocast_type, ctx.config.precision):
+            logits = model(inputs)
+        # Cross-entropy in fp32 whatever the compute dtype: the softmax of a
+        # large vocabulary loses too much in 16 bits.
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
+        (loss * (loss_scale / len(batches))).backward()
+        total += loss.detach()
+    ctx.device.synchronize()
+    return float(total) / len(batches), time.perf_counter() - started
+
+
+def optimizer_step(params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer, scaler: LossScaler,
+                   lr: float, ctx: StepContext) -> tuple[float, bool]:
+    """Average gradients over data parallel, unscale, clip, and step unless
+    they overflowed. Returns the gradient norm before clipping and whether
+    the update was skipped. Every rank holds the same averaged gradients, so
+    every rank takes the same decision without another collective."""
+    average_gradients(params, ctx.dist_env.world_size)
+    unscale_(params, scaler.scale)
+    grad_norm = clip_gradients(params, ctx.clip_grad)
+    skipped = not grads_finite(grad_norm)
+    if not skipped:
+        set_lr(optimizer, lr)
+        optimizer.step()
+    scaler.update(overflow=skipped)
+    return grad_norm, skipped

@@ -103,6 +103,22 @@ class DataChecks:
 
 
 @dataclass
+class CollectiveChecks:
+    """All-reduce bandwidth in small groups of nodes, with the run's backend."""
+
+    enabled: bool = True
+    """Run the group tests (they need two nodes or more that passed the node probes)."""
+    group_size: int = 2
+    """Nodes per group in the first round (pairs); suspects are re-paired in a second."""
+    megabytes: float = 4.0
+    """Size of the all-reduced tensor, MB."""
+    iterations: int = 3
+    """Timed all-reduces per group (after one warm-up); the best is kept."""
+    timeout_s: float = 60.0
+    """Seconds a group may take to form and measure; a group that does not finish fails."""
+
+
+@dataclass
 class FleetChecks:
     """How nodes are compared with their peers."""
 
@@ -144,6 +160,14 @@ class HealthConfig:
     """Local dataset."""
     fleet: FleetChecks = field(default_factory=FleetChecks)
     """Peer comparison."""
+    collectives: CollectiveChecks = field(default_factory=CollectiveChecks)
+    """Small-group all-reduce tests across nodes."""
+    skip: bool = False
+    """``runmgr launch``: skip the probes; the exclusions of the last check still apply."""
+    node_timeout_s: float = 120.0
+    """Seconds the probes of one node may take together; a node that does not answer is excluded."""
+    poll_interval_s: float = 5.0
+    """During a run: seconds between two device polls (health, ECC) on every node."""
 
 
 def health_config_from_dict(data: Optional[Mapping[str, Any]]) -> HealthConfig:
@@ -206,10 +230,19 @@ def validate(config: HealthConfig) -> None:
         "health.compute.bandwidth_mb": config.compute.bandwidth_mb,
         "health.data.chunk_mb": config.data.chunk_mb,
         "health.fleet.mad_k": config.fleet.mad_k,
+        "health.collectives.megabytes": config.collectives.megabytes,
+        "health.collectives.iterations": config.collectives.iterations,
+        "health.collectives.timeout_s": config.collectives.timeout_s,
+        "health.node_timeout_s": config.node_timeout_s,
+        "health.poll_interval_s": config.poll_interval_s,
     }
     for key, value in positive.items():
         if value <= 0:
             raise HealthConfigError(f"{key}: must be > 0, got {value}")
+    if config.collectives.group_size < 2:
+        raise HealthConfigError(
+            f"health.collectives.group_size: must be >= 2 (a group of one has no link to test), "
+            f"got {config.collectives.group_size}")
     fleet = config.fleet
     if not 0 < fleet.warn_relative <= fleet.exclude_relative < 1:
         raise HealthConfigError(

@@ -92,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     prep = sub.add_parser("prepare-data", help="write a Megatron indexed dataset from text or JSONL")
     prep.add_argument("rest", nargs=argparse.REMAINDER, help="arguments of python -m trainer.data.prepare")
     prep.set_defaults(func=cmd_prepare_data)
+
+    from runmgr.healthcheck.command import add_parser as add_health_check
+
+    add_health_check(sub)
     return parser
 
 
@@ -99,9 +103,10 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     """Every exception that means 'the user can fix this' (imported lazily)."""
     from logbook import LogbookError
     from trainer.data import DataError
+    from health.config import HealthConfigError
     from trainer.errors import CheckpointError, TrainerConfigError
 
-    return (UserError, DataError, CheckpointError, TrainerConfigError, LogbookError)
+    return (UserError, DataError, CheckpointError, TrainerConfigError, LogbookError, HealthConfigError)
 
 
 def main(argv: list[str] | None = None) -> int:

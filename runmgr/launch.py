@@ -14,6 +14,7 @@ from logbook import Logbook
 from runmgr import cluster as ray_cluster
 from runmgr.config.compose import config_as_dict, load_run_config
 from runmgr.config.schema import RunConfig
+from runmgr.controller.judge import Judge, node_name
 from runmgr.controller.machine import Controller, SubrunIds
 from runmgr.controller.states import Finished, Launching
 from runmgr.dryrun import build_plan, inspect_cluster, render_plan
@@ -21,7 +22,8 @@ from runmgr.observers.logbook_writer import LogbookObserver
 from runmgr.observers.progress import ProgressObserver
 from runmgr.observers.status_file import StatusFileObserver
 from runmgr.placement import resolve_device_kind
-from runmgr.resume import find_resume_point
+from runmgr.resume import find_resume_point, listed_checkpoints, resume_at
+from runmgr.stacks import dump_stacks
 from runmgr.errors import RunStateError
 from runmgr.rundir import RunDirLock
 from runmgr.status import read_status
@@ -99,23 +101,38 @@ def launch(conf_name: str, overrides: list[str], dry_run: bool = False, conf_dir
     return 0 if isinstance(final, Finished) else 1
 
 
-def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, out: TextIO):
+def allowed_nodes(admitted: list[str] | None, excluded: frozenset[str]) -> list[str] | None:
+    """Nodes the next sub-run may use: the admitted ones (all alive ones when no
+    health check ran) minus those the policy excluded; None when unrestricted."""
+    import ray
+
+    if admitted is None and not excluded:
+        return None
+    pool = admitted if admitted is not None else [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+    return [node for node in pool if node_name(node) not in excluded]
+
+
+def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, out: TextIO,
+          admitted_node_ids: list[str] | None = None):
     import ray
 
     device_kind = resolve_device_kind(config.device, ray.cluster_resources())
     trainer_config = replace(config.trainer_config(), device=device_kind)
     run_dir = config.run_dir()
+    checkpoint_dir = config.checkpoint_dir()
     observers = [
         LogbookObserver(book, config_as_dict(config)),
         StatusFileObserver(run_dir, config.run.name, config.training.train_iters, initial.start_step),
         ProgressObserver(config.training.train_iters, out),
     ]
+    judge = Judge(config.watcher, config.policy, lambda max_step: listed_checkpoints(checkpoint_dir, max_step))
     controller = Controller(
         initial, trainer_config,
-        make_group=lambda: RayWorkerGroup(config.cluster, device_kind, config.controller.start_timeout_s,
-                                          config.controller.worker_lease_s),
-        find_resume_point=lambda max_step: find_resume_point(config.checkpoint_dir(), max_step),
-        subrun_ids=ids, max_restarts=config.controller.max_restarts,
-        poll_interval_s=config.controller.poll_interval_s, observers=observers,
+        make_group=lambda excluded: RayWorkerGroup(
+            config.cluster, device_kind, config.controller.start_timeout_s, config.controller.worker_lease_s,
+            allowed_node_ids=allowed_nodes(admitted_node_ids, excluded)),
+        resume_at=lambda step, why: resume_at(checkpoint_dir, step, why),
+        judge=judge, subrun_ids=ids, poll_interval_s=config.controller.poll_interval_s, observers=observers,
+        dump_stacks=lambda subrun, workers: dump_stacks(run_dir, subrun, workers),
     )
     return controller.run()

@@ -119,7 +119,7 @@ def _parse(argv: Sequence[str]) -> tuple[str, list[str], Path]:
     parser = argparse.ArgumentParser(prog="python -m trainer", description=__doc__.split("\n\n")[0])
     parser.add_argument("overrides", nargs="*", help="conf=NAME, then key=value overrides")
     parser.add_argument("--config-dir", type=Path, default=None, help=f"directory of NAME.yaml (default ${CONF_DIR_ENV} or ./conf of the repo)")
-    args = parser.parse_args(list(argv))
+    args = parser.parse_intermixed_args(list(argv))
     names = [o.split("=", 1)[1] for o in args.overrides if o.startswith("conf=")]
     if not names:
         raise TrainerConfigError("no conf given: run `python -m trainer conf=demo [key=value ...]`")

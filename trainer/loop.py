@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -47,6 +47,13 @@ class TrainResult:
     """Optimizer settings in force for the first step, after load and plan."""
     last_checkpoint: Optional[str]
     """Newest checkpoint this call completed (rank 0; None on other ranks)."""
+
+    def to_dict(self) -> dict:
+        """Plain data (JSON-ready), e.g. for a Ray actor to return."""
+        out = asdict(self)
+        out["optimizer_at_start"] = [group.to_dict() for group in self.optimizer_at_start]
+        out["losses"] = list(self.losses)
+        return out
 
 
 class NullReporter:

@@ -10,7 +10,7 @@ an optimizer state restores the *old* ones silently (OPT logbook, run 12.35).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Iterable
 
 import torch
@@ -73,7 +73,8 @@ def decay_iters(cfg: OptimConfig, train_iters: int) -> int:
 
 def scheduled_lr(step: int, cfg: OptimConfig, train_iters: int) -> float:
     """The base schedule at ``step`` (1 = the first optimizer step): linear
-    warmup to ``lr``, then decay to ``min_lr`` by ``decay_iters``, then flat."""
+    warmup reaching ``lr`` at step ``warmup`` (step 1 gets lr / warmup, never
+    0), then decay reaching ``min_lr`` at step ``decay_iters``, then flat."""
     warmup, decay_end = warmup_iters(cfg, train_iters), decay_iters(cfg, train_iters)
     if warmup > 0 and step <= warmup:
         return cfg.lr * step / warmup
@@ -136,7 +137,7 @@ class GroupSettings:
     """L2 norm of the first moments over the group (0 when no state)."""
 
     def to_dict(self) -> dict:
-        return {**self.__dict__, "betas": list(self.betas)}
+        return {**asdict(self), "betas": list(self.betas)}
 
 
 def effective_settings(optimizer: torch.optim.Optimizer) -> list[GroupSettings]:

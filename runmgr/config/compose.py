@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException, MissingConfigException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from runmgr.config.schema import RunConfig
@@ -65,6 +65,9 @@ def to_run_config(raw: DictConfig, settings: list[str] = ()) -> RunConfig:
     """Merge into the schema, then apply ``key=value`` settings: unknown keys
     and wrong types fail here."""
     schema = OmegaConf.structured(RunConfig)
+    # Frozen dataclasses (watcher, policy) make read-only nodes; the YAML and
+    # the overrides must still be able to set them before they are typed.
+    _make_writable(schema)
     try:
         merged = OmegaConf.merge(schema, raw)
     except OmegaConfBaseException as exc:
@@ -86,6 +89,14 @@ def load_run_config(conf_name: str, overrides: list[str], conf_dir: Path | None 
         more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
         raise ConfigError(problems[0] + more)
     return config
+
+
+def _make_writable(node) -> None:
+    OmegaConf.set_readonly(node, False)
+    children = node.values() if isinstance(node, DictConfig) else node
+    for child in children:
+        if isinstance(child, (DictConfig, ListConfig)):
+            _make_writable(child)
 
 
 def config_as_dict(config: RunConfig) -> dict:

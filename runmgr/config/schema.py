@@ -23,6 +23,10 @@ from trainer.config import (
     TrainingConfig,
 )
 
+from health.config import HealthConfig, HealthConfigError, validate as validate_health
+from runmgr.policy.config import PolicyConfig
+from runmgr.watch.config import WatcherConfig
+
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
 
@@ -65,8 +69,6 @@ class ClusterConfig:
 class ControllerConfig:
     """The driver's loop and its budgets."""
 
-    max_restarts: int = 10
-    """Sub-runs the controller may start after lost workers before it gives up."""
     poll_interval_s: float = 0.2
     """How often the driver collects reports and checks the workers."""
     start_timeout_s: float = 180.0
@@ -92,6 +94,12 @@ class RunConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     device: str = "auto"
     """``auto``, ``cpu``, ``cuda`` or ``npu`` (see trainer/device.py)."""
+    watcher: WatcherConfig = field(default_factory=WatcherConfig)
+    """Detector thresholds (conf/watcher/default.yaml)."""
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    """The remedy ladder and its budgets (conf/policy/default.yaml)."""
+    health: HealthConfig = field(default_factory=HealthConfig)
+    """Node health checks before launch and the device poll during it (conf/health/default.yaml)."""
 
     @property
     def world_size(self) -> int:
@@ -121,8 +129,8 @@ class RunConfig:
             out.append("cluster.cpus_per_worker and cluster.devices_per_worker must be >= 0")
         if c.placement_strategy not in PLACEMENT_STRATEGIES:
             out.append(f"cluster.placement_strategy must be one of {', '.join(PLACEMENT_STRATEGIES)}, got {c.placement_strategy!r}")
-        if self.controller.max_restarts < 0 or self.controller.poll_interval_s <= 0:
-            out.append("controller.max_restarts must be >= 0 and controller.poll_interval_s > 0")
+        if self.controller.poll_interval_s <= 0:
+            out.append(f"controller.poll_interval_s must be > 0, got {self.controller.poll_interval_s}")
         if self.controller.worker_lease_s < 20 * self.controller.poll_interval_s:
             out.append(f"controller.worker_lease_s ({self.controller.worker_lease_s}) must be at least 20 x "
                        f"controller.poll_interval_s ({self.controller.poll_interval_s}) so a busy driver is not taken for dead")
@@ -130,6 +138,11 @@ class RunConfig:
             out.append(f"run.number must be >= 0, got {self.run.number}")
         if not self.run.name or "/" in self.run.name:
             out.append(f"run.name must be a non-empty name without '/', got {self.run.name!r}")
+        out += self.policy.problems()
+        try:
+            validate_health(self.health)
+        except HealthConfigError as exc:
+            out.append(str(exc))
         if out:
             return out
         return self.trainer_config().problems(self.world_size)

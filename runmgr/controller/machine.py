@@ -1,33 +1,44 @@
 """The controller: a state machine stepped one transition at a time.
 
-It executes; it does not judge. Failure handling asks a small decision
-function, and every transition goes through :meth:`Controller._transition`,
-which checks it is allowed and tells the observers (logbook, progress,
-status file). Tests step it with a fake worker group.
+It executes; it does not judge. The :class:`Judge` turns what the workers
+report into decisions (watcher, then policy); the controller carries them
+out — stop the workers, dump stacks, pick the checkpoint, start the next
+sub-run with the decision folded into its plan. Every transition goes
+through :meth:`Controller._transition`, which checks it is allowed and tells
+the observers (logbook, progress, status file, chaos). Tests step it with a
+fake worker group.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import replace
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
+from runmgr.controller.judge import Judge, Judgement
 from runmgr.controller.states import (
     ALLOWED, Failed, Finished, Launching, Restarting, Running, State, is_terminal,
 )
 from runmgr.errors import ClusterError
+from runmgr.policy.decision import ABORT, INSTABILITY_ACTIONS
+from runmgr.policy.plan_update import next_plan
 from runmgr.resume import ResumePoint
-from runmgr.workers.group import GroupPoll, WorkerFailure, WorkerGroup, root_cause
+from runmgr.watch.observations import DeviceObservation
+from runmgr.workers.actor import WorkerInfo
+from runmgr.workers.group import GroupPoll, WorkerGroup
 from trainer.config import TrainerConfig
 
 
 class Observer(Protocol):
-    """Sees every transition and every poll; must not change the run."""
+    """Sees every transition, poll and judgement; must not change the run."""
 
     def on_transition(self, old: State | None, new: State) -> None:
         """``old`` is None for the initial state."""
 
-    def on_poll(self, state: Running, poll: GroupPoll) -> None: ...
+    def on_poll(self, state: Running, poll: GroupPoll) -> None:
+        """What the workers reported since the last poll."""
+
+    def on_judgement(self, state: Running, judgement: Judgement) -> None:
+        """An incident and the policy's decision on it."""
 
 
 class SubrunIds:
@@ -46,6 +57,10 @@ class TransitionError(RuntimeError):
     """A transition the state machine does not allow: a bug in the controller."""
 
 
+def no_devices() -> list[DeviceObservation]:
+    return []
+
+
 class Controller:
     """Drives sub-runs until the run finishes or needs a person."""
 
@@ -53,25 +68,32 @@ class Controller:
         self,
         initial: Launching,
         trainer_config: TrainerConfig,
-        make_group: Callable[[], WorkerGroup],
-        find_resume_point: Callable[[int], ResumePoint],
+        make_group: Callable[[frozenset[str]], WorkerGroup],
+        resume_at: Callable[[int | None, str], ResumePoint],
+        judge: Judge,
         subrun_ids: SubrunIds,
-        max_restarts: int,
         poll_interval_s: float,
-        observers: list[Observer] | None = None,
+        observers: Sequence[Observer] = (),
+        read_devices: Callable[[], list[DeviceObservation]] = no_devices,
+        dump_stacks: Callable[[str, Sequence[WorkerInfo]], None] = lambda subrun, workers: None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``make_group(excluded_nodes)`` builds the ranks of a sub-run away from
+        those nodes; ``resume_at(step, why)`` finds the newest verified
+        checkpoint at or before that step (None: from initialisation)."""
         self.state: State = initial
         self.trainer_config = trainer_config
         self.make_group = make_group
-        self.find_resume_point = find_resume_point
+        self.resume_at = resume_at
+        self.judge = judge
         self.subrun_ids = subrun_ids
-        self.max_restarts = max_restarts
         self.poll_interval_s = poll_interval_s
-        self.observers = list(observers or [])
+        self.observers = list(observers)
+        self.read_devices = read_devices
+        self.dump_stacks = dump_stacks
         self.clock = clock
-        self.restarts = 0
         self.last_step = initial.start_step
+        self.excluded_nodes: frozenset[str] = frozenset()
         self._group: WorkerGroup | None = None
         self._finished_ranks: set[int] = set()
 
@@ -105,12 +127,13 @@ class Controller:
     def _launch(self, state: Launching) -> State:
         self.last_step = state.start_step
         self._finished_ranks = set()
-        self._group = self.make_group()
+        self._group = self.make_group(self.excluded_nodes)
         try:
             workers = self._group.start(self.trainer_config, state.plan)
         except ClusterError as exc:
             self._stop_group()
             return Failed(state.subrun, str(exc), self.last_step)
+        self.judge.start_subrun(workers)
         return Running(state.subrun, state.plan, state.start_step, tuple(workers))
 
     def _watch(self, state: Running) -> State:
@@ -120,42 +143,57 @@ class Controller:
             self.last_step = max(self.last_step, poll.steps[-1].step)
         for observer in self.observers:
             observer.on_poll(state, poll)
+        judgements = self.judge.judge(state.subrun, poll, self.read_devices(), self.clock(), self.last_step)
+        for judgement in judgements:
+            for observer in self.observers:
+                observer.on_judgement(state, judgement)
+        ending = next((j for j in judgements if j.ends_subrun), None)
+        if ending is not None:
+            return self._end_subrun(state, ending)
         if poll.failures:
             self._stop_group()
-            return self._worker_lost(state, root_cause(poll.failures))
+            texts = "; ".join(f"rank {f.rank}: {f.text.splitlines()[-1] if f.text else f.kind}" for f in poll.failures)
+            return Failed(state.subrun, f"workers failed and the policy chose no restart ({texts}); "
+                                        f"see `runmgr logbook show` for the incidents", self.last_step)
         self._finished_ranks |= set(poll.finished_ranks)
         if state.workers and len(self._finished_ranks) >= len(state.workers):
             self._stop_group()
             return Finished(state.subrun, self.last_step)
         return state
 
-    def _worker_lost(self, state: Running, failure: WorkerFailure) -> Restarting:
-        where = f"rank {failure.rank}"
-        if failure.worker is not None:
-            where += f", pid {failure.worker.pid}, node {failure.worker.node_ip}"
-        verb = "died" if failure.kind == "died" else "failed"
-        evidence = {
-            "rank": failure.rank, "failure": failure.kind, "text": failure.text,
-            "worker": failure.worker.to_dict() if failure.worker else None, "last_step": self.last_step,
-        }
-        return Restarting(state.subrun, state.plan, f"worker lost: {where} {verb} at step {self.last_step}",
-                          evidence, self.last_step)
+    def _end_subrun(self, state: Running, judgement: Judgement) -> State:
+        if judgement.decision.dump_stacks:
+            self.dump_stacks(state.subrun, state.workers)
+        self._stop_group()
+        if judgement.decision.action == ABORT:
+            return Failed(state.subrun, judgement.decision.reason, self.last_step)
+        return Restarting(state.subrun, state.plan, judgement, self.last_step)
 
     def _restart(self, state: Restarting) -> State:
-        if self.restarts >= self.max_restarts:
-            return Failed(state.subrun, f"restart budget exhausted ({self.restarts} of {self.max_restarts} used); "
-                          f"last incident: {state.incident}", state.last_step)
-        self.restarts += 1
-        point = self.find_resume_point(state.last_step)
+        decision = state.judgement.decision
+        self.excluded_nodes |= frozenset(decision.exclude_nodes)
+        point = self._resume_point(state)
         subrun = self.subrun_ids.take()
-        plan = replace(state.plan, subrun=subrun, start_checkpoint=point.path)
+        plan = next_plan(state.plan, decision, subrun, point.path)
         evidence = {
-            **state.evidence,
-            "resumed_from": point.path, "resumed_step": point.step,
+            "incident": state.judgement.incident.to_dict(), "decision": decision.to_dict(),
+            "resumed_from": point.path, "resumed_step": point.step, "last_step": state.last_step,
             "steps_lost": max(0, state.last_step - point.step),
             "rejected_checkpoints": [list(r) for r in point.rejected],
+            "excluded_nodes": sorted(self.excluded_nodes),
         }
-        return Launching(subrun, plan, point.step, state.incident, evidence)
+        return Launching(subrun, plan, point.step, state.judgement.incident.summary(), evidence)
+
+    def _resume_point(self, state: Restarting) -> ResumePoint:
+        """An instability rolls back to the checkpoint the policy chose (a margin
+        before the onset); a fault restarts from the newest checkpoint now on
+        disk — one finished after the decision counts — up to the last step
+        the driver recorded."""
+        decision = state.judgement.decision
+        if decision.action in INSTABILITY_ACTIONS:
+            return self.resume_at(decision.restart_from_step,
+                                  f"the rollback target before the onset at step {state.judgement.incident.onset_step}")
+        return self.resume_at(state.last_step, "the last step the driver recorded")
 
     def _stop_group(self) -> None:
         if self._group is not None:

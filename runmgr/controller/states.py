@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from runmgr.controller.judge import Judgement
 from trainer.plan import ResumePlan
 
 
@@ -31,12 +32,11 @@ class Running:
 
 @dataclass(frozen=True)
 class Restarting:
-    """``subrun`` ended early; the next sub-run starts from a verified checkpoint."""
+    """``subrun`` ends early because of ``judgement``; the next sub-run follows its decision."""
 
     subrun: str
     plan: ResumePlan
-    incident: str
-    evidence: dict
+    judgement: Judgement
     last_step: int
 
 

@@ -1,10 +1,11 @@
 """Writes the run's history into the logbook as the controller moves:
-sub-run starts and ends, incidents, decisions, metrics and checkpoints.
+sub-run starts and ends, incidents and decisions, metrics and checkpoints.
 The driver is the logbook's only writer, and this is the only place it writes."""
 
 from __future__ import annotations
 
 from logbook import Logbook
+from runmgr.controller.judge import Judgement
 from runmgr.controller.states import Failed, Finished, Launching, Restarting, Running, State
 from runmgr.workers.group import GroupPoll
 
@@ -19,37 +20,36 @@ def metric_row(report) -> dict:
 
 
 class LogbookObserver:
-    """Turns transitions into logbook rows."""
+    """Turns transitions and judgements into logbook rows."""
 
     def __init__(self, book: Logbook, config: dict) -> None:
         self.book = book
         self.config = config
-        self._incident_id: int | None = None
 
     def on_transition(self, old: State | None, new: State) -> None:
         if isinstance(new, Launching):
-            self._start(old, new)
+            self._start(new)
         elif isinstance(new, Running):
             workers = [w.to_dict() for w in new.workers]
             self.book.record_event(new.subrun, "workers_started", f"{len(workers)} workers started", {"workers": workers})
         elif isinstance(new, Restarting):
-            self._incident_id = self.book.record_incident(
-                new.subrun, "worker_lost", new.incident, new.evidence, step=new.last_step,
-                ranks=(new.evidence.get("rank"),) if new.evidence.get("rank") is not None else (),
-                nodes=((new.evidence.get("worker") or {}).get("node_ip"),) if new.evidence.get("worker") else (),
-            )
-            self.book.end_subrun(new.subrun, "restarting", new.last_step, new.incident)
+            decision = new.judgement.decision
+            self.book.end_subrun(new.subrun, "restarting", new.last_step, f"{decision.action}: {new.judgement.incident.summary()}")
         elif isinstance(new, Finished):
             self.book.end_subrun(new.subrun, "finished", new.last_step, f"trained to step {new.last_step}")
         elif isinstance(new, Failed):
             self.book.record_event(new.subrun, "needs_human", new.reason, {"last_step": new.last_step})
             self.book.end_subrun(new.subrun, "failed", new.last_step, new.reason)
 
-    def _start(self, old: State, new: Launching) -> None:
-        if isinstance(old, Restarting):
-            reason = (f"restart from {new.plan.start_checkpoint or 'initialisation'} (step {new.start_step}); "
-                      f"{new.evidence.get('steps_lost', 0)} steps lost")
-            self.book.record_decision(old.subrun, self._incident_id, "restart", reason, new.plan.to_dict())
+    def on_judgement(self, state: Running, judgement: Judgement) -> None:
+        incident, decision = judgement.incident, judgement.decision
+        incident_id = self.book.record_incident(
+            state.subrun, incident.kind, incident.summary(), incident.to_dict(), step=incident.onset_step,
+            ranks=incident.ranks, nodes=incident.nodes,
+        )
+        self.book.record_decision(state.subrun, incident_id, decision.action, decision.reason, decision.to_dict())
+
+    def _start(self, new: Launching) -> None:
         self.book.start_subrun(new.subrun, new.cause, new.evidence, new.plan.start_checkpoint, new.start_step,
                                new.plan.to_dict(), self.config)
         for path, reason in new.evidence.get("rejected_checkpoints", []):

@@ -9,6 +9,7 @@ import time
 from typing import Callable, TextIO
 
 from runmgr.controller.states import Failed, Finished, Launching, Restarting, Running, State
+from runmgr.controller.judge import Judgement
 from runmgr.workers.group import GroupPoll
 
 
@@ -45,12 +46,18 @@ class ProgressObserver:
             pids = ", ".join(f"rank {w.rank} pid {w.pid}" for w in new.workers)
             self._event(f"sub-run {new.subrun}: {len(new.workers)} workers up ({pids})")
         elif isinstance(new, Restarting):
-            self.last_incident = new.incident
-            self._event(f"incident in {new.subrun}: {new.incident}")
+            decision = new.judgement.decision
+            self._event(f"sub-run {new.subrun} ends at step {new.last_step}: {decision.action}")
         elif isinstance(new, Finished):
             self._event(f"finished: sub-run {new.subrun} reached step {new.last_step}")
         elif isinstance(new, Failed):
             self._event(f"FAILED in sub-run {new.subrun} at step {new.last_step}: {new.reason}")
+
+    def on_judgement(self, state: Running, judgement: Judgement) -> None:
+        incident, decision = judgement.incident, judgement.decision
+        self.last_incident = f"{incident.kind} at step {incident.onset_step} -> {decision.action}"
+        self._event(f"incident: {incident.summary()}")
+        self._event(f"  decision: {decision.action}: {decision.reason}")
 
     def on_poll(self, state: Running, poll: GroupPoll) -> None:
         for report in poll.steps:

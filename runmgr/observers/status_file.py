@@ -8,6 +8,7 @@ from pathlib import Path
 
 from runmgr.controller.states import Failed, Finished, Launching, Restarting, Running, State
 from runmgr.status import write_status
+from runmgr.controller.judge import Judgement
 from runmgr.workers.group import GroupPoll
 
 STATE_NAMES = {Launching: "launching", Running: "running", Restarting: "restarting", Finished: "finished", Failed: "failed"}
@@ -31,11 +32,13 @@ class StatusFileObserver:
         elif isinstance(new, Launching):
             self.status["step"] = new.start_step
         elif isinstance(new, Restarting):
-            self.status["last_incident"] = new.incident
             self.status["workers"] = []
         elif isinstance(new, Failed):
             self.status["last_incident"] = new.reason
         self._write()
+
+    def on_judgement(self, state: Running, judgement: Judgement) -> None:
+        self.status["last_incident"] = f"{judgement.incident.summary()} -> {judgement.decision.action}"
 
     def on_poll(self, state: Running, poll: GroupPoll) -> None:
         # Written on every poll: updated_at tells a relaunch when the driver was last alive.

@@ -12,7 +12,7 @@ from typing import Protocol
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from runmgr.config.schema import ClusterConfig
 from runmgr.errors import ClusterError
@@ -60,6 +60,34 @@ class WorkerGroup(Protocol):
 
     def start(self, config: TrainerConfig, plan: ResumePlan) -> list[WorkerInfo]: ...
 
+    def _placement(self, world: int) -> list:
+        """One bundle per rank in a placement group over the whole cluster."""
+        bundle = bundle_for(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
+        self._pg = placement_group([dict(bundle) for _ in range(world)], strategy=self.cluster.placement_strategy)
+        try:
+            ray.get(self._pg.ready(), timeout=self.start_timeout_s)
+        except GetTimeoutError:
+            self.shutdown()
+            raise ClusterError(
+                f"the cluster could not place {world} workers of {bundle} within {self.start_timeout_s:.0f} s: "
+                f"free resources are {ray.available_resources()}; lower cluster.num_workers or add nodes"
+            ) from None
+        return [PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=rank) for rank in range(world)]
+
+    def _pinned_strategies(self, world: int) -> list:
+        """Ranks pinned to the allowed nodes, packed in node order by capacity."""
+        bundle = bundle_for(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
+        slots: list[str] = []
+        for node in ray.nodes():
+            if node["Alive"] and node["NodeID"] in set(self.allowed_node_ids or ()):
+                fits = min(int(node["Resources"].get(k, 0) // v) for k, v in bundle.items() if v > 0)
+                slots += [node["NodeID"]] * fits
+        if len(slots) < world:
+            raise ClusterError(
+                f"the {len(self.allowed_node_ids or ())} allowed nodes hold {len(slots)} workers of {bundle}, "
+                f"the run needs {world}: add nodes, or lower cluster.num_workers (excluded nodes stay out)")
+        return [NodeAffinitySchedulingStrategy(node_id, soft=False) for node_id in slots[:world]]
+
     def poll(self, timeout_s: float) -> GroupPoll: ...
 
     def shutdown(self) -> None: ...
@@ -77,9 +105,13 @@ def root_cause(failures: list[WorkerFailure]) -> WorkerFailure:
 class RayWorkerGroup:
     """One actor per rank, placed by a placement group over the cluster."""
 
-    def __init__(self, cluster: ClusterConfig, device_kind: str, start_timeout_s: float, lease_s: float) -> None:
+    def __init__(self, cluster: ClusterConfig, device_kind: str, start_timeout_s: float, lease_s: float,
+                 allowed_node_ids: list[str] | None = None) -> None:
+        """``allowed_node_ids``: place ranks only on these Ray nodes (health-check
+        admissions minus excluded nodes); None: anywhere the placement group fits."""
         self.cluster = cluster
         self.lease_s = lease_s
+        self.allowed_node_ids = allowed_node_ids
         self.device_kind = device_kind
         self.start_timeout_s = start_timeout_s
         self._pg = None
@@ -93,6 +125,27 @@ class RayWorkerGroup:
 
     def start(self, config: TrainerConfig, plan: ResumePlan) -> list[WorkerInfo]:
         world = self.cluster.num_workers
+        strategies = self._pinned_strategies(world) if self.allowed_node_ids is not None else self._placement(world)
+        self._actors = [
+            RemoteTrainerWorker.options(
+                **actor_resources(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker),
+                scheduling_strategy=strategy,
+            ).remote(rank, world, self.lease_s)
+            for rank, strategy in enumerate(strategies)
+        ]
+        try:
+            self._infos = ray.get([a.describe.remote() for a in self._actors], timeout=self.start_timeout_s)
+        except GetTimeoutError:
+            self.shutdown()
+            raise ClusterError(f"{world} workers did not start within {self.start_timeout_s:.0f} s "
+                               f"(free resources: {ray.available_resources()})") from None
+        port = ray.get(self._actors[0].reserve_port.remote())
+        master = self._infos[0].node_ip
+        self._runs = {a.run.remote(config, plan, master, port): rank for rank, a in enumerate(self._actors)}
+        return self.workers
+
+    def _placement(self, world: int) -> list:
+        """One bundle per rank in a placement group over the whole cluster."""
         bundle = bundle_for(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
         self._pg = placement_group([dict(bundle) for _ in range(world)], strategy=self.cluster.placement_strategy)
         try:
@@ -103,18 +156,21 @@ class RayWorkerGroup:
                 f"the cluster could not place {world} workers of {bundle} within {self.start_timeout_s:.0f} s: "
                 f"free resources are {ray.available_resources()}; lower cluster.num_workers or add nodes"
             ) from None
-        self._actors = [
-            RemoteTrainerWorker.options(
-                **actor_resources(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker),
-                scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=rank),
-            ).remote(rank, world, self.lease_s)
-            for rank in range(world)
-        ]
-        self._infos = ray.get([a.describe.remote() for a in self._actors], timeout=self.start_timeout_s)
-        port = ray.get(self._actors[0].reserve_port.remote())
-        master = self._infos[0].node_ip
-        self._runs = {a.run.remote(config, plan, master, port): rank for rank, a in enumerate(self._actors)}
-        return self.workers
+        return [PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=rank) for rank in range(world)]
+
+    def _pinned_strategies(self, world: int) -> list:
+        """Ranks pinned to the allowed nodes, packed in node order by capacity."""
+        bundle = bundle_for(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
+        slots: list[str] = []
+        for node in ray.nodes():
+            if node["Alive"] and node["NodeID"] in set(self.allowed_node_ids or ()):
+                fits = min(int(node["Resources"].get(k, 0) // v) for k, v in bundle.items() if v > 0)
+                slots += [node["NodeID"]] * fits
+        if len(slots) < world:
+            raise ClusterError(
+                f"the {len(self.allowed_node_ids or ())} allowed nodes hold {len(slots)} workers of {bundle}, "
+                f"the run needs {world}: add nodes, or lower cluster.num_workers (excluded nodes stay out)")
+        return [NodeAffinitySchedulingStrategy(node_id, soft=False) for node_id in slots[:world]]
 
     def poll(self, timeout_s: float) -> GroupPoll:
         result = GroupPoll()

@@ -30,7 +30,7 @@ def test_a_killed_worker_resumes_from_the_last_checkpoint_bit_for_bit(tmp_path, 
     assert start["start_step"] in (10, 20) and start["start_checkpoint"].endswith(f"step_{start['start_step']:08d}")
     assert start["evidence"]["steps_lost"] >= 0
     timeline = runmgr_text("logbook", "show", str(run.run_dir))
-    assert "1.01" in timeline and "worker lost" in timeline and "finished" in timeline
+    assert "1.01" in timeline and "worker_death" in timeline and "killed" in timeline and "finished" in timeline
 
 
 def test_a_killed_driver_resumes_as_the_next_subrun_past_a_damaged_checkpoint(tmp_path, reference_losses):

@@ -43,8 +43,7 @@ def main(spec_path: str, out_dir: str) -> None:
     out = Path(out_dir)
     result = train(config_from_dict(spec["config"]), ResumePlan.from_dict(spec.get("plan", {})),
                    FileReporter(out / f"rank{env.rank}.events"), env)
-    payload = dataclasses.asdict(result)
-    (out / f"rank{env.rank}.json").write_text(json.dumps(payload))
+    (out / f"rank{env.rank}.json").write_text(json.dumps(result.to_dict()))
 
 
 if __name__ == "__main__":

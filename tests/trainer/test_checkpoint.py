@@ -4,8 +4,6 @@ step even when training goes on, and a load verifies first."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 

@@ -1,5 +1,6 @@
 """Step the controller one transition at a time with a fake worker group and
-queued polls (Ray Train v2's controller tests in spirit)."""
+queued polls (Ray Train v2's controller tests in spirit). The judge is the
+real one: real detectors and the real policy on the queued observations."""
 
 from __future__ import annotations
 
@@ -7,19 +8,25 @@ from collections import deque
 
 import pytest
 
+from runmgr.controller.judge import Judge
 from runmgr.controller.machine import Controller, SubrunIds, TransitionError
-from runmgr.resume import ResumePoint
 from runmgr.controller.states import Failed, Finished, Launching, Restarting, Running
 from runmgr.errors import ClusterError
+from runmgr.policy.checkpoints import VerifiedCheckpoint
+from runmgr.policy.config import PolicyConfig
+from runmgr.resume import ResumePoint
+from runmgr.watch.config import WatcherConfig
 from runmgr.workers.actor import WorkerInfo
-from runmgr.workers.group import GroupPoll, WorkerFailure
+from runmgr.workers.group import GroupPoll, WorkerFailure, root_cause
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan, SkipRange
 from trainer.report import StepReport
 
+CHECKPOINTS = [VerifiedCheckpoint(10, 80), VerifiedCheckpoint(20, 160)]
 
-def step_report(step: int) -> StepReport:
-    return StepReport("1.00", step, 2.0, 1.0, 1e-3, 1.0, 512, step * 8, 0.1, (0.05, 0.05), False, float(step))
+
+def step_report(step: int, loss: float = 2.0, subrun: str = "1.00") -> StepReport:
+    return StepReport(subrun, step, loss, 1.0, 1e-3, 1.0, 512, step * 8, 0.1, (0.05, 0.05), False, 1000.0 + step)
 
 
 class FakeGroup:
@@ -29,13 +36,14 @@ class FakeGroup:
         self.polls = deque(polls)
         self.fail_start = fail_start
         self.started_with: ResumePlan | None = None
+        self.excluded: frozenset[str] | None = None
         self.shut_down = False
 
     def start(self, config: TrainerConfig, plan: ResumePlan) -> list[WorkerInfo]:
         if self.fail_start:
             raise ClusterError("no room")
         self.started_with = plan
-        return [WorkerInfo(r, 100 + r, "node", "127.0.0.1") for r in range(2)]
+        return [WorkerInfo(r, 100 + r, f"node{r}", "127.0.0.1") for r in range(2)]
 
     def poll(self, timeout_s: float) -> GroupPoll:
         return self.polls.popleft() if self.polls else GroupPoll()
@@ -47,63 +55,77 @@ class FakeGroup:
 class Recorder:
     def __init__(self) -> None:
         self.transitions: list[tuple[str, str]] = []
-        self.polls = 0
+        self.judgements = []
 
     def on_transition(self, old, new) -> None:
         self.transitions.append((type(old).__name__ if old else "-", type(new).__name__))
 
     def on_poll(self, state, poll) -> None:
-        self.polls += 1
+        pass
+
+    def on_judgement(self, state, judgement) -> None:
+        self.judgements.append(judgement)
 
 
-def make_controller(groups: list[FakeGroup], point: ResumePoint, max_restarts: int = 3,
-                    plan: ResumePlan | None = None) -> tuple[Controller, Recorder]:
+def make_controller(groups: list[FakeGroup], points: dict | None = None, plan: ResumePlan | None = None,
+                    policy: PolicyConfig | None = None) -> tuple[Controller, Recorder]:
     queue = deque(groups)
     recorder = Recorder()
-    plan = plan or ResumePlan(subrun="1.00")
+    points = points or {20: ResumePoint("/ck/step_00000020", 20), 10: ResumePoint("/ck/step_00000010", 10)}
+
+    def make_group(excluded):
+        group = queue.popleft()
+        group.excluded = excluded
+        return group
+
+    judge = Judge(WatcherConfig(), policy or PolicyConfig(), lambda max_step: [c for c in CHECKPOINTS if c.step <= max_step])
     controller = Controller(
-        Launching("1.00", plan, 0, "launch"), TrainerConfig(), make_group=queue.popleft,
-        find_resume_point=lambda max_step: point, subrun_ids=SubrunIds(1, 1), max_restarts=max_restarts,
-        poll_interval_s=0.0, observers=[recorder],
+        Launching("1.00", plan or ResumePlan(subrun="1.00"), 0, "launch"), TrainerConfig(), make_group=make_group,
+        resume_at=lambda step, why: points.get(step, ResumePoint(None, 0)), judge=judge, subrun_ids=SubrunIds(1, 1),
+        poll_interval_s=0.0, observers=[recorder], clock=lambda: 2000.0,
     )
     return controller, recorder
 
 
-def died(rank: int, step_text: str = "actor died") -> WorkerFailure:
-    return WorkerFailure(rank, "died", step_text, WorkerInfo(rank, 100 + rank, "node", "127.0.0.1"), 0.0)
+def died(rank: int) -> WorkerFailure:
+    return WorkerFailure(rank, "died", "The actor died unexpectedly before finishing this task.",
+                         WorkerInfo(rank, 100 + rank, f"node{rank}", "127.0.0.1"), 0.0)
 
 
 def test_a_clean_run_goes_launching_running_finished():
     group = FakeGroup([GroupPoll(steps=[step_report(1), step_report(2)]), GroupPoll(finished_ranks=[0, 1])])
-    controller, recorder = make_controller([group], ResumePoint(None, 0))
+    controller, recorder = make_controller([group])
     assert isinstance(controller.step(), Running)
     assert isinstance(controller.step(), Running)  # a poll with steps stays running
     assert controller.last_step == 2
-    final = controller.step()
-    assert final == Finished("1.00", 2)
+    assert controller.step() == Finished("1.00", 2)
     assert group.shut_down
     assert recorder.transitions == [("Launching", "Running"), ("Running", "Finished")]
+    assert recorder.judgements == []
 
 
 def test_finishing_needs_every_rank():
-    group = FakeGroup([GroupPoll(finished_ranks=[1]), GroupPoll(finished_ranks=[0])])
-    controller, _ = make_controller([group], ResumePoint(None, 0))
+    controller, _ = make_controller([FakeGroup([GroupPoll(finished_ranks=[1]), GroupPoll(finished_ranks=[0])])])
     controller.step()
     assert isinstance(controller.step(), Running)
     assert isinstance(controller.step(), Finished)
 
 
-def test_a_lost_worker_restarts_from_the_last_verified_checkpoint_keeping_the_plan():
+def test_a_killed_worker_restarts_from_the_newest_checkpoint_keeping_the_plan():
     skip = (SkipRange(100, 200),)
     first = FakeGroup([GroupPoll(steps=[step_report(27)], failures=[died(1)])])
     second = FakeGroup([GroupPoll(finished_ranks=[0, 1])])
-    point = ResumePoint("/ck/step_00000020", 20, (("/ck/step_00000025", "manifest missing"),))
-    controller, recorder = make_controller([first, second], point, plan=ResumePlan(subrun="1.00", skip_ranges=skip, lr_scale=0.5))
+    # a fault restarts from the newest verified checkpoint up to the last step recorded (27)
+    points = {27: ResumePoint("/ck/step_00000020", 20, (("/ck/step_00000025", "manifest missing"),))}
+    controller, recorder = make_controller([first, second], points,
+                                           plan=ResumePlan(subrun="1.00", skip_ranges=skip, lr_scale=0.5))
     controller.step()
     restarting = controller.step()
-    assert isinstance(restarting, Restarting)
-    assert first.shut_down
-    assert "rank 1" in restarting.incident and "step 27" in restarting.incident
+    assert isinstance(restarting, Restarting) and first.shut_down
+    judgement = restarting.judgement
+    assert judgement.incident.kind == "worker_death" and judgement.incident.ranks == (1,)
+    assert judgement.incident.evidence["category"] == "killed"
+    assert judgement.decision.action == "restart" and judgement.decision.restart_from_step == 20
     launching = controller.step()
     assert isinstance(launching, Launching)
     assert launching.subrun == "1.01" and launching.start_step == 20
@@ -118,29 +140,50 @@ def test_a_lost_worker_restarts_from_the_last_verified_checkpoint_keeping_the_pl
 
 
 def test_the_restart_budget_stops_the_run_with_a_reason():
-    groups = [FakeGroup([GroupPoll(failures=[died(0)])]) for _ in range(3)]
-    controller, _ = make_controller(groups, ResumePoint("/ck/step_00000010", 10), max_restarts=2)
+    policy = PolicyConfig()
+    policy = type(policy)(**{**vars(policy), "restarts": type(policy.restarts)(max_restarts=2, storm_restarts=10)})
+    groups = [FakeGroup([GroupPoll(steps=[step_report(21, subrun=f"1.0{i}")], failures=[died(0)])]) for i in range(3)]
+    controller, _ = make_controller(groups, points={21: ResumePoint("/ck/step_00000020", 20)}, policy=policy)
     final = controller.run()
     assert isinstance(final, Failed)
-    assert "restart budget exhausted" in final.reason and "2 of 2" in final.reason
+    assert "restart budget is spent (2 of 2" in final.reason
     assert all(g.shut_down for g in groups)
 
 
+def test_a_persistent_loss_spike_rolls_back_and_skips_the_data():
+    healthy = [step_report(s, 2.0 + 0.01 * (s % 3)) for s in range(1, 121)]
+    spiking = [step_report(s, 6.0) for s in range(121, 200)]
+    first = FakeGroup([GroupPoll(steps=healthy), *[GroupPoll(steps=[r]) for r in spiking]])
+    policy = PolicyConfig()
+    policy = type(policy)(**{**vars(policy), "rollback": type(policy.rollback)(margin_steps=100, skip_before_steps=5, skip_after_steps=10)})
+    controller, recorder = make_controller([first, FakeGroup([])], policy=policy,
+                                           points={20: ResumePoint("/ck/step_00000020", 20)})
+    controller.step()
+    while isinstance(controller.state, Running):
+        controller.step()
+    assert isinstance(controller.state, Restarting)
+    decision = controller.state.judgement.decision
+    assert decision.action == "rollback_skip" and decision.restart_from_step == 20
+    assert first.shut_down
+    launching = controller.step()
+    assert launching.start_step == 20 and launching.plan.skip_ranges  # the spiking window is skipped
+    onset_sample = controller.state.evidence["incident"]["onset_sample"]
+    assert any(r.start <= onset_sample < r.end for r in launching.plan.skip_ranges)
+
+
 def test_a_cluster_that_cannot_place_the_workers_fails_the_launch():
-    controller, _ = make_controller([FakeGroup([], fail_start=True)], ResumePoint(None, 0))
+    controller, _ = make_controller([FakeGroup([], fail_start=True)])
     final = controller.step()
     assert isinstance(final, Failed) and "no room" in final.reason
 
 
 def test_illegal_transitions_are_refused():
-    controller, _ = make_controller([FakeGroup([])], ResumePoint(None, 0))
+    controller, _ = make_controller([FakeGroup([])])
     with pytest.raises(TransitionError):
         controller._transition(Finished("1.00", 0))
 
 
 def test_root_cause_prefers_the_dead_process_over_the_peer_echo():
-    from runmgr.workers.group import root_cause
-
     echo = WorkerFailure(0, "error", "RuntimeError: [gloo] Connection closed by peer", None, 1.0)
     dead = WorkerFailure(1, "died", "actor died", None, 2.0)
     assert root_cause([echo, dead]) is dead

@@ -1,0 +1,101 @@
+"""``runmgr health-check [conf=NAME] [key=value ...]``: check every node of
+the run's Ray cluster, print a table (or ``--json``), keep the exclusions
+where ``runmgr launch`` reads them, and with ``--k8s-label`` mark the
+excluded Kubernetes nodes.
+
+Progress goes to stderr, the table or JSON to stdout. Exit codes: 0 every
+node admitted, 1 some node excluded, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TextIO
+
+DEFAULT_CONF = "demo"
+EXIT_ALL_ADMITTED, EXIT_SOME_EXCLUDED = 0, 1
+
+
+def add_parser(sub) -> None:
+    """Register the subcommand on the ``runmgr`` parser's subparsers."""
+    parser = sub.add_parser(
+        "health-check", help="check every node (devices, ECC, compute, collectives, mounts, data, "
+                             "versions) and keep the bad ones out of runs")
+    parser.add_argument("items", nargs="*", metavar="[conf=NAME] key=value",
+                        help=f"the run's config (default conf={DEFAULT_CONF}) and overrides, "
+                             "e.g. health.storage.timeout_s=10")
+    parser.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
+    parser.add_argument("--k8s-label", action="store_true",
+                        help="label (runmgr.io/health=excluded) and taint (runmgr.io/unhealthy:NoSchedule) "
+                             "the Kubernetes nodes of excluded Ray nodes; clear nodes admitted again")
+    parser.add_argument("--k8s-host", default=None, metavar="URL",
+                        help="Kubernetes API server (default: in-cluster, else ~/.kube/config)")
+    parser.add_argument("--config-dir", type=Path, default=None, help="directory of the configs (default: ./conf)")
+    parser.set_defaults(func=cmd_health_check)
+
+
+def split_items(items: list[str]) -> tuple[str, list[str]]:
+    """(conf name, overrides); the demo's config when no ``conf=`` is given."""
+    from runmgr.errors import UserError
+
+    confs = [i.split("=", 1)[1] for i in items if i.startswith("conf=")]
+    if len(confs) > 1:
+        raise UserError("name at most one config, e.g. `runmgr health-check conf=run12`")
+    return (confs[0] if confs else DEFAULT_CONF), [i for i in items if not i.startswith("conf=")]
+
+
+def _progress(err: TextIO):
+    def say(line: str) -> None:
+        err.write(line + "\n")
+        err.flush()
+    return say
+
+
+def cmd_health_check(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    from runmgr import cluster as ray_cluster
+    from runmgr.config.compose import load_run_config
+
+    conf, overrides = split_items(args.items)
+    config = load_run_config(conf, overrides, args.config_dir)
+    api = None
+    if args.k8s_label:
+        from runmgr.healthcheck.k8s import core_api
+
+        api = core_api(args.k8s_host)  # before the probes: a bad API setup fails fast
+    ray_cluster.preflight(config.cluster)
+    say = _progress(err)
+    say(f"health-check: connecting to {config.cluster.address or 'a local Ray started for the check'}")
+    ray_cluster.connect(config.cluster)
+    try:
+        return _check(config, args, api, out, say)
+    finally:
+        ray_cluster.disconnect()
+
+
+def _check(config, args: argparse.Namespace, api, out: TextIO, say) -> int:
+    import ray
+
+    from runmgr.healthcheck.gate import check_and_record, store_for
+    from runmgr.healthcheck.summary import render
+    from runmgr.placement import resolve_device_kind
+
+    store = store_for(config)
+    device_kind = resolve_device_kind(config.device, ray.cluster_resources())
+    check, report, path = check_and_record(config.health, device_kind, store, "health-check", say)
+    if api is not None:
+        from runmgr.healthcheck.k8s import apply_health_labels
+
+        report["k8s"] = [a.to_dict() for a in apply_health_labels(report, api, say)]
+        store.save_report(check.check_id, report)
+    if args.json:
+        out.write(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    else:
+        keys = {entry["node"]: entry["history_key"] for entry in report["nodes"]}
+        out.write(render(check, keys, store.lemons()) + "\n")
+        out.write(f"report: {path}\nexclusions: {store.path} (runmgr launch keeps these nodes out "
+                  "with health.skip=true, and re-checks them otherwise)\n")
+    out.flush()
+    return EXIT_SOME_EXCLUDED if check.excluded else EXIT_ALL_ADMITTED

@@ -1,0 +1,156 @@
+"""The whole check on a Ray cluster: the node probes on every node at once
+(one task each, pinned to its node, bounded), the fleet's first verdicts,
+the collective tests among the nodes still in, and the final verdicts.
+
+Progress goes to a callback (one line per event) so that a person watching
+sees the check move; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+from health.config import HealthConfig
+from health.findings import Severity, fail
+from health.fleet import Verdict, decide
+from health.node import NodeReport
+from runmgr.errors import ClusterError
+from runmgr.healthcheck.collectives import (
+    CollectiveOutcome, Measure, collective_results, measure_collectives,
+)
+from runmgr.healthcheck.nodes import RayNode, alive_nodes
+from runmgr.healthcheck.node_task import probe_this_node
+
+Progress = Callable[[str], None]
+Clock = Callable[[], float]
+
+
+@dataclass
+class FleetCheck:
+    """One whole check: who was looked at, what they said, what was decided."""
+
+    check_id: str
+    """Unique name of this check (UTC time and driver pid)."""
+    started_at: float
+    seconds: float
+    nodes: list[RayNode]
+    reports: list[NodeReport]
+    verdicts: list[Verdict]
+    collectives: Optional[CollectiveOutcome] = None
+    """None when the group tests did not run (disabled, or fewer than two nodes)."""
+    notes: list[str] = field(default_factory=list)
+    """What a person should know about the check itself (e.g. collectives skipped)."""
+
+    @property
+    def admitted_node_ids(self) -> list[str]:
+        return [v.node for v in self.verdicts if v.verdict != "exclude"]
+
+    @property
+    def excluded(self) -> dict[str, list[str]]:
+        return {v.node: list(v.reasons) for v in self.verdicts if v.verdict == "exclude"}
+
+
+def new_check_id(now: float) -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now)) + f"-{os.getpid()}"
+
+
+def _failed_report(node: RayNode, code: str, message: str) -> NodeReport:
+    return NodeReport(node.node_id, [fail(code, message, node=node.display())],
+                      facts={"node.hostname": node.hostname})
+
+
+def _first_reason(report: NodeReport) -> str:
+    failing = [f.message for f in report.findings if f.severity is Severity.FAIL]
+    return f"FAIL {failing[0]}" if failing else "ok"
+
+
+def _collect(ref, node: RayNode) -> NodeReport:
+    import ray
+    from ray.exceptions import RayError, RayTaskError
+
+    try:
+        return NodeReport.from_dict(ray.get(ref))
+    except RayTaskError as exc:
+        lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+        return _failed_report(node, "health.probe_error",
+                              f"the probes crashed on this node: {lines[-1].strip() if lines else exc}")
+    except RayError as exc:  # the worker or the node died under the probes
+        return _failed_report(node, "health.node_lost",
+                              f"the node stopped answering during the probes: {type(exc).__name__}")
+
+
+def gather_node_reports(nodes: Sequence[RayNode], config: HealthConfig, progress: Progress,
+                        clock: Clock = time.monotonic) -> list[NodeReport]:
+    """Probe every node at once; a node silent past ``node_timeout_s`` fails."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    # num_cpus=0: a probe must run even where the run's workers hold every CPU.
+    task = ray.remote(num_cpus=0, max_retries=0)(probe_this_node)
+    refs = {task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n.node_id, soft=False))
+            .remote(config, n.node_id): n for n in nodes}
+    deadline = clock() + config.node_timeout_s
+    reports: dict[str, NodeReport] = {}
+    pending = list(refs)
+    while pending and clock() < deadline:
+        done, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - clock()))
+        for ref in done:
+            node = refs[ref]
+            report = reports[node.node_id] = _collect(ref, node)
+            progress(f"  [{len(reports)}/{len(nodes)}] {node.display()}  "
+                     f"{report.seconds:.1f} s  {_first_reason(report)}")
+    for ref in pending:
+        node = refs[ref]
+        ray.cancel(ref, force=True)
+        reports[node.node_id] = _failed_report(
+            node, "health.node_timeout",
+            f"the node's probes did not finish within health.node_timeout_s="
+            f"{config.node_timeout_s:g} s: the node is hung or overloaded; drain it")
+        progress(f"  [{len(reports)}/{len(nodes)}] {node.display()}  no answer within "
+                 f"{config.node_timeout_s:g} s")
+    return [reports[n.node_id] for n in nodes]
+
+
+def run_collectives(reports: list[NodeReport], verdicts: list[Verdict], config: HealthConfig,
+                    device_kind: str, progress: Progress,
+                    measure: Optional[Measure] = None) -> tuple[Optional[CollectiveOutcome], list[str]]:
+    """Group tests among the nodes the node probes kept; folds results into the reports."""
+    if not config.collectives.enabled:
+        return None, ["collectives: disabled (health.collectives.enabled=false)"]
+    candidates = [v.node for v in verdicts if v.verdict != "exclude"]
+    if len(candidates) < 2:
+        return None, [f"collectives: skipped, {len(candidates)} node(s) passed the node probes "
+                      "(a group needs two)"]
+    progress(f"collectives: all-reduce in groups of {config.collectives.group_size} over "
+             f"{len(candidates)} nodes ({device_kind})")
+    outcome = measure_collectives(candidates, device_kind, config.collectives, config.fleet, measure)
+    by_node = {r.node: r for r in reports}
+    for node, result in collective_results(outcome).items():
+        report = by_node[node]
+        report.findings.extend(result.findings)
+        report.figures.update(result.figures)
+    progress(f"collectives: {len(outcome.first)} groups, {len(outcome.second)} re-pairings, "
+             f"{len(outcome.failed)} failed")
+    return outcome, []
+
+
+def run_fleet_check(config: HealthConfig, device_kind: str, progress: Progress,
+                    clock: Clock = time.time, nodes: Optional[Sequence[RayNode]] = None,
+                    measure: Optional[Measure] = None) -> FleetCheck:
+    """The whole check on the connected Ray cluster (``nodes``: its alive nodes)."""
+    started = clock()
+    nodes = list(nodes) if nodes is not None else alive_nodes()
+    if not nodes:
+        raise ClusterError("the Ray cluster has no alive node to check: start the nodes first")
+    progress(f"health-check: probing {len(nodes)} node(s) at once (devices, storage, data, "
+             f"software, compute; at most {config.node_timeout_s:g} s each)")
+    reports = gather_node_reports(nodes, config, progress)
+    verdicts = decide(reports, config.fleet)
+    outcome, notes = run_collectives(reports, verdicts, config, device_kind, progress, measure)
+    if outcome is not None:
+        verdicts = decide(reports, config.fleet)
+    return FleetCheck(new_check_id(started), started, clock() - started, list(nodes), reports,
+                      verdicts, outcome, notes)

@@ -1,0 +1,84 @@
+"""What runs on one node: the probes of :func:`health.check.check_node`, with
+the node's own environment applied to the mount paths, plus who the node is
+(host name, Kubernetes node) so that exclusions can be acted on."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Mapping, Optional
+
+from health.config import HealthConfig, MountSpec
+from health.findings import Finding, fail
+
+K8S_NODE_ENV = ("RUNMGR_K8S_NODE_NAME", "NODE_NAME")
+"""Variables that may hold the Kubernetes node name (downward API ``spec.nodeName``)."""
+SERVICEACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+_VARIABLE = re.compile(r"\$(\w+)|\$\{(\w+)\}")
+
+
+def mount_variables(path: str) -> list[str]:
+    """The ``$VAR`` / ``${VAR}`` names in a mount path, in order."""
+    return [a or b for a, b in _VARIABLE.findall(path)]
+
+
+def expand_mount_paths(config: HealthConfig, environ: Mapping[str, str]
+                       ) -> tuple[HealthConfig, list[Finding]]:
+    """Resolve ``$VAR`` in mount paths with this node's environment.
+
+    Nodes may reach a shared file system by different paths (a rack's own
+    server, a per-node scratch mount), so a path may name the node's
+    environment. A variable the node does not set fails the node for that
+    mount, with the variable named.
+    """
+    mounts: list[MountSpec] = []
+    findings: list[Finding] = []
+    for spec in config.storage.mounts:
+        missing = [name for name in mount_variables(spec.path) if name not in environ]
+        if missing:
+            findings.append(fail(
+                "storage.unresolved",
+                f"{spec.path}: ${missing[0]} is not set on this node; set it in the node's "
+                "environment (Ray inherits the raylet's) or fix health.storage.mounts",
+                path=spec.path, variable=missing[0]))
+            continue
+        resolved = _VARIABLE.sub(lambda m: environ[m.group(1) or m.group(2)], spec.path)
+        mounts.append(replace(spec, path=resolved))
+    return replace(config, storage=replace(config.storage, mounts=mounts)), findings
+
+
+def _read_text(path: Path) -> Optional[str]:
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def identity_facts(environ: Mapping[str, str], hostname: str,
+                   namespace_file: Path = SERVICEACCOUNT_NAMESPACE) -> dict[str, Optional[str]]:
+    """Host name and, inside Kubernetes, the node (or the pod to look it up by)."""
+    facts: dict[str, Optional[str]] = {"node.hostname": hostname}
+    node_name = next((environ[k] for k in K8S_NODE_ENV if environ.get(k)), None)
+    if node_name:
+        facts["k8s.node_name"] = node_name
+    if environ.get("KUBERNETES_SERVICE_HOST"):
+        facts["k8s.pod"] = hostname  # a pod's host name is its name
+        facts["k8s.namespace"] = _read_text(namespace_file)
+    return facts
+
+
+def probe_this_node(config: HealthConfig, node_id: str) -> dict:
+    """Every per-node probe, on the node this runs on; a JSON-able NodeReport."""
+    from health.check import check_node  # imports torch: only where the probes run
+
+    started = time.time()
+    expanded, problems = expand_mount_paths(config, os.environ)
+    report = check_node(expanded, node=node_id)
+    report.findings.extend(problems)
+    report.facts.update(identity_facts(os.environ, socket.gethostname()))
+    report.started_at, report.seconds = started, time.time() - started
+    return report.to_dict()

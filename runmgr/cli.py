@@ -54,6 +54,12 @@ def cmd_logbook(args: argparse.Namespace) -> int:
     return logbook_cli.metrics_jsonl(run_dir, sys.stdout, kept=not args.all)
 
 
+def cmd_watch_replay(args: argparse.Namespace) -> int:
+    from runmgr.watch.replay import main_replay
+
+    return main_replay(args.file, args.json, sys.stdout, save_interval=args.save_interval)
+
+
 def cmd_prepare_data(args: argparse.Namespace) -> int:
     from trainer.data.prepare import main as prepare_main
 
@@ -88,6 +94,15 @@ def build_parser() -> argparse.ArgumentParser:
     book.add_argument("--json", action="store_true", help="one JSON object per line (events, metrics)")
     book.add_argument("--all", action="store_true", help="metrics: every sub-run's rows, also those rolled back")
     book.set_defaults(func=cmd_logbook)
+
+    watch = sub.add_parser("watch", help="run the detectors and the policy over a recorded log")
+    watch_sub = watch.add_subparsers(dest="watch_command", required=True, parser_class=OneLineParser)
+    replay = watch_sub.add_parser("replay", help="incidents and decisions of a recorded training log, without training")
+    replay.add_argument("file", help="`runmgr logbook metrics/events --json` output, or a Megatron-LM / MindSpeed-LLM log")
+    replay.add_argument("--json", action="store_true", help="one JSON object per incident")
+    replay.add_argument("--save-interval", type=int, default=None,
+                        help="checkpoint interval in steps, when the log does not say where checkpoints were")
+    replay.set_defaults(func=cmd_watch_replay)
 
     prep = sub.add_parser("prepare-data", help="write a Megatron indexed dataset from text or JSONL")
     prep.add_argument("rest", nargs=argparse.REMAINDER, help="arguments of python -m trainer.data.prepare")

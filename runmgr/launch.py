@@ -18,6 +18,7 @@ from runmgr.controller.judge import Judge, node_name
 from runmgr.controller.machine import Controller, SubrunIds
 from runmgr.controller.states import Finished, Launching
 from runmgr.dryrun import build_plan, inspect_cluster, render_plan
+from runmgr.healthcheck.gate import preflight_health
 from runmgr.observers.logbook_writer import LogbookObserver
 from runmgr.observers.progress import ProgressObserver
 from runmgr.observers.status_file import StatusFileObserver
@@ -94,7 +95,10 @@ def launch(conf_name: str, overrides: list[str], dry_run: bool = False, conf_dir
             return 0
         ray_cluster.connect(config.cluster)
         try:
-            final = drive(config, book, ids, initial, out)
+            gate = preflight_health(config, out)  # no admitted node: one line, exit 2
+            # The sub-run's start records the health verdicts (excluded nodes, report path).
+            initial = replace(initial, evidence={**initial.evidence, "health": gate.evidence()})
+            final = drive(config, book, ids, initial, out, admitted_node_ids=gate.admitted_node_ids)
         finally:
             ray_cluster.disconnect()
     out.write(f"logbook: runmgr logbook show {run_dir}\n")

@@ -21,7 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 from trainer import exitcodes
 from trainer.config import TrainerConfig
 from trainer.errors import CheckpointError, TrainerConfigError
-from trainer.report import CheckpointReport, Heartbeat, StepReport
+from trainer.report import CheckpointReport, Heartbeat, StartReport, StepReport
 
 CONF_DIR_ENV = "RUNMGR_CONF_DIR"
 TRAINER_SECTIONS = ("model", "optim", "precision", "data", "training", "parallel", "checkpoint", "device")
@@ -98,6 +98,13 @@ class PrintingReporter:
 
     def __init__(self, train_iters: int, out: Optional[TextIO] = None) -> None:
         self.train_iters, self.out = train_iters, out or sys.stdout
+
+    def started(self, r: StartReport) -> None:
+        origin = f"from {r.resumed_from}" if r.resumed_from else "from initialisation"
+        groups = "; ".join(f"{g['name']}: betas {tuple(g['betas'])}, eps {g['eps']:g}, wd {g['weight_decay']:g}, "
+                           f"adam step {g['step']}" for g in r.optimizer)
+        self.out.write(f"start at step {r.start_step} {origin} | {groups}\n")
+        self.out.flush()
 
     def step(self, r: StepReport) -> None:
         skipped = " | SKIPPED (overflow)" if r.skipped else ""

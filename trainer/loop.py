@@ -26,7 +26,7 @@ from trainer.model import build_model
 from trainer.optim import GroupSettings, apply_hyperparameters, build_optimizer, effective_settings, set_lr, warmup_iters
 from trainer.plan import ResumePlan
 from trainer.precision import LossScaler
-from trainer.report import CheckpointReport, Heartbeat, Reporter, StepReport
+from trainer.report import CheckpointReport, Heartbeat, Reporter, StartReport, StepReport
 from trainer.rng import reseed_for_step, rng_snapshot, seed_everything
 from trainer.steps import StepContext, forward_backward, micro_batches, optimizer_step
 
@@ -58,6 +58,8 @@ class TrainResult:
 
 class NullReporter:
     """Drops every report (tests, or callers that only want the result)."""
+
+    def started(self, report: StartReport) -> None: ...
 
     def step(self, report: StepReport) -> None: ...
 
@@ -151,9 +153,18 @@ def _start(config: TrainerConfig, plan: ResumePlan, reporter: Reporter, dist_env
     apply_hyperparameters(optimizer, config.optim)  # the config's betas/eps/wd, not the checkpoint's
     ctx = StepContext(config, plan, dist_env, device, start_step, _rewarmup_iters(config, plan))
     set_lr(optimizer, ctx.lr(start_step + 1))
+    settings = tuple(effective_settings(optimizer))
+    if dist_env.rank == 0:
+        reporter.started(StartReport(
+            subrun=plan.subrun, start_step=start_step, resumed_from=str(resumed_from) if resumed_from else None,
+            consumed_samples=cursor, optimizer=tuple(s.to_dict() for s in settings), loss_scale=scaler.scale,
+            lr_scale=plan.lr_scale, clip_grad=plan.clip_grad if plan.clip_grad is not None else config.optim.clip_grad,
+            reset_optimizer=plan.reset_optimizer, skip_ranges=tuple((r.start, r.end) for r in plan.skip_ranges),
+            time=time.time(),
+        ))
     return _Session(ctx, stream, model, optimizer, scaler,
                     _checkpointer(config, plan, dist_env, ckpt_group, start_step, resumed_from), reporter, cursor,
-                    tuple(effective_settings(optimizer)))
+                    settings)
 
 
 def _run_step(session: _Session, step: int) -> None:

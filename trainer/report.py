@@ -60,6 +60,37 @@ class CheckpointReport:
 
 
 @dataclass(frozen=True)
+class StartReport:
+    """What a sub-run really starts with, reported by rank 0 once the
+    checkpoint is loaded and the plan applied (OPT 12.35's lesson: record the
+    effective optimizer settings of every restart, not the intended ones)."""
+
+    subrun: str
+    start_step: int
+    """Steps already done (the loaded checkpoint's step; 0 from init)."""
+    resumed_from: str | None
+    """Checkpoint directory loaded, None from initialisation."""
+    consumed_samples: int
+    """Stream position the sub-run starts at."""
+    optimizer: tuple[dict, ...]
+    """Per param group: name, lr, betas, eps, weight_decay, num_params, step
+    (Adam step count, 0 when fresh) and moment_norm (0 when fresh)."""
+    loss_scale: float
+    lr_scale: float
+    clip_grad: float
+    """Clipping threshold in force (the plan's override or the config's)."""
+    reset_optimizer: bool
+    skip_ranges: tuple[tuple[int, int], ...]
+    time: float
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["optimizer"] = [dict(group) for group in self.optimizer]
+        out["skip_ranges"] = [list(r) for r in self.skip_ranges]
+        return out
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     """A rank is alive in ``phase`` (one of PHASES) at ``step``."""
 
@@ -72,6 +103,8 @@ class Heartbeat:
 class Reporter(Protocol):
     """Receives the trainer's reports; implementations must be cheap and must
     not raise into the training loop."""
+
+    def started(self, report: StartReport) -> None: ...
 
     def step(self, report: StepReport) -> None: ...
 

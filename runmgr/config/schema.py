@@ -24,6 +24,7 @@ from trainer.config import (
 )
 
 from health.config import HealthConfig, HealthConfigError, validate as validate_health
+from runmgr.chaos.config import ChaosConfig
 from runmgr.policy.config import PolicyConfig
 from runmgr.watch.config import WatcherConfig
 
@@ -100,6 +101,8 @@ class RunConfig:
     """The remedy ladder and its budgets (conf/policy/default.yaml)."""
     health: HealthConfig = field(default_factory=HealthConfig)
     """Node health checks before launch and the device poll during it (conf/health/default.yaml)."""
+    chaos: ChaosConfig = field(default_factory=ChaosConfig)
+    """Faults injected into the run's real processes and inputs (conf/chaos/*.yaml; ``chaos=none``: off)."""
 
     @property
     def world_size(self) -> int:
@@ -139,6 +142,7 @@ class RunConfig:
         if not self.run.name or "/" in self.run.name:
             out.append(f"run.name must be a non-empty name without '/', got {self.run.name!r}")
         out += self.policy.problems()
+        out += self.chaos.problems(self.training.train_iters)
         try:
             validate_health(self.health)
         except HealthConfigError as exc:

@@ -100,7 +100,7 @@ class ExclusionStore:
         """Append one check, durably."""
         self.directory.mkdir(parents=True, exist_ok=True)
         line = (check.to_json() + "\n").encode()
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             self._end_torn_line(fd)
@@ -163,6 +163,7 @@ def write_json_atomically(path: Path, data: dict) -> Path:
         json.dump(data, handle, indent=1, sort_keys=True)
         handle.flush()
         os.fsync(handle.fileno())
+    os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is for everyone who runs jobs
     os.replace(tmp, path)
     return path
 

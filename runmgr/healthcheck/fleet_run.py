@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
@@ -153,4 +154,18 @@ def run_fleet_check(config: HealthConfig, device_kind: str, progress: Progress,
     if outcome is not None:
         verdicts = decide(reports, config.fleet)
     return FleetCheck(new_check_id(started), started, clock() - started, list(nodes), reports,
-                      verdicts, outcome, notes)
+                      verdicts, outcome, coverage_notes(config, reports) + notes)
+
+
+def coverage_notes(config: HealthConfig, reports: Sequence[NodeReport]) -> list[str]:
+    """What the check looked at, and what it could not because nothing was configured."""
+    kinds = Counter(str(r.facts.get("accelerator", "unknown")) for r in reports)
+    notes = ["devices: " + ", ".join(f"{count} {kind} node(s)" for kind, count in sorted(kinds.items()))]
+    if config.storage.mounts:
+        notes.append("storage: " + ", ".join(m.path for m in config.storage.mounts))
+    else:
+        notes.append("storage: no shared mount configured (health.storage.mounts="
+                     "[{path: /mnt/lustre/ckpt, fstype: lustre}])")
+    if not config.data.local_path:
+        notes.append("data: no local dataset configured (health.data.local_path)")
+    return notes

@@ -19,6 +19,15 @@ def metric_row(report) -> dict:
     }
 
 
+def describe_start(start) -> str:
+    """One line: what the optimizer really starts with (OPT 12.35's lesson)."""
+    first = start.optimizer[0] if start.optimizer else {}
+    fresh = all(g.get("step", 0) == 0 for g in start.optimizer)
+    state = "fresh Adam state (step 0, zero moments)" if fresh else f"Adam state at step {first.get('step')}"
+    return (f"effective optimizer at step {start.start_step}: betas {tuple(first.get('betas', ()))}, "
+            f"eps {first.get('eps')}, lr scale {start.lr_scale:g}, clip {start.clip_grad:g}, {state}")
+
+
 class LogbookObserver:
     """Turns transitions and judgements into logbook rows."""
 
@@ -57,6 +66,9 @@ class LogbookObserver:
                                    {"path": path, "reason": reason})
 
     def on_poll(self, state: Running, poll: GroupPoll) -> None:
+        for start in poll.starts:
+            self.book.record_event(state.subrun, "effective_settings", describe_start(start), start.to_dict(),
+                                   step=start.start_step)
         if poll.steps:
             self.book.record_metrics(state.subrun, [metric_row(r) for r in poll.steps])
         for ckpt in poll.checkpoints:

@@ -18,7 +18,7 @@ import ray
 
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
-from trainer.report import CheckpointReport, Heartbeat, StepReport
+from trainer.report import CheckpointReport, Heartbeat, StartReport, StepReport
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,9 @@ class BufferingReporter:
     def __init__(self, max_items: int = 100_000) -> None:
         self._items: deque[tuple[str, object]] = deque(maxlen=max_items)
         self._lock = threading.Lock()
+
+    def started(self, report: StartReport) -> None:
+        self._push("started", report)
 
     def step(self, report: StepReport) -> None:
         self._push("step", report)

@@ -20,11 +20,13 @@ from runmgr.placement import actor_resources, bundle_for
 from runmgr.workers.actor import RemoteTrainerWorker, WorkerInfo
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
-from trainer.report import CheckpointReport, Heartbeat, StepReport
+from trainer.report import CheckpointReport, Heartbeat, StartReport, StepReport
 
 # After the first failure, how long to wait for the others to surface so that
 # the root cause (a dead process) wins over its echo (a peer's broken socket).
 FAILURE_SETTLE_S = 1.0
+# How long one poll waits for the ranks' buffered reports.
+DRAIN_WAIT_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class GroupPoll:
     steps: list[StepReport] = field(default_factory=list)
     checkpoints: list[CheckpointReport] = field(default_factory=list)
     heartbeats: list[Heartbeat] = field(default_factory=list)
+    starts: list[StartReport] = field(default_factory=list)
     finished_ranks: list[int] = field(default_factory=list)
     failures: list[WorkerFailure] = field(default_factory=list)
 
@@ -59,34 +62,6 @@ class WorkerGroup(Protocol):
     """What the controller needs from the ranks of a sub-run."""
 
     def start(self, config: TrainerConfig, plan: ResumePlan) -> list[WorkerInfo]: ...
-
-    def _placement(self, world: int) -> list:
-        """One bundle per rank in a placement group over the whole cluster."""
-        bundle = bundle_for(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
-        self._pg = placement_group([dict(bundle) for _ in range(world)], strategy=self.cluster.placement_strategy)
-        try:
-            ray.get(self._pg.ready(), timeout=self.start_timeout_s)
-        except GetTimeoutError:
-            self.shutdown()
-            raise ClusterError(
-                f"the cluster could not place {world} workers of {bundle} within {self.start_timeout_s:.0f} s: "
-                f"free resources are {ray.available_resources()}; lower cluster.num_workers or add nodes"
-            ) from None
-        return [PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=rank) for rank in range(world)]
-
-    def _pinned_strategies(self, world: int) -> list:
-        """Ranks pinned to the allowed nodes, packed in node order by capacity."""
-        bundle = bundle_for(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
-        slots: list[str] = []
-        for node in ray.nodes():
-            if node["Alive"] and node["NodeID"] in set(self.allowed_node_ids or ()):
-                fits = min(int(node["Resources"].get(k, 0) // v) for k, v in bundle.items() if v > 0)
-                slots += [node["NodeID"]] * fits
-        if len(slots) < world:
-            raise ClusterError(
-                f"the {len(self.allowed_node_ids or ())} allowed nodes hold {len(slots)} workers of {bundle}, "
-                f"the run needs {world}: add nodes, or lower cluster.num_workers (excluded nodes stay out)")
-        return [NodeAffinitySchedulingStrategy(node_id, soft=False) for node_id in slots[:world]]
 
     def poll(self, timeout_s: float) -> GroupPoll: ...
 
@@ -118,6 +93,7 @@ class RayWorkerGroup:
         self._actors: list = []
         self._infos: list[WorkerInfo] = []
         self._runs: dict = {}
+        self._drains: dict = {}
 
     @property
     def workers(self) -> list[WorkerInfo]:
@@ -202,14 +178,25 @@ class RayWorkerGroup:
                 break
 
     def _drain(self, result: GroupPoll) -> None:
-        refs = {a.drain.remote(): rank for rank, a in enumerate(self._actors)}
-        for ref, rank in refs.items():
+        """Collect what the ranks buffered. A rank that does not answer at once
+        (stopped, or busy holding the GIL) keeps its request pending for the
+        next poll, so one wedged rank never stalls the driver."""
+        for rank, actor in enumerate(self._actors):
+            if rank not in self._drains:
+                self._drains[rank] = actor.drain.remote()
+        ready, _ = ray.wait(list(self._drains.values()), num_returns=len(self._drains), timeout=DRAIN_WAIT_S)
+        ready_set = set(ready)
+        for rank, ref in list(self._drains.items()):
+            if ref not in ready_set:
+                continue
+            del self._drains[rank]
             try:
-                items = ray.get(ref, timeout=10)
-            except (RayActorError, GetTimeoutError):
-                continue  # a dead or wedged rank has nothing more to say
+                items = ray.get(ref)
+            except RayActorError:
+                continue  # a dead rank has nothing more to say
             for kind, item in items:
-                {"step": result.steps, "checkpoint": result.checkpoints, "heartbeat": result.heartbeats}[kind].append(item)
+                {"step": result.steps, "checkpoint": result.checkpoints, "heartbeat": result.heartbeats,
+                 "started": result.starts}[kind].append(item)
         result.steps.sort(key=lambda r: r.step)
 
     def _info(self, rank: int) -> WorkerInfo | None:
@@ -218,7 +205,7 @@ class RayWorkerGroup:
     def shutdown(self) -> None:
         for actor in self._actors:
             ray.kill(actor, no_restart=True)
-        self._actors, self._runs = [], {}
+        self._actors, self._runs, self._drains = [], {}, {}
         if self._pg is not None:
             remove_placement_group(self._pg)
             self._pg = None

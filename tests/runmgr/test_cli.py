@@ -68,3 +68,17 @@ def test_dry_run_of_the_demo_fits_this_machine():
 
 def test_status_of_an_unknown_run_is_one_line(tmp_path):
     assert_one_line_error(runmgr("status", "nosuchrun", "--json", cwd=tmp_path), "no run 'nosuchrun'")
+
+
+def test_watch_replay_of_a_megatron_log_with_a_spike_prints_the_incident_and_the_decision():
+    fixtures = ROOT / "tests" / "runmgr" / "watch" / "fixtures"
+    spiky = runmgr("watch", "replay", str(fixtures / "megatron_spike.log"))
+    assert spiky.returncode == 0, spiky.stderr
+    assert "loss_spike at step 4211" in spiky.stdout and "-> rollback_skip" in spiky.stdout
+    clean = runmgr("watch", "replay", str(fixtures / "megatron_clean.log"))
+    assert clean.returncode == 0, clean.stderr
+    assert "no incidents" in clean.stdout and "->" not in clean.stdout
+
+
+def test_watch_replay_of_a_missing_file_is_one_line():
+    assert_one_line_error(runmgr("watch", "replay", "/nonexistent/train.log"), "/nonexistent/train.log")

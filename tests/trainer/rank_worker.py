@@ -27,6 +27,9 @@ class FileReporter:
     def _write(self, kind: str, payload: dict) -> None:
         self.handle.write(json.dumps({"kind": kind, **payload}) + "\n")
 
+    def started(self, report) -> None:
+        self._write("started", report.to_dict())
+
     def step(self, report) -> None:
         self._write("step", report.to_dict())
 

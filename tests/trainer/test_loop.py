@@ -28,7 +28,10 @@ TRAIN_ITERS = 6
 
 class ListReporter:
     def __init__(self) -> None:
-        self.steps, self.checkpoints, self.beats = [], [], []
+        self.steps, self.checkpoints, self.beats, self.starts = [], [], [], []
+
+    def started(self, report) -> None:
+        self.starts.append(report)
 
     def step(self, report) -> None:
         self.steps.append(report)
@@ -170,6 +173,10 @@ def test_reset_optimizer_keeps_weights_and_starts_adam_afresh(three_steps):
     reset = train(config, plan, reporter, DistEnv())
     for group in reset.optimizer_at_start:
         assert group.step == 0 and group.moment_norm == 0.0 and group.betas == (0.9, 0.95)
+    # ...and the reporter is told so when the sub-run starts, for the logbook.
+    (start,) = reporter.starts
+    assert start.reset_optimizer and start.start_step == 3
+    assert all(g["step"] == 0 and g["moment_norm"] == 0.0 and tuple(g["betas"]) == (0.9, 0.95) for g in start.optimizer)
     # The weights were kept: same batch, same loss before the first update...
     assert reset.losses[0] == plain.losses[0]
     # ...and the update differs (fresh moments), so the next loss does too.

@@ -1,0 +1,200 @@
+"""The chaos injector: an observer of the controller that fires the schedule.
+
+It watches like the other observers (``on_transition``, ``on_poll``) and,
+when a fault's trigger is reached, acts on the run's real processes and
+files through :class:`runmgr.chaos.actions.FaultEffects`. Data and LR faults
+were written into the run's inputs before launch; the injector reports them
+when the run first trains on them. Every fault fires once per lineage
+(:class:`runmgr.chaos.state.ChaosState`), and each injection is handed to
+``on_inject`` for the logbook.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Callable, Optional
+
+from runmgr.chaos.actions import FaultEffects, ReadOnlyMount, TargetMissing
+from runmgr.chaos.config import CHECKPOINT_FAIL, LR_BLOWUP, FaultSpec
+from runmgr.chaos.garbage import SampleWindow
+from runmgr.chaos.state import ChaosState
+from runmgr.controller.states import Failed, Finished, Running, State
+
+if TYPE_CHECKING:  # the group module imports ray; the injector only reads the poll
+    from runmgr.controller.judge import Judgement
+    from runmgr.workers.group import GroupPoll
+
+
+@dataclass(frozen=True)
+class Injection:
+    """One fault acted out (or, with ``injected`` False, one that could not be)."""
+
+    kind: str
+    fault: str
+    """The fault's label in the schedule (``3:hang_rank@70``)."""
+    target: str
+    """What it hit: a rank's process, a node, a sample window, the LR schedule."""
+    step: Optional[int]
+    """Last step reported when it fired."""
+    subrun: Optional[str]
+    time: float
+    detail: str
+    """What was done, in one line."""
+    injected: bool = True
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        verb = "injected" if self.injected else "NOT injected"
+        return f"chaos {verb}: {self.kind} on {self.target} at step {self.step}: {self.detail}"
+
+
+OnInject = Callable[[Injection], None]
+
+
+@dataclass(frozen=True)
+class DataWindow:
+    """A garbage window already written into the run's data."""
+
+    label: str
+    kind: str
+    window: SampleWindow
+
+
+@dataclass(frozen=True)
+class LrBlowup:
+    """An LR schedule whose peak the config got wrong."""
+
+    label: str
+    intended_lr: float
+    mistaken_lr: float
+    peak_step: int
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What the injector watches for, as :func:`runmgr.chaos.build.build_chaos` prepared it."""
+
+    runtime: tuple[tuple[str, FaultSpec], ...] = ()
+    windows: tuple[DataWindow, ...] = ()
+    lr_blowup: Optional[LrBlowup] = None
+    global_batch_size: int = 1
+
+
+def subrun_index(subrun: str) -> int:
+    """``12.03`` -> 3."""
+    return int(subrun.rsplit(".", 1)[-1])
+
+
+class ChaosInjector:
+    """Fires the schedule into the running sub-run; must not otherwise change the run."""
+
+    def __init__(self, schedule: Schedule, effects: FaultEffects, state: ChaosState, on_inject: OnInject,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.schedule = schedule
+        self.effects = effects
+        self.state = state
+        self.on_inject = on_inject
+        self.clock = clock
+        self._running: Optional[Running] = None
+        self._running_since = 0.0
+        self._step: Optional[int] = None
+        self._last_consumed: Optional[int] = None
+        self._sub_run_mounts: list[ReadOnlyMount] = []
+        self._timed_mounts: list[tuple[float, ReadOnlyMount]] = []
+
+    # --- observer protocol -------------------------------------------------
+
+    def on_transition(self, old: State | None, new: State) -> None:
+        if isinstance(new, Running):
+            self._running, self._running_since = new, self.clock()
+            self._step, self._last_consumed = new.start_step, None
+            return
+        if isinstance(old, Running):
+            self._running = None
+            self._undo(self._sub_run_mounts)  # the sub-run's storage outage ends with it
+            self._sub_run_mounts = []
+        if isinstance(new, (Finished, Failed)):
+            self.close()
+
+    def on_poll(self, state: Running, poll: GroupPoll) -> None:
+        self._running = state
+        for report in poll.steps:
+            self._watch_inputs(state, report)
+            self._step = report.step
+        now = self.clock()
+        for label, fault in self.schedule.runtime:
+            if not self.state.has_fired(label) and self._due(fault, state, now):
+                self._fire(label, fault, state, now)
+        self._expire(now)
+
+    def on_judgement(self, state: Running, judgement: Judgement) -> None:
+        """Chaos does not read judgements: it must not adapt to the remedies."""
+
+    def close(self) -> None:
+        """Undo every storage fault still in place (call when the driver stops)."""
+        self._undo(self._sub_run_mounts + [mount for _, mount in self._timed_mounts])
+        self._sub_run_mounts, self._timed_mounts = [], []
+
+    # --- runtime faults ----------------------------------------------------
+
+    def _due(self, fault: FaultSpec, state: Running, now: float) -> bool:
+        if self._step is None or self._step < fault.at_step:
+            return False
+        if fault.at_subrun is not None and subrun_index(state.subrun) < fault.at_subrun:
+            return False
+        return fault.after_seconds is None or now - self._running_since >= fault.after_seconds
+
+    def _fire(self, label: str, fault: FaultSpec, state: Running, now: float) -> None:
+        try:
+            target, detail, mount = self.effects.apply(fault, state.workers)
+        except ProcessLookupError:
+            return  # the process is already gone (the sub-run is ending): try in the next sub-run
+        except (TargetMissing, OSError) as exc:
+            self._record(Injection(fault.kind, label, f"rank {fault.rank}", self._step, state.subrun, now,
+                                   f"could not inject: {exc}", injected=False))
+            return
+        if mount is not None:
+            self.state.add_mount(mount.path)
+            if fault.kind == CHECKPOINT_FAIL and fault.duration_s is not None:
+                self._timed_mounts.append((now + fault.duration_s, mount))
+            else:
+                self._sub_run_mounts.append(mount)
+        self._record(Injection(fault.kind, label, target, self._step, state.subrun, now, detail))
+
+    def _expire(self, now: float) -> None:
+        due = [mount for until, mount in self._timed_mounts if until <= now]
+        if due:
+            self._timed_mounts = [(u, m) for u, m in self._timed_mounts if u > now]
+            self._undo(due)
+
+    def _undo(self, mounts: list[ReadOnlyMount]) -> None:
+        for mount in mounts:
+            mount.undo()
+            self.state.remove_mount(mount.path)
+
+    # --- input faults (written before launch) ------------------------------
+
+    def _watch_inputs(self, state: Running, report) -> None:
+        per_step = self.schedule.global_batch_size
+        start = self._last_consumed if self._last_consumed is not None else report.consumed_samples - per_step
+        self._last_consumed = report.consumed_samples
+        for item in self.schedule.windows:
+            if not self.state.has_fired(item.label) and item.window.overlaps(start, report.consumed_samples):
+                window = item.window
+                self._record(Injection(
+                    item.kind, item.label, f"samples [{window.start}, {window.end})", report.step, state.subrun,
+                    report.time, f"step {report.step} trains on stream positions [{start}, "
+                                 f"{report.consumed_samples}), inside the garbage window written before launch"))
+        blowup = self.schedule.lr_blowup
+        if blowup is not None and not self.state.has_fired(blowup.label) and report.lr > blowup.intended_lr * 1.001:
+            self._record(Injection(
+                LR_BLOWUP, blowup.label, "optim.lr", report.step, state.subrun, report.time,
+                f"LR {report.lr:.3g} at step {report.step} is past the intended peak {blowup.intended_lr:.3g}: "
+                f"the config asks for {blowup.mistaken_lr:.3g} at step {blowup.peak_step}"))
+
+    def _record(self, injection: Injection) -> None:
+        self.state.mark_fired(injection.fault, injection.to_dict())
+        self.on_inject(injection)

@@ -9,17 +9,18 @@ from pathlib import Path
 from typing import TextIO
 
 from logbook.errors import LogbookError
-from logbook.render import chronicle
+from logbook.render import chronicle, run_title
 from logbook.schema import LOGBOOK_FILENAME
 from logbook.store import Logbook
 
 
 def show(run_dir: str | Path, out: TextIO, width: int = 100) -> int:
-    """Print the run's chronicle: header figures, then every sub-run."""
+    """Print the run's chronicle: header figures, then every sub-run (the
+    evidence behind each line is in :func:`events_jsonl`)."""
     with Logbook.open(run_dir, create=False) as book:
         lineage = book.lineage()
-        title = f"run {lineage[0].id.split('.')[0]}  ({run_dir})" if lineage else f"run ({run_dir}): no sub-runs yet"
-        lines = chronicle(title, lineage, book.events(), book.all_metrics(), book.costs(), book.summary(), width)
+        lines = chronicle(run_title(lineage), lineage, book.events(), book.all_metrics(), book.costs(),
+                          book.summary(), width, run_dir=str(run_dir))
     out.write("\n".join(lines) + "\n")
     return 0
 

@@ -1,35 +1,70 @@
-"""The chronicle: a run's lineage as text a person enjoys reading, in the
-spirit of OPT-175B's logbook. Pure functions from logbook records to lines."""
+"""The chronicle: a run's lineage as text a person who was not there can
+read, in the spirit of OPT-175B's logbook. Pure functions from logbook
+records to lines.
+
+Each sub-run gets one start line (id, time, checkpoint, why), the few facts
+that matter (what it cost, what changed, rejected checkpoints), one line per
+incident with its decision under it, its checkpoints and its end. Evidence
+dicts stay out of it: ``runmgr logbook events`` prints them whole.
+"""
 
 from __future__ import annotations
 
-import json
-import textwrap
-import time
+import re
 from pathlib import PurePosixPath
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from logbook.accounting import SubRunCost
+from logbook.changes import config_changes, health_fact, node_changes, plan_changes
 from logbook.records import SubRun
+from logbook.textfmt import clock_text, day, duration, listing, pack, phrases, tidier, wrap
+
+__all__ = ["INDENT", "cause_text", "chronicle", "duration", "ending", "header", "pack", "plan_changes",
+           "run_title", "subrun_block"]
 
 INDENT = " " * 6
 """Body lines of a sub-run sit under its text, past the ``12.03`` column."""
+EVENT_INDENT = INDENT + " " * 10
+"""Continuations of a timed line sit under its text, past ``HH:MM:SS``."""
+MAX_ENTRY_LINES = 3
+"""An incident or decision longer than this is cut (the full text is in ``events``)."""
+SHOWN_AS_FACTS = ("workers_started", "checkpoint_rejected")
+"""Events told among a sub-run's start facts rather than as timed lines."""
 
-_PLAN_KEYS_SHOWN_ELSEWHERE = ("subrun", "start_checkpoint")
+RELAUNCH = "relaunch: "
+"""How ``runmgr launch`` words the cause of a sub-run that resumes a stopped lineage."""
+
+Tidy = Callable[[str], str]
+
+
+def run_title(lineage: Sequence[SubRun]) -> str:
+    """``demo — run 1``: the first sub-run's ``run.name`` and ``run.number``."""
+    if not lineage:
+        return "run (no sub-runs yet)"
+    run = lineage[0].config.get("run")
+    run = run if isinstance(run, Mapping) else {}
+    number = run.get("number", lineage[0].id.split(".")[0])
+    return f"{run['name']} — run {number}" if run.get("name") else f"run {number}"
 
 
 def chronicle(
     title: str, lineage: Sequence[SubRun], events: Sequence[dict], metrics: Sequence[dict],
     costs: Mapping[str, SubRunCost], summary: Mapping[str, Any], width: int = 100,
+    run_dir: Optional[str] = None,
 ) -> list[str]:
-    """The whole timeline: a header of run figures, then one block per sub-run."""
+    """The whole timeline: a header of run figures, then one block per sub-run.
+
+    Paths under ``run_dir`` (or the run directory each sub-run's config
+    recorded) are shown relative to it.
+    """
+    tidy = tidier([run_dir, *(_recorded_run_dir(subrun) for subrun in lineage)])
     lines = header(title, summary, width)
     previous: Optional[SubRun] = None
     for subrun in lineage:
         lines.append("")
         lines += subrun_block(
             subrun, previous, [e for e in events if e["subrun"] == subrun.id],
-            [m for m in metrics if m["subrun"] == subrun.id], costs.get(subrun.id), width,
+            [m for m in metrics if m["subrun"] == subrun.id], costs.get(subrun.id), width, tidy,
         )
         previous = subrun
     return lines
@@ -55,77 +90,175 @@ def header(title: str, summary: Mapping[str, Any], width: int) -> list[str]:
     return [title] + pack(fields, width, indent="  ")
 
 
-def pack(fields: Sequence[str], width: int, indent: str, separator: str = "   ") -> list[str]:
-    """Lay unbreakable fields side by side, starting a new line when one would overflow."""
-    lines: list[str] = []
-    current = ""
-    for field in fields:
-        candidate = f"{current}{separator}{field}" if current else indent + field
-        if current and len(candidate) > width:
-            lines.append(current)
-            candidate = indent + field
-        current = candidate
-    return lines + ([current] if current else [])
-
-
 def subrun_block(
     subrun: SubRun, previous: Optional[SubRun], events: Sequence[dict], metrics: Sequence[dict],
-    cost: Optional[SubRunCost], width: int,
+    cost: Optional[SubRunCost], width: int, tidy: Tidy = str,
 ) -> list[str]:
-    """One sub-run: start, cost, changes, what happened, checkpoints, end."""
-    # The header carries the first date; later blocks repeat it only when the day turns.
-    new_day = previous is not None and _day(previous.started_at) != _day(subrun.started_at)
-    start = f"{subrun.id:<5} started {clock_text(subrun.started_at, with_date=new_day)}"
-    if subrun.start_checkpoint:
-        start += f" from {PurePosixPath(subrun.start_checkpoint).name} (step {subrun.start_step})"
-    start += f" — cause: {subrun.cause}"
-    if subrun.evidence:
-        start += f" ({compact(subrun.evidence)})"
-    lines = wrap(start, width, INDENT)
+    """One sub-run: start, facts, progress, incidents and decisions, checkpoints, end."""
+    lines = wrap(tidy(start_line(subrun, previous, tidy)), width, INDENT)
     if cost is not None and (cost.lost_steps or cost.downtime):
-        lines += _body(f"steps lost: {cost.lost_steps} ({duration(cost.lost_step_time)} of training redone), "
-                       f"down {duration(cost.downtime)} before this start", width)
-    if subrun.config_diff:
-        changes = ", ".join(f"{key} {_value(old)} → {_value(new)}" for key, (old, new) in subrun.config_diff.items())
-        lines += _body(f"config: {changes}", width)
-    plan_text = plan_changes(previous.plan if previous else {}, subrun.plan)
-    if plan_text:
-        lines += _body(f"plan: {plan_text}", width)
+        lines += _body(cost_text(cost), width)
+    changes = [tidy(change) for change in changes_of(subrun, previous)]
+    if changes:
+        lines += phrases("changed: ", changes, width, INDENT, INDENT + "  ")
+    for fact in start_facts(subrun, events):
+        lines += _body(tidy(fact), width)
     if metrics:
         lines += _body(progress(metrics), width)
-    for event in events:
-        lines += happening(event, width)
+    shown: list[str] = []
+    lines += happenings(events, width, tidy, shown)
     checkpoints = [e for e in events if e["type"] == "checkpoint"]
     if checkpoints:
         last = checkpoints[-1]
         lines += _body(f"checkpoints: {len(checkpoints)}, last {PurePosixPath(last['path']).name} "
                        f"(step {last['step']})", width)
-    lines += _body(ending(subrun), width)
+    lines += _body(tidy(ending(subrun, shown)), width)
     return lines
 
 
-def happening(event: dict, width: int) -> list[str]:
-    """An incident, decision or free-form event as a timed line (others: none)."""
-    at = clock_text(event["time"])
-    if event["type"] == "incident":
-        where = f" at step {event['step']}" if event["step"] is not None else ""
-        who = ", ".join(filter(None, [_listing("rank", event["ranks"]), _listing("node", event["nodes"])]))
-        text = f"{at}  incident #{event['id']} {event['kind']}{where}{', ' + who if who else ''}: {event['summary']}"
-        if event["evidence"]:
-            text += f" ({compact(event['evidence'])})"
-    elif event["type"] == "decision":
-        about = f" on #{event['incident_id']}" if event["incident_id"] is not None else ""
-        text = f"{at}  decision{about}: {event['action']} — {event['reason']}"
-    elif event["type"] == "event":
-        where = f" at step {event['step']}" if event["step"] is not None else ""
-        text = f"{at}  {event['kind']}{where}: {event['message']}"
+def start_line(subrun: SubRun, previous: Optional[SubRun], tidy: Tidy = str) -> str:
+    """``1.01  21:00:42  from step_00000020 (step 20)  after: worker_death at step 23 (rank 1 killed)``."""
+    # The header carries the first date; later starts repeat it only when the day turns.
+    new_day = previous is not None and day(previous.started_at) != day(subrun.started_at)
+    if subrun.start_checkpoint:
+        where = f"from {PurePosixPath(subrun.start_checkpoint).name} (step {subrun.start_step})"
     else:
-        return []
-    return wrap(INDENT + text, width, INDENT + " " * 10)
+        where = "from scratch" if subrun.start_step == 0 else f"from step {subrun.start_step}"
+    return f"{subrun.id:<5} {clock_text(subrun.started_at, with_date=new_day)}  {where}  {cause_text(subrun, tidy)}"
 
 
-def ending(subrun: SubRun) -> str:
-    """How the sub-run ended, or that no end is recorded."""
+def cause_text(subrun: SubRun, tidy: Tidy = str) -> str:
+    """Why the sub-run started, short: the incident's kind, step and culprits."""
+    incident = _evidence(subrun).get("incident")
+    if isinstance(incident, Mapping) and incident.get("kind"):
+        return "after: " + incident_headline(incident, tidy)
+    if subrun.cause == "launch":
+        return "(first launch)"
+    if subrun.cause.startswith(RELAUNCH):
+        return f"after: relaunch ({subrun.cause[len(RELAUNCH):]})"
+    return f"after: {subrun.cause}"
+
+
+def incident_headline(incident: Mapping[str, Any], tidy: Tidy = str) -> str:
+    """``worker_death at step 23 (rank 1 killed)`` from an incident dict."""
+    text = str(incident["kind"])
+    if incident.get("onset_step") is not None:
+        text += f" at step {incident['onset_step']}"
+    who = listing("rank", incident.get("ranks") or ()) or listing("node", incident.get("nodes") or ())
+    evidence = incident.get("evidence")
+    cause = evidence.get("cause") if isinstance(evidence, Mapping) else None
+    detail = " ".join(str(part) for part in (who, cause) if part)
+    return text + (f" ({tidy(detail)})" if detail else "")
+
+
+def cost_text(cost: SubRunCost) -> str:
+    """``steps lost: 13 (6.5 s of training redone), down 4.0 s before this start``."""
+    text = f"steps lost: {cost.lost_steps} ({duration(cost.lost_step_time)} of training redone)"
+    # The controller restarts within milliseconds of an end; "down 0.0 s" would be noise.
+    return text + (f", down {duration(cost.downtime)} before this start" if cost.downtime >= 0.05 else "")
+
+
+def changes_of(subrun: SubRun, previous: Optional[SubRun]) -> list[str]:
+    """What this start changed: config keys, plan settings, nodes left out."""
+    optim = subrun.config.get("optim")
+    clip = optim.get("clip_grad") if isinstance(optim, Mapping) else None
+    return (config_changes(subrun.config_diff)
+            + plan_changes(_plan(previous) if previous else {}, _plan(subrun), clip_default=clip)
+            + node_changes(_evidence(subrun), _evidence(previous) if previous else None))
+
+
+def start_facts(subrun: SubRun, events: Sequence[dict]) -> list[str]:
+    """What the health gate and the checkpoint search found, how long workers took to start."""
+    facts = []
+    health = health_fact(_evidence(subrun))
+    if health:
+        facts.append(health)
+    for event in events:
+        if event["type"] != "event":
+            continue
+        if event["kind"] == "checkpoint_rejected":
+            facts.append(rejected_text(event))
+        elif event["kind"] == "workers_started":
+            facts.append(workers_text(event, subrun.started_at))
+    return facts
+
+
+def rejected_text(event: dict) -> str:
+    """``rejected step_00000030: manifest missing`` (the reason as recorded)."""
+    data = event.get("data") if isinstance(event.get("data"), Mapping) else {}
+    if "path" not in data:
+        return f"rejected: {event['message']}"
+    return f"rejected {PurePosixPath(str(data['path'])).name}: {data.get('reason', 'no reason recorded')}"
+
+
+def workers_text(event: dict, started_at: float) -> str:
+    """``2 workers up in 1.4 s`` (how long the start took, of the downtime)."""
+    data = event.get("data") if isinstance(event.get("data"), Mapping) else {}
+    workers = data.get("workers")
+    what = f"{len(workers)} workers up" if isinstance(workers, list) else event["message"]
+    return f"{what} in {duration(max(0.0, event['time'] - started_at))}"
+
+
+def happenings(events: Sequence[dict], width: int, tidy: Tidy = str, shown: Optional[list] = None) -> list[str]:
+    """Incidents (one line each) with their decision under them, and other events.
+
+    The texts told go into ``shown`` so the end line need not repeat them.
+    """
+    shown = [] if shown is None else shown
+    lines: list[str] = []
+    last_incident = None
+    for event in events:
+        at = clock_text(event["time"])
+        if event["type"] == "incident":
+            last_incident = event["id"]
+            description = incident_description(event)
+            shown += [description, event["summary"]]
+            text = f"{at}  {incident_where(event, tidy)}: {description}"
+        elif event["type"] == "decision":
+            shown.append(event["reason"])
+            if event["incident_id"] is not None and event["incident_id"] == last_incident:
+                lines += wrap(tidy(f"{EVENT_INDENT}→ {event['action']} — {event['reason']}"), width,
+                              EVENT_INDENT + "  ", MAX_ENTRY_LINES)
+                continue
+            text = f"{at}  decision: {event['action']} — {event['reason']}"
+        elif event["type"] == "event" and event["kind"] not in SHOWN_AS_FACTS:
+            shown.append(event["message"])
+            where = f" at step {event['step']}" if event["step"] is not None else ""
+            text = f"{at}  {event['kind']}{where}: {event['message']}"
+        else:
+            continue
+        lines += wrap(tidy(INDENT + text), width, EVENT_INDENT, MAX_ENTRY_LINES)
+    return lines
+
+
+def incident_where(event: dict, tidy: Tidy = str) -> str:
+    """``hang at step 23, ranks 0, 1, node 3f2a9c1e…``; ranks and nodes that the
+    description already names are not repeated."""
+    text = event["kind"] + (f" at step {event['step']}" if event["step"] is not None else "")
+    described = tidy(incident_description(event))
+    ranks = [r for r in event["ranks"] if not re.search(rf"\brank {r}\b", described)]
+    nodes = [tidy(str(n)) for n in event["nodes"] if tidy(str(n)) not in described]
+    who = ", ".join(filter(None, [listing("rank", ranks), listing("node", nodes)]))
+    return text + (f", {who}" if who else "")
+
+
+def incident_description(event: dict) -> str:
+    """The detector's one-line description, without the kind and step the line already shows."""
+    evidence = event.get("evidence")
+    if isinstance(evidence, Mapping) and isinstance(evidence.get("description"), str):
+        return evidence["description"]
+    summary = event["summary"]
+    for prefix in (f"{event['kind']} at step {event['step']}: ", f"{event['kind']}: "):
+        if summary.startswith(prefix):
+            return summary[len(prefix):]
+    return summary
+
+
+def ending(subrun: SubRun, shown: Sequence[str] = ()) -> str:
+    """How the sub-run ended, or that no end is recorded.
+
+    A reason that only repeats an incident or decision told above is left out.
+    """
     if subrun.is_open:
         step = "" if subrun.last_step is None else f" (last step {subrun.last_step})"
         return f"no end recorded{step}: still running, or its driver died"
@@ -134,7 +267,10 @@ def ending(subrun: SubRun) -> str:
         text = f"finished at step {subrun.last_step} ({at})"
     else:
         text = f"ended {at}: {subrun.end_state} at step {subrun.last_step}"
-    return text + (f" — {subrun.end_reason}" if subrun.end_reason else "")
+    reason = subrun.end_reason
+    if reason and not _repeats(reason, shown) and reason != f"trained to step {subrun.last_step}":
+        text += f" — {reason}"
+    return text
 
 
 def progress(metrics: Sequence[dict]) -> str:
@@ -146,67 +282,24 @@ def progress(metrics: Sequence[dict]) -> str:
     return text
 
 
-def plan_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
-    """Plan entries that changed, as ``key old → new``; new ones as ``key=value``."""
-    parts = []
-    for key in sorted(set(before) | set(after)):
-        if key in _PLAN_KEYS_SHOWN_ELSEWHERE or before.get(key) == after.get(key):
-            continue
-        if key not in before and not after.get(key):
-            continue  # a neutral setting on its first appearance is no news
-        if key not in after:
-            parts.append(f"{key} {_value(before[key])} → (unset)")
-        elif key in before:
-            parts.append(f"{key} {_value(before[key])} → {_value(after[key])}")
-        else:
-            parts.append(f"{key}={_value(after[key])}")
-    return ", ".join(parts)
+def _repeats(reason: str, shown: Sequence[str]) -> bool:
+    # The controller ends a restarting sub-run with "<action>: <incident summary>".
+    return any(text and (reason == text or reason.endswith(": " + text)) for text in shown)
 
 
-def compact(data: Mapping[str, Any], limit: int = 60) -> str:
-    """``k=v, k=v`` with each value cut to ``limit`` characters."""
-    return ", ".join(f"{key}={_value(value, limit)}" for key, value in data.items())
+def _evidence(subrun: SubRun) -> Mapping[str, Any]:
+    # Any JSON may have been recorded as evidence; only a mapping has fields to tell.
+    return subrun.evidence if isinstance(subrun.evidence, Mapping) else {}
 
 
-def clock_text(timestamp: float, with_date: bool = False) -> str:
-    """Local wall-clock time, with the date when asked."""
-    return time.strftime("%Y-%m-%d %H:%M:%S" if with_date else "%H:%M:%S", time.localtime(timestamp))
+def _plan(subrun: SubRun) -> Mapping[str, Any]:
+    return subrun.plan if isinstance(subrun.plan, Mapping) else {}
 
 
-def duration(seconds: Optional[float]) -> str:
-    """``3.5 s``, ``4m 12s``, ``2h 03m``."""
-    if seconds is None:
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(round(seconds)), 60)
-    if minutes < 60:
-        return f"{minutes}m {secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m"
-
-
-def wrap(line: str, width: int, indent: str) -> list[str]:
-    """Wrap a long line with a hanging indent; short lines are left alone."""
-    if len(line) <= width:
-        return [line]
-    return textwrap.wrap(line, width=width, subsequent_indent=indent, break_on_hyphens=False)
+def _recorded_run_dir(subrun: SubRun) -> Optional[str]:
+    run = subrun.config.get("run")
+    return run.get("dir") if isinstance(run, Mapping) and isinstance(run.get("dir"), str) else None
 
 
 def _body(text: str, width: int) -> list[str]:
     return wrap(INDENT + text, width, INDENT + "  ")
-
-
-def _value(value: Any, limit: int = 60) -> str:
-    text = value if isinstance(value, str) else json.dumps(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _listing(word: str, items: Sequence[Any]) -> str:
-    if not items:
-        return ""
-    return f"{word}{'s' if len(items) > 1 else ''} {', '.join(str(i) for i in items)}"
-
-
-def _day(timestamp: float) -> str:
-    return time.strftime("%Y-%m-%d", time.localtime(timestamp))

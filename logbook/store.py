@@ -288,6 +288,14 @@ class Logbook:
                 "INSERT INTO subrun_ends (seq, subrun_id, end_state, last_step, reason) VALUES (?, ?, ?, ?, ?)",
                 (seq, subrun_id, end_state, last_step, reason))
 
+    def abandon(self, subrun_id: str) -> None:
+        """End an open sub-run whose driver died, as ``abandoned``, at its last
+        recorded step and at the time of its last record (not now)."""
+        with self._lock:
+            subrun = self._existing(subrun_id)
+            if subrun.is_open:
+                self._abandon(subrun)
+
     def _abandon(self, subrun: SubRun) -> None:
         last_step = furthest_step(subrun, queries.max_metric_step(self._connection, subrun.id))
         at = queries.last_activity(self._connection).get(subrun.id, subrun.started_at)

@@ -51,6 +51,10 @@ def cmd_logbook(args: argparse.Namespace) -> int:
         return logbook_cli.show(run_dir, sys.stdout)
     if args.action == "events":
         return logbook_cli.events_jsonl(run_dir, sys.stdout)
+    if args.action == "skipped":
+        from runmgr.logbook_samples import show_skipped
+
+        return show_skipped(run_dir, sys.stdout, limit=args.limit, chars=args.chars)
     return logbook_cli.metrics_jsonl(run_dir, sys.stdout, kept=not args.all)
 
 
@@ -89,10 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
     status.set_defaults(func=cmd_status)
 
     book = sub.add_parser("logbook", help="browse a run's logbook")
-    book.add_argument("action", choices=("show", "events", "metrics", "list"))
+    book.add_argument("action", choices=("show", "events", "metrics", "list", "skipped"))
     book.add_argument("run", nargs="?", help="run name (under runs/) or run directory")
     book.add_argument("--json", action="store_true", help="one JSON object per line (events, metrics)")
     book.add_argument("--all", action="store_true", help="metrics: every sub-run's rows, also those rolled back")
+    book.add_argument("--limit", type=int, default=3, metavar="N", help="skipped: samples decoded per skip range")
+    book.add_argument("--chars", type=int, default=300, metavar="C", help="skipped: characters shown per sample")
     book.set_defaults(func=cmd_logbook)
 
     watch = sub.add_parser("watch", help="run the detectors and the policy over a recorded log")

@@ -40,27 +40,52 @@ def preflight(cluster: ClusterConfig) -> None:
         check_reachable(cluster.address)
 
 
-def connect(cluster: ClusterConfig) -> None:
-    """ray.init for the run; the caller calls :func:`disconnect` at the end."""
+class LocalCluster:
+    """Several Ray nodes on this machine (``cluster.local_nodes`` > 1), one rank
+    each, so that a node can be excluded and its ranks moved to a spare."""
+
+    def __init__(self, cluster: ClusterConfig) -> None:
+        from ray.cluster_utils import Cluster
+
+        node_args = {"num_cpus": max(1, int(cluster.cpus_per_worker + 0.999))}
+        self._cluster = Cluster(initialize_head=True, head_node_args={**node_args, "include_dashboard": False})
+        for _ in range(cluster.local_nodes - 1):
+            self._cluster.add_node(**node_args)
+        self.address = self._cluster.address
+
+    def shutdown(self) -> None:
+        self._cluster.shutdown()
+
+
+def connect(cluster: ClusterConfig) -> LocalCluster | None:
+    """ray.init for the run; the caller passes what this returns (the local
+    nodes it started, if any) to :func:`disconnect` at the end."""
     import ray
 
     if ray.is_initialized():
-        return
-    kwargs: dict = {"logging_level": logging.ERROR, "log_to_driver": False, "include_dashboard": False}
+        return None
+    kwargs: dict = {"logging_level": logging.ERROR, "log_to_driver": False}
     if cluster.address and cluster.address != "auto":
         check_reachable(cluster.address)
-        ray.init(address=cluster.address, **{k: v for k, v in kwargs.items() if k != "include_dashboard"})
-        return
+        ray.init(address=cluster.address, **kwargs)
+        return None
     if cluster.address == "auto":
-        ray.init(address="auto", **{k: v for k, v in kwargs.items() if k != "include_dashboard"})
-        return
+        ray.init(address="auto", **kwargs)
+        return None
+    if cluster.local_nodes > 1:
+        local = LocalCluster(cluster)
+        ray.init(address=local.address, **kwargs)
+        return local
     needed = int(cluster.num_workers * cluster.cpus_per_worker + 0.999)
     num_cpus = cluster.local_num_cpus or max(os.cpu_count() or 1, needed)
-    ray.init(num_cpus=num_cpus, **kwargs)
+    ray.init(num_cpus=num_cpus, include_dashboard=False, **kwargs)
+    return None
 
 
-def disconnect() -> None:
+def disconnect(local: LocalCluster | None = None) -> None:
     import ray
 
     if ray.is_initialized():
         ray.shutdown()
+    if local is not None:
+        local.shutdown()

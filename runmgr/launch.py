@@ -33,21 +33,18 @@ from trainer.data import check_data_path
 from trainer.plan import ResumePlan
 
 
-def last_metric_step(book: Logbook, subrun: str, default: int) -> int:
-    return max((row["step"] for row in book.all_metrics() if row["subrun"] == subrun), default=default)
-
-
 def initial_state(config: RunConfig, book: Logbook, ids: SubrunIds) -> Launching | None:
     """A fresh sub-run, or the next one of an existing lineage (None: already done)."""
     lineage = book.lineage()
     if not lineage:
         subrun = ids.take()
         return Launching(subrun, ResumePlan(subrun=subrun), 0, "launch", {})
+    if lineage[-1].end_state is None:
+        book.abandon(lineage[-1].id)
+        lineage = book.lineage()
     last = lineage[-1]
-    last_step = last.last_step if last.last_step is not None else last_metric_step(book, last.id, last.start_step)
-    if last.end_state is None:
-        book.end_subrun(last.id, "abandoned", last_step, "the driver stopped without recording an end (killed?)")
-    elif last.end_state == "finished" and (last_step or 0) >= config.training.train_iters:
+    last_step = last.last_step if last.last_step is not None else last.start_step
+    if last.end_state == "finished" and (last_step or 0) >= config.training.train_iters:
         return None
     recorded = max((row["step"] for row in book.kept_metrics()), default=0)
     point = find_resume_point(config.checkpoint_dir(), max_step=recorded)
@@ -93,14 +90,14 @@ def launch(conf_name: str, overrides: list[str], dry_run: bool = False, conf_dir
             out.write(f"run {config.run.name} already finished at step {config.training.train_iters}; "
                       f"`runmgr logbook show {run_dir}` shows it\n")
             return 0
-        ray_cluster.connect(config.cluster)
+        local_nodes = ray_cluster.connect(config.cluster)
         try:
             gate = preflight_health(config, out)  # no admitted node: one line, exit 2
             # The sub-run's start records the health verdicts (excluded nodes, report path).
             initial = replace(initial, evidence={**initial.evidence, "health": gate.evidence()})
             final = drive(config, book, ids, initial, out, admitted_node_ids=gate.admitted_node_ids)
         finally:
-            ray_cluster.disconnect()
+            ray_cluster.disconnect(local_nodes)
     out.write(f"logbook: runmgr logbook show {run_dir}\n")
     return 0 if isinstance(final, Finished) else 1
 

@@ -59,6 +59,14 @@ class Chaos:
         has_device_fault = any(f.kind == DEVICE_ECC for f in self.schedule_config.faults)
         self.tools_dir: Optional[Path] = (self.run_dir / CHAOS_DIR / "tools").resolve() if has_device_fault else None
         """Put first on the PATH of the device poll (see :meth:`device_path`); None without device faults."""
+        self._state: Optional[ChaosState] = None
+
+    @property
+    def state(self) -> ChaosState:
+        """The lineage's chaos state, one instance shared by prepare() and the injector."""
+        if self._state is None:
+            self._state = ChaosState(self.run_dir)
+        return self._state
 
     @property
     def enabled(self) -> bool:
@@ -75,32 +83,36 @@ class Chaos:
         that point the run at them (``data.data_path=...``, the LR mistake)."""
         if not self.enabled:
             return []
-        self._undo_stale_mounts(ChaosState(self.run_dir))
+        self._undo_stale_mounts(self.state)
         if self.tools_dir is not None:
             DeviceTools(self.tools_dir).install()
         overrides = []
-        windows = self._windows()
-        if windows:
-            t, m = self.config.training, self.config.model
-            prefix = write_garbage_copy(self.config.data, m.seq_length, t.seed, m.vocab_size,
-                                        [w.window for w in windows], self.schedule_config.seed,
-                                        self.run_dir / CHAOS_DIR / "data")
-            overrides.append(f"data.data_path={prefix}")
+        if self._windows():
+            overrides.append(f"data.data_path={self._garbage_copy()}")
         for _, fault in self.schedule_config.of_kinds((LR_BLOWUP,)):
-            overrides += lr_blowup_overrides(fault, self.config.optim.lr)
+            overrides += lr_blowup_overrides(fault, self.state.remember_intended_lr(self.config.optim.lr))
         return overrides
+
+    def _garbage_copy(self) -> Path:
+        data_dir = (self.run_dir / CHAOS_DIR / "data").resolve()
+        current = self.config.data.data_path
+        if current is not None and Path(current).resolve().parent == data_dir:
+            return Path(current).resolve()  # the config already points at this lineage's copy
+        t, m = self.config.training, self.config.model
+        return write_garbage_copy(self.config.data, m.seq_length, t.seed, m.vocab_size,
+                                  [w.window for w in self._windows()], self.schedule_config.seed, data_dir)
 
     def injector(self, on_inject: OnInject) -> ChaosInjector:
         """The observer to add to the controller; ``on_inject`` gets every injection."""
         tools = DeviceTools(self.tools_dir) if self.tools_dir is not None else None
         effects = FaultEffects(str(self.config.checkpoint_dir().resolve()), tools)
-        return ChaosInjector(self.schedule(), effects, ChaosState(self.run_dir), on_inject, self.clock)
+        return ChaosInjector(self.schedule(), effects, self.state, on_inject, self.clock)
 
     def schedule(self) -> Schedule:
         faults = self.schedule_config
         runtime = tuple((f.label(i), f) for i, f in faults.of_kinds(RUNTIME_KINDS))
-        blowups = [LrBlowup(f.label(i), self.config.optim.lr, self.config.optim.lr * f.factor, f.at_step)
-                   for i, f in faults.of_kinds((LR_BLOWUP,))]
+        intended = self.state.intended_lr or self.config.optim.lr
+        blowups = [LrBlowup(f.label(i), intended, intended * f.factor, f.at_step) for i, f in faults.of_kinds((LR_BLOWUP,))]
         return Schedule(runtime, tuple(self._windows()), blowups[0] if blowups else None,
                         self.config.training.global_batch_size)
 

@@ -30,6 +30,22 @@ INPUT_KINDS = (GARBAGE_DATA, RECURRING_INSTABILITY, LR_BLOWUP)
 
 FAULT_KINDS = RUNTIME_KINDS + INPUT_KINDS
 
+OPT_RUN12_CLASSES = {
+    "lost GPU (12.01, 12.10)": KILL_WORKER,
+    "CUDA errors (12.02-12.04, 12.09, 12.15, 12.17)": KILL_WORKER,
+    "NCCL error (12.08)": KILL_WORKER,
+    "job hangs (12.05, 12.06)": HANG_RANK,
+    "job slowdown (12.11)": SLOW_RANK,
+    "ECC errors (12.17-12.34)": DEVICE_ECC,
+    "blob-storage problems (12.17-12.34)": CHECKPOINT_FAIL,
+    # The demo trains in fp32: no loss scale to overflow; garbage's gradient-norm spike stands in.
+    "gradient overflow (12.17-12.34)": GARBAGE_DATA,
+    "spikes that need a rollback": GARBAGE_DATA,
+    "LR cuts (12.42-12.53), then an Adam reset (12.16's backup plan)": RECURRING_INSTABILITY,
+}
+"""The fault classes of OPT-175B's Run 12 (../shared/DIGEST.md, seed 002) and the
+chaos kind that reproduces each on a laptop; conf/chaos/opt_run12.yaml holds them all."""
+
 
 @dataclass
 class FaultSpec:

@@ -20,6 +20,7 @@ from runmgr.chaos.config import CHECKPOINT_FAIL, LR_BLOWUP, FaultSpec
 from runmgr.chaos.garbage import SampleWindow
 from runmgr.chaos.state import ChaosState
 from runmgr.controller.states import Failed, Finished, Running, State
+from trainer.data.sampler import SkipSchedule
 
 if TYPE_CHECKING:  # the group module imports ray; the injector only reads the poll
     from runmgr.controller.judge import Judgement
@@ -83,6 +84,18 @@ class Schedule:
     global_batch_size: int = 1
 
 
+def batch_positions(consumed: int, global_batch_size: int, skips: SkipSchedule) -> list[int]:
+    """The stream positions of the step that ended at cursor ``consumed``: the last
+    ``global_batch_size`` positions before it that no skip range holds."""
+    positions: list[int] = []
+    position = consumed - 1
+    while position >= 0 and len(positions) < global_batch_size:
+        if not skips.is_skipped(position):
+            positions.append(position)
+        position -= 1
+    return positions[::-1]
+
+
 def subrun_index(subrun: str) -> int:
     """``12.03`` -> 3."""
     return int(subrun.rsplit(".", 1)[-1])
@@ -101,7 +114,6 @@ class ChaosInjector:
         self._running: Optional[Running] = None
         self._running_since = 0.0
         self._step: Optional[int] = None
-        self._last_consumed: Optional[int] = None
         self._sub_run_mounts: list[ReadOnlyMount] = []
         self._timed_mounts: list[tuple[float, ReadOnlyMount]] = []
 
@@ -110,7 +122,7 @@ class ChaosInjector:
     def on_transition(self, old: State | None, new: State) -> None:
         if isinstance(new, Running):
             self._running, self._running_since = new, self.clock()
-            self._step, self._last_consumed = new.start_step, None
+            self._step = new.start_step
             return
         if isinstance(old, Running):
             self._running = None
@@ -178,16 +190,16 @@ class ChaosInjector:
     # --- input faults (written before launch) ------------------------------
 
     def _watch_inputs(self, state: Running, report) -> None:
-        per_step = self.schedule.global_batch_size
-        start = self._last_consumed if self._last_consumed is not None else report.consumed_samples - per_step
-        self._last_consumed = report.consumed_samples
+        positions = batch_positions(report.consumed_samples, self.schedule.global_batch_size,
+                                    SkipSchedule(state.plan.skip_ranges))
         for item in self.schedule.windows:
-            if not self.state.has_fired(item.label) and item.window.overlaps(start, report.consumed_samples):
-                window = item.window
-                self._record(Injection(
-                    item.kind, item.label, f"samples [{window.start}, {window.end})", report.step, state.subrun,
-                    report.time, f"step {report.step} trains on stream positions [{start}, "
-                                 f"{report.consumed_samples}), inside the garbage window written before launch"))
+            window = item.window
+            if self.state.has_fired(item.label) or not any(window.start <= p < window.end for p in positions):
+                continue
+            self._record(Injection(
+                item.kind, item.label, f"samples [{window.start}, {window.end})", report.step, state.subrun,
+                report.time, f"step {report.step} trains on stream positions {positions[0]}..{positions[-1]}, "
+                             f"inside the garbage window written before launch"))
         blowup = self.schedule.lr_blowup
         if blowup is not None and not self.state.has_fired(blowup.label) and report.lr > blowup.intended_lr * 1.001:
             self._record(Injection(

@@ -14,10 +14,12 @@ import os
 import tempfile
 from pathlib import Path
 
+from runmgr.errors import RunStateError
+
 STATE_FILE = "chaos_state.json"
 
 
-class ChaosStateError(ValueError):
+class ChaosStateError(RunStateError):
     """chaos_state.json exists but cannot be read."""
 
 
@@ -29,6 +31,8 @@ class ChaosState:
         data = self._read()
         self.fired: dict[str, dict] = dict(data.get("fired", {}))
         self.mounts: list[str] = list(data.get("mounts", []))
+        self.intended_lr: float | None = data.get("intended_lr")
+        """optim.lr as the user meant it, before an lr_blowup override replaced it."""
 
     def _read(self) -> dict:
         if not self.path.exists():
@@ -59,12 +63,20 @@ class ChaosState:
             self.mounts.remove(path)
             self.save()
 
+    def remember_intended_lr(self, lr: float) -> float:
+        """Keep the first value seen: a relaunch's config already carries the mistaken LR."""
+        if self.intended_lr is None:
+            self.intended_lr = lr
+            self.save()
+        return self.intended_lr
+
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".chaos_state.", suffix=".tmp")
         try:
             with os.fdopen(fd, "w") as handle:
-                json.dump({"fired": self.fired, "mounts": self.mounts}, handle, indent=1, sort_keys=True)
+                json.dump({"fired": self.fired, "mounts": self.mounts, "intended_lr": self.intended_lr}, handle,
+                          indent=1, sort_keys=True)
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, self.path)

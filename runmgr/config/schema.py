@@ -61,6 +61,10 @@ class ClusterConfig:
     """Accelerators (Ray's GPU or NPU resource) reserved per rank."""
     placement_strategy: str = "PACK"
     """Ray placement-group strategy for the ranks' bundles."""
+    local_nodes: int = 1
+    """Local Ray only: Ray nodes started on this machine. With more than one,
+    each node holds one rank's CPUs, and nodes beyond num_workers are spares
+    that an excluded node's rank moves to (the demo shows node exclusion so)."""
     local_num_cpus: Optional[int] = None
     """Local Ray only: CPUs it advertises; None lets Ray count them (at least
     num_workers x cpus_per_worker are advertised so the demo fits)."""
@@ -126,6 +130,8 @@ class RunConfig:
         """Inconsistencies as one-line messages (empty when valid)."""
         out = []
         c = self.cluster
+        if c.local_nodes <= 0:
+            out.append(f"cluster.local_nodes must be a positive integer, got {c.local_nodes}")
         if c.num_workers <= 0:
             out.append(f"cluster.num_workers must be a positive integer, got {c.num_workers}")
         if c.cpus_per_worker < 0 or c.devices_per_worker < 0:

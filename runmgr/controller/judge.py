@@ -65,7 +65,21 @@ class Judge:
 
     def judge(self, subrun: str, poll: GroupPoll, devices: Sequence[DeviceObservation], now: float,
               last_step: int) -> list[Judgement]:
-        """Every incident this poll (and the silence since the last one) produced, decided."""
+        """Every incident this poll (and the silence since the last one) produced, decided.
+        With ``watcher.enabled`` false only worker deaths are judged."""
+        detecting = self.watcher_config.enabled
+        incidents = self._detect(subrun, poll, devices, now) if detecting else []
+        if poll.failures:
+            incidents += self.watcher.observe(self._exit_of(root_cause(poll.failures), subrun), now)
+        for rank in poll.finished_ranks:
+            self.watcher.hang.forget(rank)
+        if detecting and not poll.failures:
+            incidents += self.watcher.check(now)
+        return [self._decide(incident, last_step) for incident in incidents]
+
+    def _detect(self, subrun: str, poll: GroupPoll, devices: Sequence[DeviceObservation],
+                now: float) -> list[Incident]:
+        """The detectors' incidents from this poll's reports, heartbeats and device readings."""
         incidents: list[Incident] = []
         for report in poll.steps:
             incidents += self.watcher.observe(StepObservation.from_report(report), now)
@@ -74,13 +88,7 @@ class Judge:
             incidents += self.watcher.observe(observation, now)
         for reading in devices:
             incidents += self.watcher.observe(reading, now)
-        if poll.failures:
-            incidents += self.watcher.observe(self._exit_of(root_cause(poll.failures), subrun), now)
-        for rank in poll.finished_ranks:
-            self.watcher.hang.forget(rank)
-        if not poll.failures:
-            incidents += self.watcher.check(now)
-        return [self._decide(incident, last_step) for incident in incidents]
+        return incidents
 
     def _exit_of(self, failure: WorkerFailure, subrun: str) -> WorkerExit:
         worker = failure.worker

@@ -190,6 +190,10 @@ class DeviceConfig:
 class WatcherConfig:
     """All detector thresholds (Hydra group ``watcher``)."""
 
+    enabled: bool = True
+    """False runs no detector on step reports, heartbeats or device polls (no spike, hang,
+    straggler, slowdown or ECC incident, so no rollback): only for measuring the watcher's own
+    cost (bench/watcher_overhead.py). Worker deaths are still classified and restarted."""
     loss_spike: SpikeConfig = field(default_factory=SpikeConfig)
     """Spikes of the LM loss."""
     grad_spike: SpikeConfig = field(default_factory=_grad_spike_defaults)

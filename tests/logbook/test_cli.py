@@ -83,3 +83,14 @@ def test_list_runs_has_one_line_per_run(scripted_run, tmp_path, clock):
 def test_list_runs_without_a_runs_folder_says_what_to_do(tmp_path):
     with pytest.raises(LogbookError, match="launch a run first"):
         cli.list_runs(tmp_path / "nowhere", io.StringIO())
+
+
+def test_show_titles_by_name_and_keeps_evidence_for_events(controller_run):
+    out = io.StringIO()
+    cli.show(controller_run.run_dir, out)
+    assert out.getvalue().startswith("demo — run 1\n") and str(controller_run.run_dir) not in out.getvalue()
+    events = io.StringIO()
+    cli.events_jsonl(controller_run.run_dir, events)
+    starts = [json.loads(line) for line in events.getvalue().splitlines() if '"subrun_start"' in line]
+    assert starts[1]["evidence"]["incident"]["evidence"]["exit_code"] == -9  # the detail lives here
+    assert starts[1]["evidence"]["rejected_checkpoints"][0][0].startswith(str(controller_run.run_dir))

@@ -1,0 +1,97 @@
+"""``runmgr health-check`` as people run it: a newcomer on this machine, a
+check whose mount hangs (bounded, reported, the Kubernetes node labelled),
+and bad input (one line, exit 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runmgr.healthcheck.k8s import HEALTH_LABEL, TAINT_KEY
+from tests.runmgr.healthcheck.fake_k8s import FakeKubernetes
+
+ROOT = Path(__file__).resolve().parents[3]
+HELPER = Path(__file__).with_name("hung_mount_run.py")
+
+
+# Other Ray clusters may run on this machine (other tests); without an address,
+# ray.init() would join the last one started instead of starting its own.
+LOCAL_RAY = {"RAY_ADDRESS": "local"}
+
+
+def runmgr(*args: str, cwd: Path, timeout: float = 120):
+    return subprocess.run([sys.executable, "-m", "runmgr", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **LOCAL_RAY})
+
+
+def test_a_newcomer_gets_a_readable_table_in_under_a_minute(tmp_path):
+    started = time.monotonic()
+    result = runmgr("health-check", cwd=tmp_path)  # no arguments: the demo's config, a local Ray
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert elapsed < 60
+    table = result.stdout.splitlines()
+    assert table[0].startswith("runmgr health-check ") and "1 node(s) checked" in table[0]
+    assert table[1].split() == ["NODE", "VERDICT", "KEY", "FIGURES", "REASONS"]
+    assert "ADMIT" in table[3] and "TF/s" in table[3] and "GB/s" in table[3]
+    assert all(len(line) <= 100 for line in table[:5])
+    assert "1 nodes: 1 admitted" in result.stdout
+    assert "storage: no shared mount configured" in result.stdout  # says what it did not check
+    assert "probing 1 node(s)" in result.stderr and "[1/1]" in result.stderr  # progress
+    reports = list((tmp_path / "runs" / ".health" / "reports").glob("*.json"))
+    assert len(reports) == 1 and json.loads(reports[0].read_text())["summary"]["admit"] == 1
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["health.storage.mounts=[{path: mnt/x}]"], "health.storage.mounts[0].path: must be an absolute path"),
+    (["health.collectives.group_size=1"], "health.collectives.group_size: must be >= 2"),
+    (["health.fleet.warn_relative=0.9"], "need 0 < warn_relative <= exclude_relative < 1"),
+    (["health.nosuch=1"], "unknown config key 'health.nosuch'"),
+    (["conf=demo", "conf=run12"], "name at most one config"),
+    (["cluster.address=127.0.0.1:1"], "cannot reach the Ray cluster at 127.0.0.1:1"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(args, expected, tmp_path):
+    result = runmgr("health-check", *args, cwd=tmp_path)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert expected in lines[0] and "Traceback" not in result.stderr
+
+
+def can_mount_fuse_in_a_namespace() -> bool:
+    if shutil.which("unshare") is None or not os.path.exists("/dev/fuse"):
+        return False
+    return subprocess.run(["unshare", "-m", "--propagation", "private", "true"],
+                          capture_output=True, timeout=10).returncode == 0
+
+
+@pytest.mark.skipif(not can_mount_fuse_in_a_namespace(), reason="needs unshare -m and /dev/fuse (root)")
+def test_a_hung_mount_ends_at_its_timeout_and_the_node_is_labelled(tmp_path):
+    mount = tmp_path / "hpfs"
+    mount.mkdir()
+    spec = f"health.storage.mounts=[{{path: '{mount}', fstype: fuse, min_free_gb: 0}}]"
+    with FakeKubernetes({"npu-node-17": {}}) as k8s:
+        started = time.monotonic()
+        result = subprocess.run(
+            ["unshare", "-m", "--propagation", "private", sys.executable, str(HELPER), str(mount),
+             "health-check", spec, "health.storage.timeout_s=2", "--json", "--k8s-label",
+             "--k8s-host", k8s.url],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+            env={**os.environ, **LOCAL_RAY, "RUNMGR_K8S_NODE_NAME": "npu-node-17", "PYTHONPATH": str(ROOT)})
+        elapsed = time.monotonic() - started
+        assert result.returncode == 1, result.stderr[-3000:]  # a node was excluded
+        report = json.loads(result.stdout)
+        (reasons,) = report["excluded"].values()
+        assert any(f"{mount}: the probe hung in stat and was stopped after 2 s" in r for r in reasons)
+        assert elapsed < 60
+        node = k8s.nodes["npu-node-17"]
+        assert node["metadata"]["labels"][HEALTH_LABEL] == "excluded"
+        assert [t["key"] for t in node["spec"]["taints"]] == [TAINT_KEY]
+        assert report["k8s"] == [{"ray_node_id": report["nodes"][0]["node"], "k8s_node": "npu-node-17",
+                                  "action": "excluded", "error": None}]

@@ -1,0 +1,124 @@
+"""Issue 3, item 2, on a real multi-node Ray cluster on this machine
+(``ray.cluster_utils.Cluster``: six raylets, each its own node): one node's
+npu-smi reports a double-bit ECC error, one node's workers are capped to a
+tenth of a CPU by a cgroup, one node's HPFS path is missing, and one node sees
+another torch version in its package metadata. ``runmgr health-check --json``
+must exclude exactly those four, each with its reason, and admit the other
+two; ``runmgr launch`` must then run its workers on those two only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from logbook import Logbook
+from tests.runmgr.healthcheck import throttle
+from tests.runmgr.healthcheck.fake_ascend import FakeAscend
+
+ROOT = Path(__file__).resolve().parents[3]
+SLOW_FRACTION = 0.1
+TINY_RUN = ["training.train_iters=4", "checkpoint.save_interval=2", "model.num_layers=1",
+            "model.hidden_size=64", "model.ffn_hidden_size=172", "model.seq_length=64",
+            "model.max_position_embeddings=64", "training.micro_batch_size=2",
+            "training.global_batch_size=4", "data.corpus_max_bytes=200000"]
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not throttle.available(), reason="needs a writable CPU cgroup (root)")]
+
+
+@contextmanager
+def environment(**changes: str):
+    """The raylet started inside inherits these variables, like a real node's own setup."""
+    saved = dict(os.environ)
+    os.environ.update(changes)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def old_torch_metadata(directory: Path) -> Path:
+    """A site directory whose package metadata says torch 2.12.0 (an older stack)."""
+    info = directory / "torch-2.12.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.12.0\n")
+    return directory
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """head + five nodes; yields (cluster, {role: node id}, mount spec)."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    healthy = FakeAscend(tmp_path / "ascend-ok")
+    faulty = FakeAscend(tmp_path / "ascend-ecc")
+    faulty.set_ecc(1, single=3, double=2)
+    base = {"PATH": healthy.path, "RAY_AUTH_MODE": "disabled"}
+    roles = {"head": {}, "device": {"PATH": faulty.path}, "slow": {}, "mount": {},
+             "torch": {"PYTHONPATH": str(old_torch_metadata(tmp_path / "old-site"))}, "spare": {}}
+    for role, env in roles.items():  # each node its own directory on the "HPFS" ...
+        env.setdefault("HPFS_SHARE", role)
+        (tmp_path / "hpfs" / role).mkdir(parents=True)
+    (tmp_path / "hpfs" / "mount").rmdir()  # ... and one node's is gone
+    with environment(**{**base, **roles["head"]}):
+        test_cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    ray._common.utils.reset_ray_address()  # no other ray.init() on this machine may join it
+    nodes = {"head": test_cluster.head_node}
+    try:
+        for role, env in list(roles.items())[1:]:
+            with environment(**{**base, **env}):
+                nodes[role] = test_cluster.add_node(num_cpus=1)
+        with throttle.CpuThrottle(f"runmgr-test-{os.getpid()}", SLOW_FRACTION) as cap:
+            cap.add_tree(nodes["slow"].all_processes["raylet"][0].process.pid)
+            # One disk and two cores for six nodes: no throughput floor for the "HPFS".
+            spec = (f"[{{path: '{tmp_path}/hpfs/$HPFS_SHARE', min_free_gb: 0, min_write_mbps: 0, "
+                    "min_read_mbps: 0, max_latency_ms: 10000}]")
+            yield test_cluster, {role: node.node_id for role, node in nodes.items()}, spec
+    finally:
+        test_cluster.shutdown()
+
+
+def runmgr(*args: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "runmgr", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+
+
+def test_health_check_excludes_the_four_broken_nodes_and_launch_uses_the_rest(cluster, tmp_path):
+    test_cluster, ids, mount_spec = cluster
+    common = [f"cluster.address={test_cluster.address}", f"run.dir={tmp_path / 'run'}"]
+    check = runmgr("health-check", *common, f"health.storage.mounts={mount_spec}",
+                   # The six nodes share one disk and two cores: compare compute only, with a
+                   # noise floor fit for shared cores (a capped node is 5-10x slower).
+                   "health.fleet.higher_is_better=[compute.matmul_tflops]", "health.fleet.lower_is_better=[]",
+                   "health.fleet.exclude_relative=0.5", "health.fleet.warn_relative=0.3",
+                   "health.compute.repeats=10", "--json", cwd=tmp_path, timeout=240)
+    assert check.returncode == 1, check.stderr[-3000:]  # 1: some node excluded
+    report = json.loads(check.stdout)
+    excluded = report["excluded"]
+    by_role = {role: excluded.get(node_id, []) for role, node_id in ids.items()}
+    detail = json.dumps(by_role, indent=1)
+    assert set(excluded) == {ids[r] for r in ("device", "slow", "mount", "torch")}, detail
+    assert sorted(report["admitted_node_ids"]) == sorted([ids["head"], ids["spare"]]), detail
+    assert [r for r in by_role["device"] if "uncorrectable (double-bit) ECC" in r] == by_role["device"], detail
+    assert all("compute.matmul_tflops" in r and "below the fleet median" in r for r in by_role["slow"]), detail
+    assert len(by_role["mount"]) == 1 and "hpfs/mount: ENOENT" in by_role["mount"][0], detail
+    assert by_role["torch"] == [r for r in by_role["torch"] if "torch 2.12.0 differs" in r] != [], detail
+    assert report["collectives"]["first"], "the two admitted nodes all-reduce as a pair"
+
+    launch = runmgr("launch", "conf=demo", *common, "run.name=multinode", "health.skip=true", *TINY_RUN,
+                    cwd=ROOT, timeout=240)
+    assert launch.returncode == 0, launch.stdout[-3000:] + launch.stderr[-3000:]
+    status = json.loads((tmp_path / "run" / "status.json").read_text())
+    assert {w["node"] for w in status["workers"]} <= {ids["head"], ids["spare"]}
+    with Logbook.open(tmp_path / "run", create=False) as book:
+        health = book.lineage()[0].evidence["health"]
+    assert health["skipped"] and set(health["excluded"]) == set(excluded)

@@ -4,7 +4,8 @@ and data from trainer.* in a TorchTrainer with FailureConfig.
     .venv/bin/python bench/ray_loop.py OUT_DIR [key=value ...]   (run by restart_latency.py)
 
 Each rank appends one JSON line per event to OUT_DIR/rank<R>.jsonl: a
-``start`` row when the loop starts (with the step it resumes from) and a
+``start`` row when the loop starts, a ``ready`` row once the model and
+optimizer are built and resumed (with the step it resumed from), and a
 ``step`` row at the end of every step (before any ray.train.report), each with its wall time, pid and the
 attempt (a fresh id per call of the loop), so the benchmark can find the pid
 to kill and the first step after Ray Train restarted the group.
@@ -57,13 +58,13 @@ def train_loop(loop_config: dict) -> None:
         log.write(json.dumps({"kind": kind, "step": step, "time": time.time(), "pid": os.getpid(),
                               "attempt": attempt, "step_s": step_s}) + "\n")
 
+    record("start", 0)  # the worker is up and its process group formed
     checkpoint = ray.train.get_checkpoint()
     state = None
     if checkpoint is not None:
         with checkpoint.as_directory() as directory:
             state = torch.load(Path(directory) / STATE_FILE, weights_only=False)
     start_step, cursor = (state["step"], state["cursor"]) if state else (0, 0)
-    record("start", start_step)
     device = resolve_device("cpu", 0, config.training.deterministic)
     stream = build_sample_stream(config.data, config.model.seq_length, seed=config.training.seed)
     seed_everything(config.training.seed)
@@ -75,6 +76,7 @@ def train_loop(loop_config: dict) -> None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
     ctx = StepContext(config, ResumePlan(), DistEnv(rank=rank, world_size=world), device, start_step, 0)
+    record("ready", start_step)  # built and resumed: where runmgr's trainer sends its StartReport
     params = list(model.parameters())
     for step in range(start_step + 1, config.training.train_iters + 1):
         started = time.perf_counter()

@@ -24,6 +24,7 @@ this shared machine drifts into both alike.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import signal
@@ -40,6 +41,11 @@ from ray_loop import RankLog, run_ray_trainer  # noqa: E402
 KILL_AT_STEP = 35
 SAVE_INTERVAL = 10
 VICTIM_RANK = 1
+
+
+def missing_ray_train_extras() -> list[str]:
+    """What ``import ray.train`` needs beyond ray[default] (ray/train/__init__.py checks these)."""
+    return [name for name in ("fsspec", "pandas", "pyarrow", "requests") if importlib.util.find_spec(name) is None]
 
 
 def overrides(iters: int) -> list[str]:
@@ -68,11 +74,12 @@ def runmgr_trial(run_dir: Path, iters: int) -> dict:
     first_step = min((r for r in rows if r["subrun"] == second), key=lambda r: r["time"])
     last_before = max(r["step"] for r in rows if r["subrun"] == first)
     incident = next(e for e in events if e["type"] == "incident" and e["time"] >= killed_at)
-    started = next(e for e in events if e.get("kind") == "workers_started" and e["subrun"] == second)
+    started, ready = (next(e for e in events if e.get("kind") == kind and e["subrun"] == second)
+                      for kind in ("workers_started", "effective_settings"))
     return {
         "kill_step": status["step"], "last_step": last_before, "resumed_step": starts[1]["start_step"],
         "detect_s": incident["time"] - killed_at, "workers_up_s": started["time"] - killed_at,
-        "first_step_s": first_step["time"] - killed_at,
+        "ready_s": ready["data"]["time"] - killed_at, "first_step_s": first_step["time"] - killed_at,
     }
 
 
@@ -95,20 +102,25 @@ def ray_trial(out_dir: Path, iters: int) -> dict:
     rank0 = RankLog(out_dir, 0).rows()
     new = [r for r in rank0 if r["attempt"] not in old_attempts]
     old_steps = [r["step"] for r in rank0 + victim.rows() if r["attempt"] in old_attempts and r["kind"] == "step"]
-    first_step = min((r for r in new if r["kind"] == "step"), key=lambda r: r["time"])
-    loop_start = min((r for r in new if r["kind"] == "start"), key=lambda r: r["time"])
+    first = {kind: min((r for r in new if r["kind"] == kind), key=lambda r: r["time"])
+             for kind in ("start", "ready", "step")}
     return {
-        "kill_step": row["step"], "last_step": max(old_steps), "resumed_step": loop_start["step"],
-        "detect_s": float("nan"), "workers_up_s": loop_start["time"] - killed_at,
-        "first_step_s": first_step["time"] - killed_at,
+        "kill_step": row["step"], "last_step": max(old_steps), "resumed_step": first["ready"]["step"],
+        "detect_s": float("nan"), "workers_up_s": first["start"]["time"] - killed_at,
+        "ready_s": first["ready"]["time"] - killed_at, "first_step_s": first["step"]["time"] - killed_at,
     }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=2, help="trials of each (alternating)")
-    parser.add_argument("--iters", type=int, default=45, help="training.train_iters of each run (> 35)")
+    parser.add_argument("--iters", type=int, default=40, help="training.train_iters of each run (> 35)")
     args = parser.parse_args()
+    missing = missing_ray_train_extras()
+    if missing:
+        print(f"Ray Train needs {', '.join(missing)}: install them with .venv/bin/pip install 'ray[train]==2.60.0' "
+              f"(or put them on PYTHONPATH), then run again", file=sys.stderr)
+        return 2
     base = Path(tempfile.mkdtemp(prefix="restart-latency-"))
     print(f"kill -9 of rank {VICTIM_RANK} at step >= {KILL_AT_STEP}, checkpoint every {SAVE_INTERVAL}, "
           f"{args.iters} steps, {args.trials} trials each; runs in {base}", flush=True)
@@ -122,10 +134,10 @@ def main() -> int:
             results[who].append(figures)
             table.append([trial, who, figures["kill_step"], figures["last_step"], figures["resumed_step"],
                           figures["steps_lost"], figures["detect_s"], figures["workers_up_s"],
-                          figures["first_step_s"]])
+                          figures["ready_s"], figures["first_step_s"]])
             print(f"  {who} trial {trial}: first step {figures['first_step_s']:.2f} s after the kill", flush=True)
     headers = ["trial", "who", "kill_step", "last_step", "resumed", "lost", "kill->incident_s",
-               "kill->workers_up_s", "kill->first_step_s"]
+               "kill->workers_up_s", "kill->ready_s", "kill->first_step_s"]
     print_table(headers, table)
     med = {who: {k: median([r[k] for r in rows]) for k in rows[0]} for who, rows in results.items()}
     print_table(["who", "median kill->first_step_s", "median steps lost"],

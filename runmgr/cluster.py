@@ -11,6 +11,9 @@ from runmgr.config.schema import ClusterConfig
 from runmgr.errors import ClusterError
 
 CONNECT_TIMEOUT_S = 5.0
+# Ray kills a worker with SIGTERM and waits this long before SIGKILL; a hung
+# (stopped) rank never acts on SIGTERM, so the default 5 s only delays restarts.
+LOCAL_RAY_SYSTEM_CONFIG = {"kill_worker_timeout_milliseconds": 500}
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -48,7 +51,8 @@ class LocalCluster:
         from ray.cluster_utils import Cluster
 
         node_args = {"num_cpus": max(1, int(cluster.cpus_per_worker + 0.999))}
-        self._cluster = Cluster(initialize_head=True, head_node_args={**node_args, "include_dashboard": False})
+        head_args = {**node_args, "include_dashboard": False, "_system_config": LOCAL_RAY_SYSTEM_CONFIG}
+        self._cluster = Cluster(initialize_head=True, head_node_args=head_args)
         for _ in range(cluster.local_nodes - 1):
             self._cluster.add_node(**node_args)
         self.address = self._cluster.address
@@ -78,7 +82,10 @@ def connect(cluster: ClusterConfig) -> LocalCluster | None:
         return local
     needed = int(cluster.num_workers * cluster.cpus_per_worker + 0.999)
     num_cpus = cluster.local_num_cpus or max(os.cpu_count() or 1, needed)
-    ray.init(num_cpus=num_cpus, include_dashboard=False, **kwargs)
+    # address="local": always a new Ray of our own, never whatever cluster
+    # /tmp/ray/ray_current_cluster points at.
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
+             _system_config=LOCAL_RAY_SYSTEM_CONFIG, **kwargs)
     return None
 
 

@@ -25,6 +25,8 @@ from runmgr.observers.status_file import StatusFileObserver
 from runmgr.placement import resolve_device_kind
 from runmgr.resume import find_resume_point, listed_checkpoints, resume_at
 from runmgr.stacks import dump_stacks
+from runmgr.chaos.build import Chaos, build_chaos
+from runmgr.healthcheck.devicepoll import DevicePollGroup
 from runmgr.errors import RunStateError
 from runmgr.rundir import RunDirLock
 from runmgr.status import read_status
@@ -84,6 +86,10 @@ def launch(conf_name: str, overrides: list[str], dry_run: bool = False, conf_dir
     run_dir = config.run_dir()
     with RunDirLock(run_dir), Logbook.open(run_dir) as book:
         wait_for_lost_workers(run_dir, config.controller.worker_lease_s, out)
+        chaos = build_chaos(config)
+        chaos_overrides = chaos.prepare()  # faulty inputs (garbage data, a bad LR) for this lineage
+        if chaos_overrides:
+            config = load_run_config(conf_name, [*overrides, *chaos_overrides], conf_dir)
         ids = SubrunIds(config.run.number, len(book.lineage()))
         initial = initial_state(config, book, ids)
         if initial is None:
@@ -95,7 +101,7 @@ def launch(conf_name: str, overrides: list[str], dry_run: bool = False, conf_dir
             gate = preflight_health(config, out)  # no admitted node: one line, exit 2
             # The sub-run's start records the health verdicts (excluded nodes, report path).
             initial = replace(initial, evidence={**initial.evidence, "health": gate.evidence()})
-            final = drive(config, book, ids, initial, out, admitted_node_ids=gate.admitted_node_ids)
+            final = drive(config, book, ids, initial, out, admitted_node_ids=gate.admitted_node_ids, chaos=chaos)
         finally:
             ray_cluster.disconnect(local_nodes)
     out.write(f"logbook: runmgr logbook show {run_dir}\n")
@@ -114,7 +120,7 @@ def allowed_nodes(admitted: list[str] | None, excluded: frozenset[str]) -> list[
 
 
 def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, out: TextIO,
-          admitted_node_ids: list[str] | None = None):
+          admitted_node_ids: list[str] | None = None, chaos: Chaos | None = None):
     import ray
 
     device_kind = resolve_device_kind(config.device, ray.cluster_resources())
@@ -126,6 +132,13 @@ def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, 
         StatusFileObserver(run_dir, config.run.name, config.training.train_iters, initial.start_step),
         ProgressObserver(config.training.train_iters, out),
     ]
+    injector = chaos.injector(lambda injection: record_injection(book, injection)) if chaos and chaos.enabled else None
+    if injector is not None:
+        observers.append(injector)
+    poll_nodes = admitted_node_ids or [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+    devices = DevicePollGroup(poll_nodes, config.health.poll_interval_s,
+                              path=chaos.device_path() if chaos is not None else None)
+    devices.start()
     judge = Judge(config.watcher, config.policy, lambda max_step: listed_checkpoints(checkpoint_dir, max_step))
     controller = Controller(
         initial, trainer_config,
@@ -134,6 +147,17 @@ def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, 
             allowed_node_ids=allowed_nodes(admitted_node_ids, excluded)),
         resume_at=lambda step, why: resume_at(checkpoint_dir, step, why),
         judge=judge, subrun_ids=ids, poll_interval_s=config.controller.poll_interval_s, observers=observers,
+        read_devices=devices.drain,
         dump_stacks=lambda subrun, workers: dump_stacks(run_dir, subrun, workers),
     )
-    return controller.run()
+    try:
+        return controller.run()
+    finally:
+        devices.stop()
+        if injector is not None:
+            injector.close()
+
+
+def record_injection(book: Logbook, injection) -> None:
+    """Chaos injections go into the logbook next to the incidents they cause."""
+    book.record_event(injection.subrun, "chaos", injection.summary(), injection.to_dict(), step=injection.step)

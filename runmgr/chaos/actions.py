@@ -68,11 +68,24 @@ def node_raylet_pid(node_id: str) -> int | None:
     return RayNodeRunner(node_id).run(raylet_pid)
 
 
-def device_ecc(tools: DeviceTools, node_id: str, node_ip: str, raylet: int | None) -> str:
+@dataclass(frozen=True)
+class BrokenDevice:
+    """A node whose scripted npu-smi reports ECC errors, until healed."""
+
+    tools: DeviceTools
+    node_id: str
+
+    def undo(self) -> bool:
+        self.tools.heal_node(self.node_id)
+        return True
+
+
+def device_ecc(tools: DeviceTools, node_id: str, node_ip: str, raylet: int | None) -> tuple[BrokenDevice, str]:
     """The node's npu-smi starts reporting uncorrectable (double-bit) HBM ECC errors."""
     fault = tools.break_node(node_id, raylet)
-    return (f"npu-smi on node {node_id[:12]} {node_ip} now reports {fault['double_bit']} uncorrectable "
-            f"(double-bit) HBM ECC errors on NPU {fault['npu']} ({tools.directory / 'npu-smi'})")
+    return BrokenDevice(tools, node_id), (
+        f"npu-smi on node {node_id[:12]} {node_ip} now reports {fault['double_bit']} uncorrectable "
+        f"(double-bit) HBM ECC errors on NPU {fault['npu']} ({tools.directory / 'npu-smi'})")
 
 
 @dataclass(frozen=True)
@@ -93,6 +106,10 @@ def checkpoint_fail(runner: NodeRunner, path: str) -> tuple[ReadOnlyMount, str]:
                                          f"with [Errno 30] Read-only file system; verified checkpoints stay readable")
 
 
+Undo = ReadOnlyMount | BrokenDevice
+"""A fault that lasts until it is undone (when its sub-run ends, or after duration_s)."""
+
+
 class FaultEffects:
     """Applies a runtime fault to the workers of the running sub-run."""
 
@@ -102,10 +119,10 @@ class FaultEffects:
         self.tools = tools
         self.runner_for = runner_for
 
-    def apply(self, fault: FaultSpec, workers: Sequence[WorkerInfo]) -> tuple[str, str, ReadOnlyMount | None]:
-        """(target, what was done, a mount to undo when the sub-run ends). Raises
+    def apply(self, fault: FaultSpec, workers: Sequence[WorkerInfo]) -> tuple[str, str, Undo | None]:
+        """(target, what was done, how to undo it when the fault ends). Raises
         TargetMissing when the fault's rank is not in the sub-run, OSError when the
-        node refused (ProcessLookupError: the process is already gone)."""
+        node refused or cannot be reached (ProcessLookupError: the process is already gone)."""
         if fault.kind == DEVICE_ECC and fault.node is not None:
             return self._device_ecc(fault.node, "")
         worker = next((w for w in workers if w.rank == fault.rank), None)
@@ -126,11 +143,11 @@ class FaultEffects:
             return f"checkpoint directory on node {worker.node_id[:12]} {worker.node_ip}", detail, mount
         raise ValueError(f"{fault.kind} is not a runtime fault")
 
-    def _device_ecc(self, node_id: str, node_ip: str) -> tuple[str, str, None]:
+    def _device_ecc(self, node_id: str, node_ip: str) -> tuple[str, str, BrokenDevice]:
         if self.tools is None:
-            raise TargetMissing("no chaos tools directory was installed (Chaos.prepare() was not called)")
-        detail = device_ecc(self.tools, node_id, node_ip, node_raylet_pid(node_id))
-        return f"node {node_id[:12]} {node_ip}".strip(), detail, None
+            raise TargetMissing("the schedule has no device fault, so no chaos tools directory exists")
+        broken, detail = device_ecc(self.tools, node_id, node_ip, node_raylet_pid(node_id))
+        return f"node {node_id[:12]} {node_ip}".strip(), detail, broken
 
 
 class TargetMissing(LookupError):

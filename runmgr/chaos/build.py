@@ -112,7 +112,8 @@ class Chaos:
         faults = self.schedule_config
         runtime = tuple((f.label(i), f) for i, f in faults.of_kinds(RUNTIME_KINDS))
         intended = self.state.intended_lr or self.config.optim.lr
-        blowups = [LrBlowup(f.label(i), intended, intended * f.factor, f.at_step) for i, f in faults.of_kinds((LR_BLOWUP,))]
+        blowups = [LrBlowup(f.label(i), intended, intended * f.factor, f.at_step)
+                   for i, f in faults.of_kinds((LR_BLOWUP,))]
         return Schedule(runtime, tuple(self._windows()), blowups[0] if blowups else None,
                         self.config.training.global_batch_size)
 

@@ -15,7 +15,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Callable, Optional
 
-from runmgr.chaos.actions import FaultEffects, ReadOnlyMount, TargetMissing
+from runmgr.chaos.actions import FaultEffects, ReadOnlyMount, TargetMissing, Undo
 from runmgr.chaos.config import CHECKPOINT_FAIL, LR_BLOWUP, FaultSpec
 from runmgr.chaos.garbage import SampleWindow
 from runmgr.chaos.state import ChaosState
@@ -111,28 +111,26 @@ class ChaosInjector:
         self.state = state
         self.on_inject = on_inject
         self.clock = clock
-        self._running: Optional[Running] = None
         self._running_since = 0.0
         self._step: Optional[int] = None
-        self._sub_run_mounts: list[ReadOnlyMount] = []
-        self._timed_mounts: list[tuple[float, ReadOnlyMount]] = []
+        self._until_sub_run_ends: list[Undo] = []
+        self._until_time: list[tuple[float, Undo]] = []
 
     # --- observer protocol -------------------------------------------------
 
     def on_transition(self, old: State | None, new: State) -> None:
         if isinstance(new, Running):
-            self._running, self._running_since = new, self.clock()
-            self._step = new.start_step
+            # Runtime faults wait for the sub-run's first step report: a rank killed
+            # while it loads a checkpoint is a different fault from one killed mid-run.
+            self._running_since, self._step = self.clock(), None
             return
         if isinstance(old, Running):
-            self._running = None
-            self._undo(self._sub_run_mounts)  # the sub-run's storage outage ends with it
-            self._sub_run_mounts = []
+            self._undo(self._until_sub_run_ends)  # e.g. the sub-run's storage outage ends with it
+            self._until_sub_run_ends = []
         if isinstance(new, (Finished, Failed)):
             self.close()
 
     def on_poll(self, state: Running, poll: GroupPoll) -> None:
-        self._running = state
         for report in poll.steps:
             self._watch_inputs(state, report)
             self._step = report.step
@@ -146,9 +144,9 @@ class ChaosInjector:
         """Chaos does not read judgements: it must not adapt to the remedies."""
 
     def close(self) -> None:
-        """Undo every storage fault still in place (call when the driver stops)."""
-        self._undo(self._sub_run_mounts + [mount for _, mount in self._timed_mounts])
-        self._sub_run_mounts, self._timed_mounts = [], []
+        """Undo every fault still in place that has an end (call when the driver stops)."""
+        self._undo(self._until_sub_run_ends + [undo for _, undo in self._until_time])
+        self._until_sub_run_ends, self._until_time = [], []
 
     # --- runtime faults ----------------------------------------------------
 
@@ -161,31 +159,32 @@ class ChaosInjector:
 
     def _fire(self, label: str, fault: FaultSpec, state: Running, now: float) -> None:
         try:
-            target, detail, mount = self.effects.apply(fault, state.workers)
+            target, detail, undo = self.effects.apply(fault, state.workers)
         except ProcessLookupError:
             return  # the process is already gone (the sub-run is ending): try in the next sub-run
         except (TargetMissing, OSError) as exc:
             self._record(Injection(fault.kind, label, f"rank {fault.rank}", self._step, state.subrun, now,
                                    f"could not inject: {exc}", injected=False))
             return
-        if mount is not None:
-            self.state.add_mount(mount.path)
-            if fault.kind == CHECKPOINT_FAIL and fault.duration_s is not None:
-                self._timed_mounts.append((now + fault.duration_s, mount))
-            else:
-                self._sub_run_mounts.append(mount)
+        if isinstance(undo, ReadOnlyMount):
+            self.state.add_mount(undo.path)  # a relaunch removes it if this driver dies first
+        if undo is not None and fault.duration_s is not None:
+            self._until_time.append((now + fault.duration_s, undo))
+        elif undo is not None and fault.kind == CHECKPOINT_FAIL:
+            self._until_sub_run_ends.append(undo)
         self._record(Injection(fault.kind, label, target, self._step, state.subrun, now, detail))
 
     def _expire(self, now: float) -> None:
-        due = [mount for until, mount in self._timed_mounts if until <= now]
+        due = [undo for until, undo in self._until_time if until <= now]
         if due:
-            self._timed_mounts = [(u, m) for u, m in self._timed_mounts if u > now]
+            self._until_time = [(u, m) for u, m in self._until_time if u > now]
             self._undo(due)
 
-    def _undo(self, mounts: list[ReadOnlyMount]) -> None:
-        for mount in mounts:
-            mount.undo()
-            self.state.remove_mount(mount.path)
+    def _undo(self, undos: list[Undo]) -> None:
+        for undo in undos:
+            undo.undo()
+            if isinstance(undo, ReadOnlyMount):
+                self.state.remove_mount(undo.path)
 
     # --- input faults (written before launch) ------------------------------
 

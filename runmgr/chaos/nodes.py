@@ -22,6 +22,10 @@ class NodeRunner(Protocol):
     def run(self, fn: Callable[..., Any], *args: Any) -> Any: ...
 
 
+class NodeUnreachable(ConnectionError):
+    """The target's node could not run the action (gone, or no room for a task)."""
+
+
 class LocalRunner:
     """The target lives on this host."""
 
@@ -36,12 +40,21 @@ class RayNodeRunner:
         self.node_id = node_id
 
     def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` on the node. An exception ``fn`` raises comes back as its own
+        type (Ray's task errors are instances of their cause); a node that cannot
+        run the task raises NodeUnreachable."""
         import ray
+        from ray.exceptions import RayError, RayTaskError
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         task = ray.remote(num_cpus=0, max_retries=0)(fn).options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False))
-        return ray.get(task.remote(*args), timeout=REMOTE_TIMEOUT_S)
+        try:
+            return ray.get(task.remote(*args), timeout=REMOTE_TIMEOUT_S)
+        except RayTaskError:
+            raise
+        except RayError as exc:
+            raise NodeUnreachable(f"node {self.node_id[:12]} did not run {fn.__name__}: {exc}") from exc
 
 
 def local_addresses() -> set[str]:

@@ -44,18 +44,21 @@ def active_faults(state_path: str, environ: dict) -> dict[int, dict]:
 
 
 def info_table(faults: dict[int, dict]) -> str:
+    rule = "+---------------------------+---------------+----------------------------------------------------+"
     rows = [
-        "+--------------------------------------------------------------------------------------------------------+",
+        rule,
         "| npu-smi 24.1.0                   Version: 24.1.0                                               |",
-        "+---------------------------+---------------+----------------------------------------------------+",
+        rule,
         "| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|",
         "| Chip                      | Bus-Id        | AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |",
         "+===========================+===============+====================================================+",
     ]
     for npu in range(NPU_COUNT):
         health = faults[npu].get("health", "OK") if npu in faults else "OK"
-        rows.append(f"| {npu:<5} 910B3               | {health:<13} | 98.6        39                0    / 0             |")
-        rows.append(f"| 0                         | {BUS_IDS[npu]:<13} | 0           0    / 0          3387 / 65536         |")
+        rows.append(f"| {npu:<5} 910B3               | {health:<13} | "
+                    "98.6        39                0    / 0             |")
+        rows.append(f"| 0                         | {BUS_IDS[npu]:<13} | "
+                    "0           0    / 0          3387 / 65536         |")
         rows.append("+===========================+===============+====================================================+")
     return "\n".join(rows)
 

@@ -120,7 +120,11 @@ def _failure_results(outcome: CollectiveOutcome) -> dict[str, ProbeResult]:
         cleared = []
         for node in group:
             retests = {g: v for g, v in outcome.second.items() if g[0] == node}
-            if not retests:
+            if not retests:  # no healthy node to pair it with: cannot tell who is at fault
+                results.setdefault(node, ProbeResult()).findings.append(warn(
+                    "collectives.unattributed",
+                    f"all-reduce failed in {'+'.join(group)} ({text}) and no healthy node was "
+                    "left to tell which member is at fault", group="+".join(group)))
                 continue
             if all(g in outcome.failed for g in retests):
                 partner = next(iter(retests))[1]

@@ -1,7 +1,8 @@
 """``runmgr health-check [conf=NAME] [key=value ...]``: check every node of
 the run's Ray cluster, print a table (or ``--json``), keep the exclusions
-where ``runmgr launch`` reads them, and with ``--k8s-label`` mark the
-excluded Kubernetes nodes.
+where ``runmgr launch`` reads them, with ``--stage`` first copy the dataset
+to every node's local disk, and with ``--k8s-label`` mark the excluded
+Kubernetes nodes.
 
 Progress goes to stderr, the table or JSON to stdout. Exit codes: 0 every
 node admitted, 1 some node excluded, 2 bad input.
@@ -33,6 +34,9 @@ def add_parser(sub) -> None:
                              "the Kubernetes nodes of excluded Ray nodes; clear nodes admitted again")
     parser.add_argument("--k8s-host", default=None, metavar="URL",
                         help="Kubernetes API server (default: in-cluster, else ~/.kube/config)")
+    parser.add_argument("--stage", action="store_true",
+                        help="first copy health.data.shared_path to health.data.local_path on every node "
+                             "(resumable, with a progress bar)")
     parser.add_argument("--config-dir", type=Path, default=None, help="directory of the configs (default: ./conf)")
     parser.set_defaults(func=cmd_health_check)
 
@@ -60,6 +64,10 @@ def cmd_health_check(args: argparse.Namespace, out: TextIO = sys.stdout, err: Te
 
     conf, overrides = split_items(args.items)
     config = load_run_config(conf, overrides, args.config_dir)
+    if args.stage:
+        from runmgr.healthcheck.staging import check_stage_config
+
+        check_stage_config(config.health.data)
     api = None
     if args.k8s_label:
         from runmgr.healthcheck.k8s import core_api
@@ -79,12 +87,17 @@ def _check(config, args: argparse.Namespace, api, out: TextIO, say) -> int:
     import ray
 
     from runmgr.healthcheck.gate import check_and_record, store_for
+    from runmgr.healthcheck.nodes import alive_nodes
+    from runmgr.healthcheck.staging import stage_on_nodes
     from runmgr.healthcheck.summary import render
     from runmgr.placement import resolve_device_kind
 
     store = store_for(config)
     device_kind = resolve_device_kind(config.device, ray.cluster_resources())
-    check, report, path = check_and_record(config.health, device_kind, store, "health-check", say)
+    nodes = alive_nodes()
+    staged = stage_on_nodes(nodes, config.health.data, say) if args.stage else {}
+    check, report, path = check_and_record(config.health, device_kind, store, "health-check", say,
+                                           nodes=nodes, extra_findings=staged)
     if api is not None:
         from runmgr.healthcheck.k8s import apply_health_labels
 
@@ -95,7 +108,6 @@ def _check(config, args: argparse.Namespace, api, out: TextIO, say) -> int:
     else:
         keys = {entry["node"]: entry["history_key"] for entry in report["nodes"]}
         out.write(render(check, keys, store.lemons()) + "\n")
-        out.write(f"report: {path}\nexclusions: {store.path} (runmgr launch keeps these nodes out "
-                  "with health.skip=true, and re-checks them otherwise)\n")
+        out.write(f"report: {path}\nexclusions: {store.path} (runmgr launch honours them)\n")
     out.flush()
     return EXIT_SOME_EXCLUDED if check.excluded else EXIT_ALL_ADMITTED

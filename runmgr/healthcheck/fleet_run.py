@@ -12,10 +12,10 @@ import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from health.config import HealthConfig
-from health.findings import Severity, fail
+from health.findings import Finding, Severity, fail
 from health.fleet import Verdict, decide
 from health.node import NodeReport
 from runmgr.errors import ClusterError
@@ -140,8 +140,10 @@ def run_collectives(reports: list[NodeReport], verdicts: list[Verdict], config: 
 
 def run_fleet_check(config: HealthConfig, device_kind: str, progress: Progress,
                     clock: Clock = time.time, nodes: Optional[Sequence[RayNode]] = None,
-                    measure: Optional[Measure] = None) -> FleetCheck:
-    """The whole check on the connected Ray cluster (``nodes``: its alive nodes)."""
+                    measure: Optional[Measure] = None,
+                    extra_findings: Optional[Mapping[str, list[Finding]]] = None) -> FleetCheck:
+    """The whole check on the connected Ray cluster (``nodes``: its alive nodes);
+    ``extra_findings`` (node id -> findings, e.g. a failed staging) join the reports."""
     started = clock()
     nodes = list(nodes) if nodes is not None else alive_nodes()
     if not nodes:
@@ -149,6 +151,8 @@ def run_fleet_check(config: HealthConfig, device_kind: str, progress: Progress,
     progress(f"health-check: probing {len(nodes)} node(s) at once (devices, storage, data, "
              f"software, compute; at most {config.node_timeout_s:g} s each)")
     reports = gather_node_reports(nodes, config, progress)
+    for report in reports:
+        report.findings.extend((extra_findings or {}).get(report.node, []))
     verdicts = decide(reports, config.fleet)
     outcome, notes = run_collectives(reports, verdicts, config, device_kind, progress, measure)
     if outcome is not None:
@@ -164,8 +168,7 @@ def coverage_notes(config: HealthConfig, reports: Sequence[NodeReport]) -> list[
     if config.storage.mounts:
         notes.append("storage: " + ", ".join(m.path for m in config.storage.mounts))
     else:
-        notes.append("storage: no shared mount configured (health.storage.mounts="
-                     "[{path: /mnt/lustre/ckpt, fstype: lustre}])")
+        notes.append("storage: no shared mount configured (set health.storage.mounts)")
     if not config.data.local_path:
         notes.append("data: no local dataset configured (health.data.local_path)")
     return notes

@@ -8,9 +8,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence, TextIO
+from typing import Callable, Mapping, Optional, Sequence, TextIO
 
 from health.config import HealthConfig
+from health.findings import Finding
 from runmgr.config.schema import RunConfig
 from runmgr.errors import ClusterError
 from runmgr.healthcheck.exclusions import (
@@ -62,9 +63,12 @@ def _records(check: FleetCheck, keys: dict[str, str]) -> tuple[NodeRecord, ...]:
 
 def check_and_record(config: HealthConfig, device_kind: str, store: ExclusionStore, source: str,
                      progress: Progress, clock: Callable[[], float] = time.time,
-                     nodes: Optional[Sequence[RayNode]] = None) -> tuple[FleetCheck, dict, Path]:
+                     nodes: Optional[Sequence[RayNode]] = None,
+                     extra_findings: Optional[Mapping[str, list[Finding]]] = None
+                     ) -> tuple[FleetCheck, dict, Path]:
     """Run the check, append it to the history, write its report; (check, report, path)."""
-    check = run_fleet_check(config, device_kind, progress, clock, nodes)
+    check = run_fleet_check(config, device_kind, progress, clock, nodes,
+                            extra_findings=extra_findings)
     keys = history_keys(check.nodes)
     path = store.directory / REPORTS_DIR / f"{check.check_id}.json"
     store.record(CheckRecord(check.check_id, check.started_at, source, _records(check, keys), str(path)))

@@ -4,10 +4,13 @@ the node's own environment applied to the mount paths, plus who the node is
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import socket
+import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Optional
@@ -18,6 +21,8 @@ from health.findings import Finding, fail
 K8S_NODE_ENV = ("RUNMGR_K8S_NODE_NAME", "NODE_NAME")
 """Variables that may hold the Kubernetes node name (downward API ``spec.nodeName``)."""
 SERVICEACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+HOST_LOCK = Path(tempfile.gettempdir()) / "runmgr-health-compute.lock"
+"""Taken around the compute benchmark by every node of a host (see host_turn)."""
 _VARIABLE = re.compile(r"\$(\w+)|\$\{(\w+)\}")
 
 
@@ -71,14 +76,37 @@ def identity_facts(environ: Mapping[str, str], hostname: str,
     return facts
 
 
+@contextmanager
+def host_turn(lock_path: Path = HOST_LOCK):
+    """One benchmark at a time per host. Ray nodes that share a machine (a test
+    cluster, pods on one host) would otherwise slow each other's figures down
+    and make each other look like outliers; on separate hosts nobody waits."""
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def probe_this_node(config: HealthConfig, node_id: str) -> dict:
-    """Every per-node probe, on the node this runs on; a JSON-able NodeReport."""
-    from health.check import check_node  # imports torch: only where the probes run
+    """Every per-node probe of :func:`health.check.check_node`, on the node this
+    runs on, the compute benchmark taking its turn on the host; a JSON-able NodeReport."""
+    # Imported here: torch is only needed where the probes run.
+    from health.node import NodeReport
+    from health.probes.compute import probe_compute
+    from health.probes.data import verify_dataset
+    from health.probes.devices import probe_devices
+    from health.probes.software import probe_software
+    from health.probes.storage import probe_storage
 
     started = time.time()
     expanded, problems = expand_mount_paths(config, os.environ)
-    report = check_node(expanded, node=node_id)
+    results = [probe_devices(expanded.devices), probe_storage(expanded.storage),
+               verify_dataset(expanded.data), probe_software()]
+    with host_turn():
+        results.append(probe_compute(expanded.compute))
+    report = NodeReport.from_probes(node_id, results, started, time.time() - started)
     report.findings.extend(problems)
     report.facts.update(identity_facts(os.environ, socket.gethostname()))
-    report.started_at, report.seconds = started, time.time() - started
     return report.to_dict()

@@ -135,7 +135,7 @@ class HardwareConfig:
 
 def _default_death_actions() -> dict[str, str]:
     return {"hardware": EXCLUDE_NODE, "node": EXCLUDE_NODE, "network": RESTART, "storage": EXCLUDE_NODE,
-            "memory": RESTART, "device": RESTART, "killed": RESTART, "bug": ABORT, "unknown": RESTART}
+            "io": RESTART, "memory": RESTART, "device": RESTART, "killed": RESTART, "bug": ABORT, "unknown": RESTART}
 
 
 @dataclass(frozen=True)

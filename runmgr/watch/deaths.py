@@ -19,7 +19,7 @@ from runmgr.watch.config import DeviceConfig
 from runmgr.watch.incidents import WORKER_DEATH, Incident
 from runmgr.watch.observations import WorkerExit
 
-DEATH_CATEGORIES = ("hardware", "node", "network", "storage", "memory", "device", "killed", "bug", "unknown")
+DEATH_CATEGORIES = ("hardware", "node", "network", "storage", "io", "memory", "device", "killed", "bug", "unknown")
 """What the policy maps to a remedy (policy.death_actions)."""
 
 
@@ -70,6 +70,10 @@ _SIGNATURES = (
                "the FUSE/Lustre client on that node (fusermount -u, remount)", (
                    r"Transport endpoint is not connected", r"\[Errno 107\]", r"os error 107", r"\bENOTCONN\b",
                    r"Cannot send after transport endpoint shutdown", r"\[Errno 108\]")),
+    _Signature("io_refused", "io", "the file system refused a write (read-only, full, or I/O error)",
+               "the checkpoint path's file system: mount flags (ro), free space (df), dmesg for I/O errors", (
+                   r"\[Errno 30\]", r"Read-only file system", r"\bEROFS\b", r"\[Errno 28\]",
+                   r"No space left on device", r"\bENOSPC\b", r"\[Errno 5\] Input/output error")),
     _Signature("oom", "memory", "out of memory",
                "memory per device: micro batch, recompute, or the host's RAM", (
                    r"CUDA out of memory", r"NPU out of memory", r"\bOutOfMemoryError\b", r"\bout of memory\b",

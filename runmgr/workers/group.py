@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Protocol
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
@@ -101,7 +101,11 @@ class RayWorkerGroup:
 
     def start(self, config: TrainerConfig, plan: ResumePlan) -> list[WorkerInfo]:
         world = self.cluster.num_workers
-        strategies = self._pinned_strategies(world) if self.allowed_node_ids is not None else self._placement(world)
+        if self.allowed_node_ids is not None:
+            strategies = self._pinned_strategies(world, lambda size: not config.problems(size))
+            world = len(strategies)
+        else:
+            strategies = self._placement(world)
         self._actors = [
             RemoteTrainerWorker.options(
                 **actor_resources(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker),
@@ -134,19 +138,23 @@ class RayWorkerGroup:
             ) from None
         return [PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=rank) for rank in range(world)]
 
-    def _pinned_strategies(self, world: int) -> list:
-        """Ranks pinned to the allowed nodes, packed in node order by capacity."""
+    def _pinned_strategies(self, world: int, valid_world: Callable[[int], bool]) -> list:
+        """Ranks pinned to the allowed nodes, packed in node order by capacity.
+        When the allowed nodes cannot hold ``world`` ranks (a node was excluded
+        and there is no spare), data parallel shrinks to the largest world size
+        that still divides the global batch (accumulation keeps it whole)."""
         bundle = bundle_for(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
         slots: list[str] = []
         for node in ray.nodes():
             if node["Alive"] and node["NodeID"] in set(self.allowed_node_ids or ()):
                 fits = min(int(node["Resources"].get(k, 0) // v) for k, v in bundle.items() if v > 0)
                 slots += [node["NodeID"]] * fits
-        if len(slots) < world:
+        fitting = [size for size in range(min(world, len(slots)), 0, -1) if valid_world(size)]
+        if not fitting:
             raise ClusterError(
                 f"the {len(self.allowed_node_ids or ())} allowed nodes hold {len(slots)} workers of {bundle}, "
-                f"the run needs {world}: add nodes, or lower cluster.num_workers (excluded nodes stay out)")
-        return [NodeAffinitySchedulingStrategy(node_id, soft=False) for node_id in slots[:world]]
+                f"and no smaller world size divides the global batch: add nodes (excluded nodes stay out)")
+        return [NodeAffinitySchedulingStrategy(node_id, soft=False) for node_id in slots[:fitting[0]]]
 
     def poll(self, timeout_s: float) -> GroupPoll:
         result = GroupPoll()

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Small enough for CI on 2 cores, long enough to be killed in the middle.
 E2E_OVERRIDES = [
+    "chaos=none", "watcher=default", "policy=default", "cluster.local_nodes=1", "health.skip=true",
     "training.train_iters=40", "checkpoint.save_interval=10", "checkpoint.keep_last=3",
     "model.num_layers=1", "model.hidden_size=64", "model.ffn_hidden_size=172",
     "model.seq_length=64", "model.max_position_embeddings=64",
@@ -27,10 +28,11 @@ E2E_OVERRIDES = [
 class LaunchedRun:
     """A `runmgr launch` subprocess and the run directory it writes."""
 
-    def __init__(self, run_dir: Path, extra: list[str] | None = None) -> None:
+    def __init__(self, run_dir: Path, extra: list[str] | None = None, base: list[str] | None = None) -> None:
+        """``base`` replaces the small e2e config (E2E_OVERRIDES)."""
         self.run_dir = run_dir
         self.args = [sys.executable, "-m", "runmgr", "launch", "conf=demo", f"run.dir={run_dir}",
-                     f"run.name={run_dir.name}", *E2E_OVERRIDES, *(extra or [])]
+                     f"run.name={run_dir.name}", *(E2E_OVERRIDES if base is None else base), *(extra or [])]
         self.log = run_dir.parent / f"{run_dir.name}.driver.log"
         self.proc: subprocess.Popen | None = None
 

@@ -36,8 +36,8 @@ def test_opt_run12_replays_every_fault_class_of_opts_run_12(tmp_path):
     assert (CONF / "opt_run12.yaml").read_text().count("12.") >= 8, "each fault says which sub-runs it replays"
 
 
-def test_the_demo_has_no_chaos_unless_asked(tmp_path):
-    config = load_run_config("demo", [f"run.dir={tmp_path}"])
+def test_chaos_none_turns_the_demo_s_chaos_off(tmp_path):
+    config = load_run_config("demo", [f"run.dir={tmp_path}", "chaos=none"])
     chaos = build_chaos(config)
     assert not chaos.enabled and chaos.prepare() == [] and chaos.tools_dir is None
     assert not list(tmp_path.iterdir())

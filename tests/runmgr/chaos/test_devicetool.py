@@ -6,7 +6,7 @@ import os
 import subprocess
 
 from health.parsers import npu_smi
-from runmgr.chaos.build import build_chaos
+from runmgr.chaos.build import Chaos, build_chaos
 from runmgr.chaos.devicetool import DeviceTools
 from runmgr.config.compose import load_run_config
 from runmgr.healthcheck.device_readings import npu_readings, tool_runner
@@ -78,4 +78,20 @@ def test_the_device_ecc_fault_breaks_the_node_of_its_rank(tmp_path, sleeper, mon
     injector.on_poll(state, poll_of(step_report(30)))
     assert seen[0].kind == "device_ecc" and NODE_B[:12] in seen[0].target
     assert [r.uncorrectable for r in poll_node(chaos.tools_dir, NODE_B, monkeypatch) if r.kind == "ecc"] == [2]
+    assert [r.uncorrectable for r in poll_node(chaos.tools_dir, NODE_A, monkeypatch) if r.kind == "ecc"] == [0]
+
+
+def test_a_device_fault_with_a_duration_heals_when_it_is_over(tmp_path, sleeper, monkeypatch):
+    now = [1000.0]
+    faults = "chaos.faults=[{kind: device_ecc, at_step: 3, duration_s: 60}]"
+    config = load_run_config("demo", [f"run.dir={tmp_path}", faults])
+    chaos = Chaos(config, tmp_path, clock=lambda: now[0])
+    chaos.prepare()
+    injector = chaos.injector(lambda i: None)
+    state = running([worker_of(0, sleeper(), NODE_A)])
+    injector.on_transition(None, state)
+    injector.on_poll(state, poll_of(step_report(3)))
+    assert [r.uncorrectable for r in poll_node(chaos.tools_dir, NODE_A, monkeypatch) if r.kind == "ecc"] == [2]
+    now[0] += 61
+    injector.on_poll(state, poll_of(step_report(4)))
     assert [r.uncorrectable for r in poll_node(chaos.tools_dir, NODE_A, monkeypatch) if r.kind == "ecc"] == [0]

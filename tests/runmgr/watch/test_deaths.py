@@ -124,3 +124,13 @@ def test_the_detector_reports_one_incident_per_cause_and_node_in_a_subrun():
     assert [i.kind for i in first] == [WORKER_DEATH] and again == [] and len(later) == 1
     assert first[0].evidence["cause"] == "nccl_timeout" and first[0].nodes == ("node-0",)
     assert "rank 1 on node-0 died" in first[0].description
+
+
+def test_a_refused_checkpoint_write_is_io_and_restarts_rather_than_blaming_a_node():
+    from runmgr.policy.config import PolicyConfig
+    from runmgr.watch.deaths import classify
+
+    text = "OSError: [Errno 30] Read-only file system: '/runs/demo/checkpoints/step_00000100/__0_0.distcp'"
+    cause = classify(text)
+    assert cause.category == "io" and "Read-only" in cause.line
+    assert PolicyConfig().death_actions["io"] == "restart"

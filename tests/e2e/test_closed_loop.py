@@ -1,0 +1,128 @@
+"""The closed loop on real processes: the demo with OPT Run 12's fault classes
+injected (chaos=opt_run12) runs to the end by itself, and for each class the
+logbook shows the injection, the incident detected, the decision and the
+sub-run that followed, which got past the fault."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.harness import LaunchedRun, kept_losses, runmgr_json_lines, runmgr_text
+
+pytestmark = pytest.mark.slow
+
+# The demo as `make demo` runs it, minus the health check's compute probes
+# (noisy on a loaded 2-core CI machine; tests/runmgr/healthcheck covers them).
+DEMO = ["chaos=opt_run12", "watcher=demo", "policy=demo", "cluster.local_nodes=3", "health.skip=true"]
+
+
+@pytest.fixture(scope="module")
+def chaos_run(tmp_path_factory) -> dict:
+    run = LaunchedRun(tmp_path_factory.mktemp("closed-loop") / "opt_run12", base=DEMO).start()
+    code = run.wait(timeout=600)
+    events = runmgr_json_lines("logbook", "events", str(run.run_dir), "--json")
+    return {"code": code, "run": run, "events": events, "output": run.output()}
+
+
+def injections(events: list[dict], kind: str) -> list[dict]:
+    return [e for e in events if e["type"] == "event" and e["kind"] == "chaos" and e["data"]["kind"] == kind]
+
+
+def decisions_after(events: list[dict], time: float) -> list[dict]:
+    return [e for e in events if e["type"] == "decision" and e["time"] >= time]
+
+
+def incident_of(events: list[dict], decision: dict) -> dict:
+    return next(e for e in events if e["type"] == "incident" and e["id"] == decision["incident_id"])
+
+
+def next_subrun_start(events: list[dict], decision: dict) -> dict:
+    return next(e for e in events if e["type"] == "subrun_start" and e["seq"] > decision["seq"])
+
+
+def test_the_demo_survives_run12_by_itself(chaos_run):
+    assert chaos_run["code"] == 0, chaos_run["output"][-3000:]
+    ends = [e for e in chaos_run["events"] if e["type"] == "subrun_end"]
+    assert ends[-1]["end_state"] == "finished" and ends[-1]["last_step"] == 200
+    kinds = {e["data"]["kind"] for e in chaos_run["events"] if e["type"] == "event" and e["kind"] == "chaos"}
+    assert {"kill_worker", "hang_rank", "garbage_data", "slow_rank", "device_ecc", "checkpoint_fail",
+            "recurring_instability"} <= kinds
+    assert sorted(kept_losses(chaos_run["run"].run_dir)) == list(range(1, 201))
+
+
+@pytest.mark.parametrize("fault, incident_kind, action", [
+    ("kill_worker", "worker_death", "restart"),
+    ("hang_rank", "hang", "dump_and_restart"),
+    ("garbage_data", "loss_spike", "rollback_skip"),
+    ("device_ecc", "device_fault", "exclude_node"),
+    ("checkpoint_fail", "worker_death", "restart"),
+])
+def test_each_fault_is_detected_decided_and_gotten_past(chaos_run, fault, incident_kind, action):
+    events = chaos_run["events"]
+    (injected,) = injections(events, fault)
+    decision = next(d for d in decisions_after(events, injected["time"]) if d["action"] != "ignore")
+    incident = incident_of(events, decision)
+    assert (incident["kind"], decision["action"]) == (incident_kind, action), decision["reason"]
+    start = next_subrun_start(events, decision)
+    ends = [e for e in events if e["type"] == "subrun_end" and e["subrun"] >= start["subrun"]]
+    assert max(e["last_step"] for e in ends) > injected["data"]["step"]  # the remedy worked
+
+
+def test_a_hang_leaves_every_rank_s_stack_in_the_run_directory(chaos_run):
+    (injected,) = injections(chaos_run["events"], "hang_rank")
+    stacks = sorted((chaos_run["run"].run_dir / "stacks" / injected["subrun"]).glob("rank*.txt"))
+    assert [p.name for p in stacks] == ["rank0.txt", "rank1.txt"]
+    assert any("Thread" in p.read_text() or "forward" in p.read_text() for p in stacks)
+
+
+def test_the_node_with_the_ecc_error_is_excluded_within_one_poll_and_never_used_again(chaos_run):
+    events = chaos_run["events"]
+    (injected,) = injections(events, "device_ecc")
+    fault = next(e for e in events if e["type"] == "incident" and e["kind"] == "device_fault")
+    poll_interval = 5.0  # conf/health/default.yaml: health.poll_interval_s
+    assert fault["time"] - injected["time"] <= poll_interval + 2.0
+    node = fault["nodes"][0]
+    later = [e for e in events if e["type"] == "event" and e["kind"] == "workers_started" and e["time"] > fault["time"]]
+    assert later and all(not w["node"].startswith(node) for e in later for w in e["data"]["workers"])
+
+
+def test_garbage_data_is_rolled_back_skipped_and_never_trained_on_again(chaos_run):
+    events = chaos_run["events"]
+    (injected,) = injections(events, "garbage_data")
+    start, end = (int(x) for x in injected["data"]["target"].split("[")[1].rstrip(")").split(", "))
+    decision = next(d for d in decisions_after(events, injected["time"]) if d["action"] == "rollback_skip")
+    skips = decision["plan"]["skip_ranges"]
+    assert any(a <= start and end <= b for a, b in skips), (skips, start, end)
+    # Every kept step after the rollback took its batch from positions outside the window.
+    rows = runmgr_json_lines("logbook", "metrics", str(chaos_run["run"].run_dir), "--json")
+    resumed = next_subrun_start(events, decision)
+    previous = None
+    for row in rows:
+        if previous is not None and row["subrun"] >= resumed["subrun"]:
+            trained = (previous, row["consumed_samples"])
+            overlap = (max(trained[0], start), min(trained[1], end))
+            if overlap[0] < overlap[1]:
+                assert any(a <= overlap[0] and overlap[1] <= b for a, b in skips), (row["step"], trained)
+        previous = row["consumed_samples"]
+
+
+def test_recurring_instability_lowers_the_lr_then_resets_adam_with_fresh_state_and_recorded_betas(chaos_run):
+    events = chaos_run["events"]
+    actions = [d["action"] for d in events if d["type"] == "decision"]
+    assert actions.index("rollback_skip") < actions.index("lower_lr") < actions.index("reset_optimizer")
+    reset = next(d for d in events if d["type"] == "decision" and d["action"] == "reset_optimizer")
+    start = next_subrun_start(events, reset)
+    settings = next(e for e in events if e["type"] == "event" and e["kind"] == "effective_settings"
+                    and e["subrun"] == start["subrun"])
+    groups = settings["data"]["optimizer"]
+    assert all(g["step"] == 0 and g["moment_norm"] == 0.0 for g in groups)  # verifiably fresh
+    assert all(tuple(g["betas"]) == (0.9, 0.95) for g in groups)  # the effective betas, recorded
+    assert settings["data"]["lr_scale"] == pytest.approx(0.67)  # the LR cut stays for the rest of the run
+    assert "fresh Adam state" in settings["message"]
+
+
+def test_the_timeline_tells_the_story(chaos_run):
+    timeline = runmgr_text("logbook", "show", str(chaos_run["run"].run_dir))
+    for words in ("worker_death", "hang", "loss_spike", "rollback_skip", "lower_lr", "reset_optimizer",
+                  "exclude_node", "finished at step 200"):
+        assert words in timeline, words

@@ -11,7 +11,8 @@ EXTRAS ?= test
 PY := $(VENV)/bin/python
 comma := ,
 STAMP := $(VENV)/.installed-$(subst =,-,$(TORCH))-$(subst $(comma),-,$(EXTRAS))
-DEMO_RUN ?= demo-$(shell date +%Y%m%d-%H%M%S)
+DEMO_RUN := demo-$(shell date +%Y%m%d-%H%M%S)
+DEMO_ARGS ?=
 
 .PHONY: setup demo test test-fast clean-runs
 
@@ -23,7 +24,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 demo: $(STAMP)
-	$(VENV)/bin/runmgr launch conf=demo run.name=$(DEMO_RUN)
+	$(VENV)/bin/runmgr launch conf=demo run.name=$(DEMO_RUN) $(DEMO_ARGS)
 	$(VENV)/bin/runmgr logbook show $(DEMO_RUN)
 
 test: $(STAMP)

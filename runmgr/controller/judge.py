@@ -61,7 +61,7 @@ class Judge:
     def start_subrun(self, workers: Sequence[WorkerInfo]) -> None:
         """New ranks: the per-rank detectors start afresh with their placement."""
         self._nodes = {w.rank: node_name(w.node_id) for w in workers}
-        self.watcher = Watcher(self.watcher_config, self._nodes)
+        self.watcher = self.watcher.for_new_subrun(self._nodes)
 
     def judge(self, subrun: str, poll: GroupPoll, devices: Sequence[DeviceObservation], now: float,
               last_step: int) -> list[Judgement]:

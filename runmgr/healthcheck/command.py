@@ -76,11 +76,11 @@ def cmd_health_check(args: argparse.Namespace, out: TextIO = sys.stdout, err: Te
     ray_cluster.preflight(config.cluster)
     say = _progress(err)
     say(f"health-check: connecting to {config.cluster.address or 'a local Ray started for the check'}")
-    ray_cluster.connect(config.cluster)
+    local_nodes = ray_cluster.connect(config.cluster)
     try:
         return _check(config, args, api, out, say)
     finally:
-        ray_cluster.disconnect()
+        ray_cluster.disconnect(local_nodes)
 
 
 def _check(config, args: argparse.Namespace, api, out: TextIO, say) -> int:

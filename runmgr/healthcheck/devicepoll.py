@@ -1,9 +1,12 @@
 """The mid-run device poll: one small Ray actor per node reads health and ECC
-counters every ``interval_s`` and keeps the readings until the driver drains
-them; the watcher's device detector turns them into incidents.
+counters every ``interval_s`` and pushes what it read to one collector actor
+beside the driver; ``drain`` takes them from there for the watcher's device
+detector.
 
-The actor needs no CPU reservation (it sleeps between short tool calls) and
-imports no torch, so it fits beside the workers of a full node.
+Push, not pull: a reading reaches the collector as soon as it is taken, and
+the driver's loop asks one actor, however many nodes there are. The pollers
+need no CPU reservation (they sleep between short tool calls) and import no
+torch, so they fit beside the workers of a full node.
 """
 
 from __future__ import annotations
@@ -18,20 +21,35 @@ from runmgr.healthcheck.nodes import SHORT_ID_CHARS
 from runmgr.watch.observations import DeviceObservation
 
 START_TIMEOUT_S = 60.0
-DRAIN_TIMEOUT_S = 5.0
+MAX_READINGS = 100_000
+"""The collector keeps at most this many undrained readings (the oldest go first)."""
+
+
+class ReadingCollector:
+    """Readings of every poller until the driver takes them (a Ray actor)."""
+
+    def __init__(self) -> None:
+        self._readings: deque[DeviceObservation] = deque(maxlen=MAX_READINGS)
+
+    def add(self, readings: list[DeviceObservation]) -> None:
+        self._readings.extend(readings)
+
+    def take(self) -> list[DeviceObservation]:
+        readings = list(self._readings)
+        self._readings.clear()
+        return readings
 
 
 class DevicePoller:
-    """The poll on one node (run as a Ray actor pinned there)."""
+    """The poll on one node (a Ray actor pinned there)."""
 
     def __init__(self, node: str, interval_s: float, path: Optional[str], tool_timeout_s: float,
-                 read_kernel_log: bool, max_readings: int = 10_000) -> None:
+                 read_kernel_log: bool, collector) -> None:
         self.node = node
         self.interval_s = interval_s
         self.run = tool_runner(tool_timeout_s, path)
         self.read_kernel_log = read_kernel_log
-        self._readings: deque[DeviceObservation] = deque(maxlen=max_readings)
-        self._lock = threading.Lock()
+        self.collector = collector
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="device-poll", daemon=True)
         self._thread.start()
@@ -40,25 +58,16 @@ class DevicePoller:
         while not self._stop.is_set():
             started = time.monotonic()
             readings = read_devices(self.node, self.run, time.time(), self.read_kernel_log)
-            with self._lock:
-                self._readings.extend(readings)
+            if readings:
+                self.collector.add.remote(readings)
             self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
 
     def ready(self) -> bool:
         return self._thread.is_alive()
 
-    def drain(self) -> list[DeviceObservation]:
-        with self._lock:
-            readings = list(self._readings)
-            self._readings.clear()
-        return readings
-
-    def stop(self) -> None:
-        self._stop.set()
-
 
 class DevicePollGroup:
-    """One :class:`DevicePoller` per node; ``drain`` gathers what they saw.
+    """A :class:`DevicePoller` on every node of ``node_ids`` and their collector.
 
     Readings name the node by the start of its Ray id, as incidents do.
     """
@@ -72,39 +81,48 @@ class DevicePollGroup:
         self.path = path
         self.tool_timeout_s = tool_timeout_s
         self.read_kernel_log = read_kernel_log
-        self._actors: dict[str, object] = {}
+        self._collector = None
+        self._pollers: list = []
+        self._pending = None
+        """The collector's answer not yet back (taken by a later drain)."""
 
     def start(self) -> None:
-        """Start a poller on every node and wait until each runs."""
+        """Start the collector beside the driver and a poller on every node."""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        remote = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=2)(DevicePoller)
-        self._actors = {
-            node_id: remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
+        here = ray.get_runtime_context().get_node_id()
+        self._collector = ray.remote(num_cpus=0, max_restarts=0)(ReadingCollector).options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True)).remote()
+        poller = ray.remote(num_cpus=0, max_restarts=0)(DevicePoller)
+        self._pollers = [
+            poller.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
             .remote(node_id[:SHORT_ID_CHARS], self.interval_s, self.path, self.tool_timeout_s,
-                    self.read_kernel_log)
-            for node_id in self.node_ids}
-        ray.get([a.ready.remote() for a in self._actors.values()], timeout=START_TIMEOUT_S)
+                    self.read_kernel_log, self._collector)
+            for node_id in self.node_ids]
+        ray.get([p.ready.remote() for p in self._pollers], timeout=START_TIMEOUT_S)
 
-    def drain(self) -> list[DeviceObservation]:
-        """Every reading since the last drain, oldest first. A poller that is
-        gone (its node died) has nothing to say: the worker group reports the loss."""
+    def drain(self, wait_s: float = 0.05) -> list[DeviceObservation]:
+        """The readings that arrived since the last drain, oldest first; an
+        answer not back within ``wait_s`` is picked up by a later drain, so the
+        caller's loop is never held up. A poller whose node died sends nothing:
+        the worker group reports the loss."""
         import ray
-        from ray.exceptions import GetTimeoutError, RayActorError
 
-        readings: list[DeviceObservation] = []
-        refs = [a.drain.remote() for a in self._actors.values()]
-        for ref in refs:
-            try:
-                readings += ray.get(ref, timeout=DRAIN_TIMEOUT_S)
-            except (RayActorError, GetTimeoutError):
-                continue
+        if self._collector is None:
+            return []
+        if self._pending is None:
+            self._pending = self._collector.take.remote()
+        ready, _ = ray.wait([self._pending], timeout=wait_s)
+        if not ready:
+            return []
+        readings = ray.get(self._pending)
+        self._pending = None
         return sorted(readings, key=lambda r: r.time)
 
     def stop(self) -> None:
         import ray
 
-        for actor in self._actors.values():
+        for actor in [*self._pollers, *([self._collector] if self._collector else [])]:
             ray.kill(actor, no_restart=True)
-        self._actors = {}
+        self._pollers, self._collector, self._pending = [], None, None

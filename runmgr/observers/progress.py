@@ -41,10 +41,12 @@ class ProgressObserver:
     def on_transition(self, old: State | None, new: State) -> None:
         self.subrun = new.subrun
         if isinstance(new, Launching):
-            self._event(f"sub-run {new.subrun}: starting from step {new.start_step} ({new.cause})")
+            # The cause is told in full with its incident; here only what it was.
+            self._event(f"sub-run {new.subrun}: starting from step {new.start_step} ({new.cause.split(': ')[0]})")
         elif isinstance(new, Running):
             pids = ", ".join(f"rank {w.rank} pid {w.pid}" for w in new.workers)
-            self._event(f"sub-run {new.subrun}: {len(new.workers)} workers up ({pids})")
+            count = f"{len(new.workers)} worker{'s' if len(new.workers) != 1 else ''}"
+            self._event(f"sub-run {new.subrun}: {count} up ({pids})")
         elif isinstance(new, Restarting):
             decision = new.judgement.decision
             self._event(f"sub-run {new.subrun} ends at step {new.last_step}: {decision.action}")

@@ -44,6 +44,14 @@ class Watcher:
         self.devices = DeviceDetector(config.devices)
         self.deaths = DeathDetector(config.devices.fatal_event_codes)
 
+    def for_new_subrun(self, rank_nodes: Optional[Mapping[int, str]] = None) -> "Watcher":
+        """A watcher for the ranks of a new sub-run: the per-rank and per-sub-run
+        detectors start afresh; the device detector keeps its memory, so a
+        device that stays faulty is reported once, not once per sub-run."""
+        fresh = Watcher(self.config, rank_nodes)
+        fresh.devices = self.devices
+        return fresh
+
     def observe(self, obs: Observation, now: float) -> list[Incident]:
         """Feed one observation; returns the incidents it produced (usually none)."""
         if isinstance(obs, StepObservation):

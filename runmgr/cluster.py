@@ -43,6 +43,12 @@ def preflight(cluster: ClusterConfig) -> None:
         check_reachable(cluster.address)
 
 
+def _ray_address_file() -> str:
+    from ray._common.utils import get_ray_address_file  # the one place Ray keeps that path
+
+    return get_ray_address_file(None)
+
+
 class LocalCluster:
     """Several Ray nodes on this machine (``cluster.local_nodes`` > 1), one rank
     each, so that a node can be excluded and its ranks moved to a spare."""
@@ -56,6 +62,12 @@ class LocalCluster:
         for _ in range(cluster.local_nodes - 1):
             self._cluster.add_node(**node_args)
         self.address = self._cluster.address
+        # Cluster() records itself as "the current cluster" of this machine
+        # (/tmp/ray/ray_current_cluster), which a plain ray.init() elsewhere would
+        # then join: this cluster is the run's alone.
+        address_file = _ray_address_file()
+        if os.path.exists(address_file):
+            os.remove(address_file)
 
     def shutdown(self) -> None:
         self._cluster.shutdown()

@@ -6,7 +6,8 @@ where ``runmgr launch`` reads them. Also the mid-run device poll.
 Modules: ``nodes`` (which Ray nodes, how they are named), ``node_task`` (what
 runs on a node), ``collectives`` (group tests through Ray actors),
 ``fleet_run`` (the whole check), ``exclusions`` (history and lemons),
-``summary`` (JSON and table), ``k8s`` (labels and taints), ``gate``
+``summary`` (JSON and table), ``staging`` (``--stage``: the dataset onto
+every node's disk), ``k8s`` (labels and taints), ``gate``
 (``preflight_health`` for launch), ``device_readings`` and ``devicepoll``
 (the mid-run poll), ``command`` (the subcommand).
 """

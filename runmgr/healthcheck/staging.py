@@ -66,7 +66,10 @@ def stage_here(data: DataChecks, node_id: str, reporter) -> dict:
                                 int(data.chunk_mb * 1e6), report)
     except (StagingError, OSError) as exc:
         return {"error": str(exc)}
-    reporter.update.remote(node_id, outcome.total_bytes, outcome.total_bytes)
+    import ray
+
+    # Waited for: the driver reads the bar after this task returns, and must see the end.
+    ray.get(reporter.update.remote(node_id, outcome.total_bytes, outcome.total_bytes))
     return {"copied": outcome.copied_bytes, "resumed_from": outcome.resumed_from,
             "total": outcome.total_bytes}
 

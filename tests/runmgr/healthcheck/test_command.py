@@ -21,14 +21,9 @@ ROOT = Path(__file__).resolve().parents[3]
 HELPER = Path(__file__).with_name("hung_mount_run.py")
 
 
-# Other Ray clusters may run on this machine (other tests); without an address,
-# ray.init() would join the last one started instead of starting its own.
-LOCAL_RAY = {"RAY_ADDRESS": "local"}
-
-
 def runmgr(*args: str, cwd: Path, timeout: float = 120):
     return subprocess.run([sys.executable, "-m", "runmgr", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **LOCAL_RAY})
+                          text=True, timeout=timeout)
 
 
 def test_a_newcomer_gets_a_readable_table_in_under_a_minute(tmp_path):
@@ -81,10 +76,10 @@ def test_a_hung_mount_ends_at_its_timeout_and_the_node_is_labelled(tmp_path):
         started = time.monotonic()
         result = subprocess.run(
             ["unshare", "-m", "--propagation", "private", sys.executable, str(HELPER), str(mount),
-             "health-check", spec, "health.storage.timeout_s=2", "cluster.local_nodes=1", "--json", "--k8s-label",
-             "--k8s-host", k8s.url],
+             "health-check", spec, "health.storage.timeout_s=2", "cluster.local_nodes=1", "--json",
+             "--k8s-label", "--k8s-host", k8s.url],
             cwd=tmp_path, capture_output=True, text=True, timeout=120,
-            env={**os.environ, **LOCAL_RAY, "RUNMGR_K8S_NODE_NAME": "npu-node-17", "PYTHONPATH": str(ROOT)})
+            env={**os.environ, "RUNMGR_K8S_NODE_NAME": "npu-node-17", "PYTHONPATH": str(ROOT)})
         elapsed = time.monotonic() - started
         assert result.returncode == 1, result.stderr[-3000:]  # a node was excluded
         report = json.loads(result.stdout)

@@ -13,17 +13,15 @@ import json
 import os
 import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from logbook import Logbook
 from tests.runmgr.healthcheck import throttle
-from tests.runmgr.healthcheck.fake_ascend import FakeAscend
 
 ROOT = Path(__file__).resolve().parents[3]
-SLOW_FRACTION = 0.1
+HELPER = Path(__file__).with_name("broken_cluster.py")
 TINY_RUN = ["training.train_iters=4", "checkpoint.save_interval=2", "model.num_layers=1",
             "model.hidden_size=64", "model.ffn_hidden_size=172", "model.seq_length=64",
             "model.max_position_embeddings=64", "training.micro_batch_size=2",
@@ -33,58 +31,23 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not throttle.available(), reason="needs a writable CPU cgroup (root)")]
 
 
-@contextmanager
-def environment(**changes: str):
-    """The raylet started inside inherits these variables, like a real node's own setup."""
-    saved = dict(os.environ)
-    os.environ.update(changes)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
-def old_torch_metadata(directory: Path) -> Path:
-    """A site directory whose package metadata says torch 2.12.0 (an older stack)."""
-    info = directory / "torch-2.12.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.12.0\n")
-    return directory
-
-
 @pytest.fixture
 def cluster(tmp_path):
-    """head + five nodes; yields (cluster, {role: node id}, mount spec)."""
-    import ray
-    from ray.cluster_utils import Cluster
-
-    healthy = FakeAscend(tmp_path / "ascend-ok")
-    faulty = FakeAscend(tmp_path / "ascend-ecc")
-    faulty.set_ecc(1, single=3, double=2)
-    base = {"PATH": healthy.path, "RAY_AUTH_MODE": "disabled"}
-    roles = {"head": {}, "device": {"PATH": faulty.path}, "slow": {}, "mount": {},
-             "torch": {"PYTHONPATH": str(old_torch_metadata(tmp_path / "old-site"))}, "spare": {}}
-    for role, env in roles.items():  # each node its own directory on the "HPFS" ...
-        env.setdefault("HPFS_SHARE", role)
-        (tmp_path / "hpfs" / role).mkdir(parents=True)
-    (tmp_path / "hpfs" / "mount").rmdir()  # ... and one node's is gone
-    with environment(**{**base, **roles["head"]}):
-        test_cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    ray._common.utils.reset_ray_address()  # no other ray.init() on this machine may join it
-    nodes = {"head": test_cluster.head_node}
+    """The broken cluster, in its own process; yields its description."""
+    helper = subprocess.Popen([sys.executable, str(HELPER), str(tmp_path)], cwd=ROOT, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
-        for role, env in list(roles.items())[1:]:
-            with environment(**{**base, **env}):
-                nodes[role] = test_cluster.add_node(num_cpus=1)
-        with throttle.CpuThrottle(f"runmgr-test-{os.getpid()}", SLOW_FRACTION) as cap:
-            cap.add_tree(nodes["slow"].all_processes["raylet"][0].process.pid)
-            # One disk and two cores for six nodes: no throughput floor for the "HPFS".
-            spec = (f"[{{path: '{tmp_path}/hpfs/$HPFS_SHARE', min_free_gb: 0, min_write_mbps: 0, "
-                    "min_read_mbps: 0, max_latency_ms: 10000}]")
-            yield test_cluster, {role: node.node_id for role, node in nodes.items()}, spec
+        line = helper.stdout.readline()
+        assert line, f"the cluster did not start (exit {helper.wait(timeout=60)})"
+        yield json.loads(line)
     finally:
-        test_cluster.shutdown()
+        helper.stdin.close()  # the helper shuts the cluster down
+        try:
+            helper.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            helper.kill()
+            helper.wait()
 
 
 def runmgr(*args: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess:
@@ -93,8 +56,8 @@ def runmgr(*args: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess
 
 
 def test_health_check_excludes_the_four_broken_nodes_and_launch_uses_the_rest(cluster, tmp_path):
-    test_cluster, ids, mount_spec = cluster
-    common = [f"cluster.address={test_cluster.address}", f"run.dir={tmp_path / 'run'}"]
+    ids, mount_spec = cluster["ids"], cluster["mount_spec"]
+    common = [f"cluster.address={cluster['address']}", f"run.dir={tmp_path / 'run'}"]
     check = runmgr("health-check", *common, f"health.storage.mounts={mount_spec}",
                    # Six nodes share one disk and two cores. Their benchmarks take turns, but a
                    # node may still measure while another imports torch: compare the compute

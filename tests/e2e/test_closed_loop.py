@@ -50,19 +50,22 @@ def test_the_demo_survives_run12_by_itself(chaos_run):
     assert sorted(kept_losses(chaos_run["run"].run_dir)) == list(range(1, 201))
 
 
-@pytest.mark.parametrize("fault, incident_kind, action", [
-    ("kill_worker", "worker_death", "restart"),
-    ("hang_rank", "hang", "dump_and_restart"),
-    ("garbage_data", "loss_spike", "rollback_skip"),
-    ("device_ecc", "device_fault", "exclude_node"),
-    ("checkpoint_fail", "worker_death", "restart"),
+@pytest.mark.parametrize("fault, incident_kind, cause, action", [
+    ("kill_worker", "worker_death", "killed", "restart"),
+    ("hang_rank", "hang", None, "dump_and_restart"),
+    ("garbage_data", "loss_spike", None, "rollback_skip"),
+    ("device_ecc", "device_fault", None, "exclude_node"),
+    ("checkpoint_fail", "worker_death", "io", "restart"),
 ])
-def test_each_fault_is_detected_decided_and_gotten_past(chaos_run, fault, incident_kind, action):
+def test_each_fault_is_detected_decided_and_gotten_past(chaos_run, fault, incident_kind, cause, action):
     events = chaos_run["events"]
     (injected,) = injections(events, fault)
-    decision = next(d for d in decisions_after(events, injected["time"]) if d["action"] != "ignore")
-    incident = incident_of(events, decision)
-    assert (incident["kind"], decision["action"]) == (incident_kind, action), decision["reason"]
+    # Faults overlap in time (an ECC error can surface while a checkpoint write fails):
+    # the first incident of the kind this fault causes, after it was injected.
+    decision = next(d for d in decisions_after(events, injected["time"])
+                    if incident_of(events, d)["kind"] == incident_kind
+                    and (cause is None or incident_of(events, d)["evidence"]["evidence"]["category"] == cause))
+    assert decision["action"] == action, decision["reason"]
     start = next_subrun_start(events, decision)
     ends = [e for e in events if e["type"] == "subrun_end" and e["subrun"] >= start["subrun"]]
     assert max(e["last_step"] for e in ends) > injected["data"]["step"]  # the remedy worked
@@ -126,3 +129,32 @@ def test_the_timeline_tells_the_story(chaos_run):
     for words in ("worker_death", "hang", "loss_spike", "rollback_skip", "lower_lr", "reset_optimizer",
                   "exclude_node", "finished at step 200"):
         assert words in timeline, words
+
+
+@pytest.fixture(scope="module")
+def lr_blowup_run(tmp_path_factory) -> dict:
+    """seed 000's too-high LR: the peak LR 300x too high, reached at step 120."""
+    base = ["chaos=lr_blowup", "watcher=demo", "policy=demo", "cluster.local_nodes=1", "health.skip=true"]
+    run = LaunchedRun(tmp_path_factory.mktemp("lr-blowup") / "lr_blowup", base=base).start()
+    code = run.wait(timeout=600)
+    return {"code": code, "run": run, "events": runmgr_json_lines("logbook", "events", str(run.run_dir), "--json"),
+            "output": run.output()}
+
+
+def test_an_lr_blowup_really_diverges_and_a_lower_lr_gets_the_run_past_it(lr_blowup_run):
+    events = lr_blowup_run["events"]
+    assert lr_blowup_run["code"] == 0, lr_blowup_run["output"][-3000:]
+    acted = [d for d in events if d["type"] == "decision" and d["action"] != "ignore"]
+    divergence = incident_of(events, acted[0])
+    assert divergence["kind"] == "loss_spike" and not divergence["evidence"]["recovered"]
+    figures = divergence["evidence"]["evidence"]
+    assert figures["peak_value"] > 2 * figures["baseline_median"]
+    # Rolling back alone does not cure a bad LR; the ladder then lowers it for good (OPT 12.42-12.53).
+    assert [d["action"] for d in acted][:2] == ["rollback_skip", "lower_lr"]
+    cut = next_subrun_start(events, acted[1])
+    settings = next(e for e in events if e["type"] == "event" and e["kind"] == "effective_settings"
+                    and e["subrun"] == cut["subrun"])
+    assert settings["data"]["lr_scale"] == pytest.approx(0.67)
+    ends = [e for e in events if e["type"] == "subrun_end"]
+    assert ends[-1]["end_state"] == "finished" and ends[-1]["last_step"] == 200
+    assert ends[-1]["last_step"] > divergence["step"]

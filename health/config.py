@@ -80,7 +80,7 @@ class ComputeChecks:
     """Matmul dtype: the dtype the run trains in (float32, bfloat16, float16)."""
     matmul_size: int = 1024
     """Side of the square matrices multiplied."""
-    repeats: int = 5
+    repeats: int = 20
     """Timed repetitions (after one warm-up); the best is reported."""
     bandwidth_mb: float = 64.0
     """Size of the buffer copied for the memory-bandwidth figure, MB."""

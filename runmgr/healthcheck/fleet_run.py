@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from itertools import zip_longest
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional, Sequence
 
 from health.config import HealthConfig
-from health.findings import Finding, Severity, fail
+from health.findings import Finding, ProbeResult, Severity, fail
 from health.fleet import Verdict, decide
 from health.node import NodeReport
 from runmgr.errors import ClusterError
@@ -23,7 +24,7 @@ from runmgr.healthcheck.collectives import (
     CollectiveOutcome, Measure, collective_results, measure_collectives,
 )
 from runmgr.healthcheck.nodes import RayNode, alive_nodes
-from runmgr.healthcheck.node_task import probe_this_node
+from runmgr.healthcheck.node_task import compute_on_this_node, probe_this_node
 
 Progress = Callable[[str], None]
 Clock = Callable[[], float]
@@ -92,7 +93,7 @@ def gather_node_reports(nodes: Sequence[RayNode], config: HealthConfig, progress
     # num_cpus=0: a probe must run even where the run's workers hold every CPU.
     task = ray.remote(num_cpus=0, max_retries=0)(probe_this_node)
     refs = {task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n.node_id, soft=False))
-            .remote(config, n.node_id): n for n in nodes}
+            .remote(config, n.node_id, False): n for n in nodes}
     deadline = clock() + config.node_timeout_s
     reports: dict[str, NodeReport] = {}
     pending = list(refs)
@@ -112,7 +113,39 @@ def gather_node_reports(nodes: Sequence[RayNode], config: HealthConfig, progress
             f"{config.node_timeout_s:g} s: the node is hung or overloaded; drain it")
         progress(f"  [{len(reports)}/{len(nodes)}] {node.display()}  no answer within "
                  f"{config.node_timeout_s:g} s")
+    answered = [n for n in nodes if not any(f.code == "health.node_timeout" for f in reports[n.node_id].findings)]
+    benchmark_compute(answered, reports, config, clock)
     return [reports[n.node_id] for n in nodes]
+
+
+def benchmark_compute(nodes: Sequence[RayNode], reports: dict[str, NodeReport], config: HealthConfig,
+                      clock: Clock = time.monotonic) -> None:
+    """The compute benchmark, after every node's other probes: one node per
+    host at a time (rounds), all hosts at once, so nodes sharing a machine are
+    never measured while another one works or starts up beside them."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    task = ray.remote(num_cpus=0, max_retries=0)(compute_on_this_node)
+    by_host: dict[str, list[RayNode]] = {}
+    for node in nodes:
+        by_host.setdefault(str(reports[node.node_id].facts.get("node.hostname", node.node_id)), []).append(node)
+    for round_nodes in zip_longest(*by_host.values()):
+        refs = {task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n.node_id, soft=False))
+                .remote(config): n for n in round_nodes if n is not None}
+        done, pending = ray.wait(list(refs), num_returns=len(refs), timeout=config.node_timeout_s)
+        for ref in done:
+            try:
+                result = ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                result = ProbeResult([fail("compute.error", f"the compute benchmark failed: {type(exc).__name__}")])
+            report = reports[refs[ref].node_id]
+            report.findings.extend(result.findings)
+            report.figures.update(result.figures)
+        for ref in pending:
+            ray.cancel(ref, force=True)
+            reports[refs[ref].node_id].findings.append(fail(
+                "compute.timeout", f"the compute benchmark did not finish within {config.node_timeout_s:g} s"))
 
 
 def run_collectives(reports: list[NodeReport], verdicts: list[Verdict], config: HealthConfig,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from health.config import HealthConfig, MountSpec
-from health.findings import Finding, fail
+from health.findings import Finding, ProbeResult, fail
 
 K8S_NODE_ENV = ("RUNMGR_K8S_NODE_NAME", "NODE_NAME")
 """Variables that may hold the Kubernetes node name (downward API ``spec.nodeName``)."""
@@ -89,9 +89,20 @@ def host_turn(lock_path: Path = HOST_LOCK):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def probe_this_node(config: HealthConfig, node_id: str) -> dict:
+def compute_on_this_node(config: HealthConfig) -> ProbeResult:
+    """The compute benchmark alone, taking its turn on the host (the fleet
+    check runs it after every node's other probes, so that no node's figures
+    are taken while another node on the same machine is still starting up)."""
+    from health.probes.compute import probe_compute
+
+    with host_turn():
+        return probe_compute(config.compute)
+
+
+def probe_this_node(config: HealthConfig, node_id: str, with_compute: bool = True) -> dict:
     """Every per-node probe of :func:`health.check.check_node`, on the node this
-    runs on, the compute benchmark taking its turn on the host; a JSON-able NodeReport."""
+    runs on, the compute benchmark taking its turn on the host (unless
+    ``with_compute`` is false); a JSON-able NodeReport."""
     # Imported here: torch is only needed where the probes run.
     from health.node import NodeReport
     from health.probes.compute import probe_compute
@@ -104,8 +115,9 @@ def probe_this_node(config: HealthConfig, node_id: str) -> dict:
     expanded, problems = expand_mount_paths(config, os.environ)
     results = [probe_devices(expanded.devices), probe_storage(expanded.storage),
                verify_dataset(expanded.data), probe_software()]
-    with host_turn():
-        results.append(probe_compute(expanded.compute))
+    if with_compute:
+        with host_turn():
+            results.append(probe_compute(expanded.compute))
     report = NodeReport.from_probes(node_id, results, started, time.time() - started)
     report.findings.extend(problems)
     report.facts.update(identity_facts(os.environ, socket.gethostname()))

@@ -82,7 +82,7 @@ def test_the_node_with_the_ecc_error_is_excluded_within_one_poll_and_never_used_
     events = chaos_run["events"]
     (injected,) = injections(events, "device_ecc")
     fault = next(e for e in events if e["type"] == "incident" and e["kind"] == "device_fault")
-    poll_interval = 5.0  # conf/health/default.yaml: health.poll_interval_s
+    poll_interval = 2.0  # conf/demo.yaml: health.poll_interval_s
     assert fault["time"] - injected["time"] <= poll_interval + 2.0
     node = fault["nodes"][0]
     later = [e for e in events if e["type"] == "event" and e["kind"] == "workers_started" and e["time"] > fault["time"]]

@@ -75,8 +75,11 @@ class FaultSpec:
     factor: float = 3.0
     """slow_rank: the rank runs 1/factor of the time (a factor-x straggler).
     lr_blowup: the mistaken peak LR as a multiple of optim.lr."""
-    period_s: float = 0.2
-    """slow_rank: length of one stop/continue cycle."""
+    period_s: float = 0.02
+    """slow_rank: length of one stop/continue cycle. Keep it well below the step's
+    compute time: a slow device is slow all the time, and a cycle as long as a step
+    lets whole steps fit in a run window and others stop outside forward/backward,
+    where the straggler detector (which compares compute times) cannot see it."""
     steps: int = 0
     """Data faults: length of each garbage window in steps (global batches)."""
     repeats: int = 2

@@ -49,6 +49,17 @@ class StragglerDetector:
         ratios = self._ratios[rank]
         return sum(r > self.config.ratio for _, r in ratios) / len(ratios)
 
+    def _onset(self, rank: int) -> int:
+        """The step the slowness began: the start of the window's suffix with the most
+        slow-minus-normal steps (earliest on a tie). A lone noisy step before the
+        slowdown scores less than the clean suffix after it, so it is not the onset."""
+        best_score, best_step, score = 0, None, 0
+        for step, ratio in reversed(self._ratios[rank]):
+            score += 1 if ratio > self.config.ratio else -1
+            if score >= best_score:
+                best_score, best_step = score, step
+        return best_step if best_step is not None else self._ratios[rank][-1][0]
+
     def _judge(self, obs: StepObservation, now: float) -> list[Incident]:
         new = []
         for rank, ratios in sorted(self._ratios.items()):
@@ -74,7 +85,7 @@ class StragglerDetector:
             description += f"; {len(new) - 1} more rank(s) slow"
         return [Incident(
             kind=STRAGGLER, time=now, subrun=obs.subrun, description=description,
-            onset_step=min(step for rank in new for step, r in self._ratios[rank] if r > self.config.ratio),
+            onset_step=min(self._onset(rank) for rank in new),
             ranks=tuple(new),
             nodes=tuple(sorted({d["node"] for d in details.values() if d["node"]})),
             evidence={"ranks": {str(r): d for r, d in details.items()}, "world_size": len(obs.compute_times)},

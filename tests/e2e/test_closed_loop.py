@@ -89,6 +89,25 @@ def test_the_node_with_the_ecc_error_is_excluded_within_one_poll_and_never_used_
     assert later and all(not w["node"].startswith(node) for e in later for w in e["data"]["workers"])
 
 
+def test_a_straggling_rank_is_named_with_its_node_and_recorded_as_a_strike(chaos_run):
+    events = chaos_run["events"]
+    (injected,) = injections(events, "slow_rank")
+    slowed = int(injected["data"]["target"].split()[1])
+    straggler = next(e for e in events if e["type"] == "incident" and e["kind"] == "straggler"
+                     and e["time"] >= injected["time"])
+    assert straggler["subrun"] == injected["subrun"]
+    assert straggler["ranks"] == [slowed]
+    figures = straggler["evidence"]["evidence"]["ranks"][str(slowed)]
+    assert figures["median_ratio"] > 1.25  # its forward+backward really took longer than its peer's
+    # The onset is where the slowness began: not before the injection (bar one noisy
+    # step right before it, which a change-point estimate may fold into the episode).
+    assert straggler["step"] >= injected["data"]["step"] - 1
+    # One straggling episode is a strike against the node, not yet a reason to exclude it.
+    decision = next(d for d in events if d["type"] == "decision" and d["incident_id"] == straggler["id"])
+    assert decision["action"] == "ignore" and "strike 1 of 3" in decision["reason"], decision["reason"]
+    assert straggler["nodes"] and straggler["nodes"][0] in decision["reason"]
+
+
 def test_garbage_data_is_rolled_back_skipped_and_never_trained_on_again(chaos_run):
     events = chaos_run["events"]
     (injected,) = injections(events, "garbage_data")
@@ -126,7 +145,7 @@ def test_recurring_instability_lowers_the_lr_then_resets_adam_with_fresh_state_a
 
 def test_the_timeline_tells_the_story(chaos_run):
     timeline = runmgr_text("logbook", "show", str(chaos_run["run"].run_dir))
-    for words in ("worker_death", "hang", "loss_spike", "rollback_skip", "lower_lr", "reset_optimizer",
+    for words in ("worker_death", "hang", "loss_spike", "rollback_skip", "straggler", "lower_lr", "reset_optimizer",
                   "exclude_node", "finished at step 200"):
         assert words in timeline, words
 

@@ -52,3 +52,13 @@ def test_a_new_subrun_starts_the_count_afresh():
     detector = StragglerDetector(StragglerConfig(), NODES)
     assert len(feed(detector, steps(60, 4, slow=1))) == 1
     assert len(feed(detector, steps(60, 5, slow=1, subrun="1.01"))) == 1
+
+
+def test_the_onset_is_where_the_slowness_began_not_an_earlier_noisy_step():
+    observations = steps(60, 6, slow=3, factor=2.0, from_step=30)
+    noisy = observations[25]  # step 26: one slow step on rank 3 before the straggling began
+    times = list(noisy.compute_times)
+    times[3] *= 2.0
+    observations[25] = StepObservation(step=noisy.step, time=noisy.time, compute_times=tuple(times))
+    (straggler,) = feed(StragglerDetector(StragglerConfig(), NODES), observations)
+    assert straggler.onset_step == 30

@@ -147,8 +147,8 @@ class Controller:
         for judgement in judgements:
             for observer in self.observers:
                 observer.on_judgement(state, judgement)
-        ending = next((j for j in judgements if j.ends_subrun), None)
-        if ending is not None:
+        ending = [j for j in judgements if j.ends_subrun]
+        if ending:
             return self._end_subrun(state, ending)
         if poll.failures:
             self._stop_group()
@@ -161,17 +161,22 @@ class Controller:
             return Finished(state.subrun, self.last_step)
         return state
 
-    def _end_subrun(self, state: Running, judgement: Judgement) -> State:
-        if judgement.decision.dump_stacks:
+    def _end_subrun(self, state: Running, ending: list[Judgement]) -> State:
+        """End the sub-run for the first of ``ending`` (an abort before any restart);
+        what the others ask of the workers or nodes is not lost: stacks are dumped
+        if any asks, and every node any of them excluded stays out."""
+        judgement = next((j for j in ending if j.decision.action == ABORT), ending[0])
+        if any(j.decision.dump_stacks for j in ending):
             self.dump_stacks(state.subrun, state.workers)
         self._stop_group()
         if judgement.decision.action == ABORT:
             return Failed(state.subrun, judgement.decision.reason, self.last_step)
-        return Restarting(state.subrun, state.plan, judgement, self.last_step)
+        also = frozenset(node for j in ending for node in j.decision.exclude_nodes)
+        return Restarting(state.subrun, state.plan, judgement, self.last_step, also - set(judgement.decision.exclude_nodes))
 
     def _restart(self, state: Restarting) -> State:
         decision = state.judgement.decision
-        self.excluded_nodes |= frozenset(decision.exclude_nodes)
+        self.excluded_nodes |= frozenset(decision.exclude_nodes) | state.also_exclude
         point = self._resume_point(state)
         subrun = self.subrun_ids.take()
         plan = next_plan(state.plan, decision, subrun, point.path)

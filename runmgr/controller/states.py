@@ -38,6 +38,9 @@ class Restarting:
     plan: ResumePlan
     judgement: Judgement
     last_step: int
+    also_exclude: frozenset[str] = frozenset()
+    """Nodes that other decisions of the same poll excluded (an ECC error seen in the
+    poll that also ended the sub-run for a spike): the next sub-run avoids them too."""
 
 
 @dataclass(frozen=True)

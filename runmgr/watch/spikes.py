@@ -9,18 +9,42 @@ past the grace window. Values inside an episode never enter the baseline, so
 a spike cannot drag the baseline up after itself; a divergence too slow to
 jump out of the band (the rolling median itself creeping up) is caught by
 comparing the rolling median with its lowest value (``drift_rise``).
+
+A new sub-run resumes from a checkpoint at step S (its first step is S+1):
+the loss curve of the lineage goes on from S, so the detector goes back to
+what it knew at S: the baseline and the floor as they were then, and an
+episode whose onset is at or before S stays open (a worker lost in the middle
+of a garbage window must not hide the spike). Whatever came after S is being
+redone and is forgotten.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from itertools import islice
 from typing import Optional
 
 from runmgr.watch.config import SpikeConfig
 from runmgr.watch.incidents import Incident
 from runmgr.watch.observations import StepObservation, onset_position
 from runmgr.watch.robust_stats import is_finite, median, robust_sigma
+
+
+# Baseline values kept beyond the window, so that a resume a few hundred steps back
+# finds the window it had then.
+HISTORY_FACTOR = 10
+
+
+@dataclass(frozen=True)
+class _Floor:
+    """The lowest rolling median so far: seen at ``step``, with the band then and
+    where its step's batch began (the onset of a drift from it)."""
+
+    step: int
+    center: float
+    sigma: float
+    position: tuple[int, Optional[int], Optional[int]]
 
 
 @dataclass
@@ -44,29 +68,43 @@ class SpikeDetector:
         self.metric = metric
         self.kind = kind
         self.config = config
-        self._baseline: deque[float] = deque(maxlen=config.window)
+        # (step, value) of normal values; the statistics use the last ``window``.
+        self._baseline: deque[tuple[int, float]] = deque(maxlen=config.window * HISTORY_FACTOR)
         self._episode: Optional[_Episode] = None
         self._previous: Optional[StepObservation] = None
         self._subrun: Optional[str] = None
-        # Lowest rolling median seen, the robust sigma then, and where (step, sample, samples/step).
-        self._floor: Optional[tuple[float, float, tuple[int, Optional[int], Optional[int]]]] = None
+        # Each new lowest rolling median, in step order: the last is the floor.
+        self._floors: list[_Floor] = []
+        # The open episode (a copy) as it stood after each step, to go back to on a resume.
+        self._episodes: deque[tuple[int, Optional[_Episode]]] = deque(maxlen=config.window * HISTORY_FACTOR)
 
     def update(self, obs: StepObservation, now: float) -> list[Incident]:
         """Feed one observation; returns the incidents it resolves (zero or one)."""
         if self._restarted(obs):
-            # A new sub-run resumes from a checkpoint: the open episode belongs to
-            # the abandoned one, and the window may hold the creep of a slow
-            # divergence; the lowest median (the floor) still holds.
-            self._episode = None
-            self._previous = None
-            self._baseline.clear()
+            self._resume_at(obs.step - 1)
         self._subrun = obs.subrun
         value = getattr(obs, self.metric)
         found: list[Incident] = []
         if is_finite(value):
             found = self._judge(obs, float(value), now)
         self._previous = obs
+        self._episodes.append((obs.step, replace(self._episode) if self._episode else None))
         return found
+
+    def _resume_at(self, step: int) -> None:
+        """Forget what came after checkpoint ``step``: it is being redone."""
+        kept = [(s, v) for s, v in self._baseline if s <= step]
+        self._baseline = deque(kept, maxlen=self._baseline.maxlen)
+        self._floors = [f for f in self._floors if f.step <= step]
+        while self._episodes and self._episodes[-1][0] > step:
+            self._episodes.pop()
+        then = self._episodes[-1][1] if self._episodes else None
+        self._episode = replace(then) if then else None
+        self._previous = None
+
+    def _window(self) -> list[float]:
+        """The last ``window`` normal values."""
+        return [value for _, value in islice(reversed(self._baseline), self.config.window)]
 
     def _restarted(self, obs: StepObservation) -> bool:
         if self._previous is None:
@@ -82,7 +120,7 @@ class SpikeDetector:
         episode.normal_run = episode.normal_run + 1 if self._is_normal(value, episode) else 0
         if episode.normal_run >= self.config.recovery_points:
             self._episode = None
-            self._baseline.append(value)
+            self._baseline.append((obs.step, value))
             return [] if episode.reported else [self._incident(episode, obs, now, recovered=True)]
         if not episode.reported and obs.step - episode.onset_step >= self.config.grace_steps:
             episode.reported = True
@@ -91,25 +129,27 @@ class SpikeDetector:
 
     def _open_or_learn(self, obs: StepObservation, value: float, now: float) -> list[Incident]:
         if len(self._baseline) < self.config.min_history:
-            self._baseline.append(value)
+            self._baseline.append((obs.step, value))
             return []
-        center = median(self._baseline)
-        sigma = robust_sigma(self._baseline, center)
+        values = self._window()
+        center = median(values)
+        sigma = robust_sigma(values, center)
         excess = value - center
         if excess > self.config.z_threshold * sigma and excess > self.config.min_rise * abs(center):
             onset_step, onset_sample, per_step = onset_position(self._previous, obs)
             self._episode = _Episode(onset_step, value, onset_sample, per_step, center, sigma, value, obs.step)
             return []
-        self._baseline.append(value)
+        self._baseline.append((obs.step, value))
         return self._drift(obs, center, sigma, now)
 
     def _drift(self, obs: StepObservation, center: float, sigma: float, now: float) -> list[Incident]:
         """A slow divergence: the rolling median itself well above its lowest value."""
-        if self._floor is None or center < self._floor[0]:
-            self._floor = (center, sigma, onset_position(self._previous, obs))
+        if not self._floors or center < self._floors[-1].center:
+            self._floors.append(_Floor(obs.step, center, sigma, onset_position(self._previous, obs)))
             return []
         rise = self.config.drift_rise
-        floor, floor_sigma, (onset_step, onset_sample, per_step) = self._floor
+        lowest = self._floors[-1]
+        floor, floor_sigma, (onset_step, onset_sample, per_step) = lowest.center, lowest.sigma, lowest.position
         if rise is None or center <= floor * (1 + rise):
             return []
         # Recovery is judged against the band at the floor: the current window's spread is

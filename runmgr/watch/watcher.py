@@ -32,9 +32,13 @@ class Watcher:
 
     def __init__(self, config: WatcherConfig, rank_nodes: Optional[Mapping[int, str]] = None) -> None:
         self.config = config
-        self.step_detectors = (
+        # The spike detectors follow the lineage's curves across sub-runs; the
+        # others describe one sub-run's ranks and start afresh with it.
+        self.spikes = (
             SpikeDetector("loss", LOSS_SPIKE, config.loss_spike),
             SpikeDetector("grad_norm", GRAD_SPIKE, config.grad_spike),
+        )
+        self.subrun_detectors = (
             NonFiniteDetector(),
             LossScaleDetector(config.loss_scale),
             StragglerDetector(config.straggler, rank_nodes),
@@ -47,15 +51,18 @@ class Watcher:
     def for_new_subrun(self, rank_nodes: Optional[Mapping[int, str]] = None) -> "Watcher":
         """A watcher for the ranks of a new sub-run: the per-rank and per-sub-run
         detectors start afresh; the device detector keeps its memory, so a
-        device that stays faulty is reported once, not once per sub-run."""
+        device that stays faulty is reported once, not once per sub-run; the
+        spike detectors keep the lineage's curve up to the resume step."""
         fresh = Watcher(self.config, rank_nodes)
         fresh.devices = self.devices
+        fresh.spikes = self.spikes
         return fresh
 
     def observe(self, obs: Observation, now: float) -> list[Incident]:
         """Feed one observation; returns the incidents it produced (usually none)."""
         if isinstance(obs, StepObservation):
-            return [incident for detector in self.step_detectors for incident in detector.update(obs, now)]
+            detectors = self.spikes + self.subrun_detectors
+            return [incident for detector in detectors for incident in detector.update(obs, now)]
         if isinstance(obs, HeartbeatObservation):
             return self.hang.update(obs, now)
         if isinstance(obs, DeviceObservation):

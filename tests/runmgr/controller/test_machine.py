@@ -8,7 +8,7 @@ from collections import deque
 
 import pytest
 
-from runmgr.controller.judge import Judge
+from runmgr.controller.judge import Judge, node_name
 from runmgr.controller.machine import Controller, SubrunIds, TransitionError
 from runmgr.controller.states import Failed, Finished, Launching, Restarting, Running
 from runmgr.errors import ClusterError
@@ -16,6 +16,7 @@ from runmgr.policy.checkpoints import VerifiedCheckpoint
 from runmgr.policy.config import PolicyConfig
 from runmgr.resume import ResumePoint
 from runmgr.watch.config import WatcherConfig
+from runmgr.watch.observations import DeviceObservation
 from runmgr.workers.actor import WorkerInfo
 from runmgr.workers.group import GroupPoll, WorkerFailure, root_cause
 from trainer.config import TrainerConfig
@@ -150,17 +151,25 @@ def test_the_restart_budget_stops_the_run_with_a_reason():
     assert all(g.shut_down for g in groups)
 
 
-def test_a_persistent_loss_spike_rolls_back_and_skips_the_data():
+def spiking_controller(devices=None) -> tuple[Controller, Recorder, FakeGroup, FakeGroup]:
+    """A loss that jumps from 2 to 6 at step 121 and stays there, a poll per step."""
     healthy = [step_report(s, 2.0 + 0.01 * (s % 3)) for s in range(1, 121)]
     spiking = [step_report(s, 6.0) for s in range(121, 200)]
-    first = FakeGroup([GroupPoll(steps=healthy), *[GroupPoll(steps=[r]) for r in spiking]])
+    first, second = FakeGroup([GroupPoll(steps=healthy), *[GroupPoll(steps=[r]) for r in spiking]]), FakeGroup([])
     policy = PolicyConfig()
     policy = type(policy)(**{**vars(policy), "rollback": type(policy.rollback)(margin_steps=100, skip_before_steps=5, skip_after_steps=10)})
-    controller, recorder = make_controller([first, FakeGroup([])], policy=policy,
+    controller, recorder = make_controller([first, second], policy=policy,
                                            points={20: ResumePoint("/ck/step_00000020", 20)})
+    if devices is not None:
+        controller.read_devices = lambda: devices(controller.last_step)
     controller.step()
     while isinstance(controller.state, Running):
         controller.step()
+    return controller, recorder, first, second
+
+
+def test_a_persistent_loss_spike_rolls_back_and_skips_the_data():
+    controller, _, first, _ = spiking_controller()
     assert isinstance(controller.state, Restarting)
     decision = controller.state.judgement.decision
     assert decision.action == "rollback_skip" and decision.restart_from_step == 20
@@ -169,6 +178,22 @@ def test_a_persistent_loss_spike_rolls_back_and_skips_the_data():
     assert launching.start_step == 20 and launching.plan.skip_ranges  # the spiking window is skipped
     onset_sample = controller.state.evidence["incident"]["onset_sample"]
     assert any(r.start <= onset_sample < r.end for r in launching.plan.skip_ranges)
+
+
+def test_a_device_fault_seen_in_the_poll_that_ends_the_subrun_still_excludes_its_node():
+    """An ECC error read in the very poll whose spike ends the sub-run: the rollback
+    goes ahead, and the node with the bad device is left out of the next sub-run."""
+    decided_at = spiking_controller()[0].state.last_step
+    bad_node = node_name("node1")
+    ecc = [DeviceObservation(bad_node, 0, "ecc", 2000.0, correctable=0, uncorrectable=2)]
+    controller, recorder, _, second = spiking_controller(lambda step: ecc if step >= decided_at else [])
+    assert [j.decision.action for j in recorder.judgements] == ["rollback_skip", "exclude_node"]
+    assert controller.state.judgement.decision.action == "rollback_skip"
+    launching = controller.step()
+    assert launching.start_step == 20 and launching.plan.skip_ranges  # the rollback still happens
+    assert launching.evidence["excluded_nodes"] == [bad_node]
+    controller.step()
+    assert second.excluded == frozenset({bad_node})
 
 
 def test_a_cluster_that_cannot_place_the_workers_fails_the_launch():

@@ -82,6 +82,43 @@ def test_a_new_subrun_drops_the_open_episode(trace):
     assert run(detector, resumed) == []
 
 
+def test_a_restart_from_a_checkpoint_inside_the_spike_keeps_the_episode(trace):
+    """A worker lost in the middle of a garbage window: the next sub-run resumes
+    from a checkpoint taken after the onset; the spike is still the lineage's and
+    is reported as persistent at the end of its grace window, with its onset."""
+    detector = SpikeDetector("loss", LOSS_SPIKE, SpikeConfig())
+    grace = SpikeConfig().grace_steps
+    before = trace(1220, 12, spikes=((1200, 5000, 0.5),))
+    assert run(detector, before) == []  # still inside the grace window when the sub-run ends
+    resumed = trace(300, 13, subrun="1.01", start=1211, spikes=((1200, 5000, 0.5),))  # checkpoint 1210
+    found = run(detector, resumed)
+    assert [(i.recovered, i.onset_step) for i in found] == [(False, 1200)]
+    assert found[0].evidence["resolved_step"] == 1200 + grace
+    assert found[0].evidence["baseline_median"] < 2.6  # ~2.47 before the spike; the spike sits at ~3.7
+
+
+def what_was_seen(incidents):
+    return [(i.kind, i.onset_step, i.peak_step, i.recovered, i.evidence["resolved_step"]) for i in incidents]
+
+
+@pytest.mark.parametrize("resume, ran_past", [(1150, 30), (1195, 20), (1205, 20), (1230, 40), (1405, 10)])
+def test_a_lineage_resumed_from_a_checkpoint_sees_what_an_uninterrupted_run_sees(trace, resume, ran_past):
+    """The sub-run ends ``ran_past`` steps after checkpoint ``resume`` and the next one
+    redoes them (bit for bit, as the trainer does): from the resume on, the detector
+    reports exactly what it reports on the uninterrupted curve, before, inside or after
+    a persistent spike (onset 1200), a recovered one (1400) and a slow drift (from 1600)."""
+    observations = trace(1900, 21, spikes=((1200, 60, 0.5), (1400, 8, 0.5)))
+    observations = [dataclasses.replace(o, loss=o.loss * (1 + max(0, o.step - 1600) * 0.002)) for o in observations]
+    uninterrupted = run(SpikeDetector("loss", LOSS_SPIKE, SpikeConfig()), observations)
+    assert [(onset // 10, recovered) for _, onset, _, recovered, _ in what_was_seen(uninterrupted)] == [
+        (120, False), (140, True), (160, False)]
+    detector = SpikeDetector("loss", LOSS_SPIKE, SpikeConfig())
+    run(detector, observations[:resume + ran_past])
+    redone = [dataclasses.replace(o, subrun="1.01") for o in observations[resume:]]
+    after_resume = [i for i in uninterrupted if i.evidence["resolved_step"] > resume]
+    assert what_was_seen(run(detector, redone)) == what_was_seen(after_resume)
+
+
 def test_after_a_rollback_from_a_drift_the_clean_subrun_is_not_reported_again(trace):
     detector = SpikeDetector("loss", LOSS_SPIKE, SpikeConfig())
     drifted = [dataclasses.replace(o, loss=o.loss * (1 + max(0, o.step - 1000) * 0.002)) for o in trace(1200, 15)]

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from runs import BenchError, Launch, logbook_rows, median, print_table  # noqa: E402
+from runs import DEMO_QUIET, BenchError, Launch, logbook_rows, median, print_table  # noqa: E402
 
 
 def drive(profile_path: Path, overrides: list[str]) -> int:
@@ -70,7 +70,9 @@ def step_figures(run_dir: Path) -> dict:
 def one_run(base: Path, name: str, enabled: bool, iters: int) -> dict:
     run_dir = base / name
     profile = base / f"{name}.profile.json"
-    overrides = [f"training.train_iters={iters}", f"watcher.enabled={str(enabled).lower()}"]
+    # The child launches the demo itself (argv), so it needs the quiet overrides too:
+    # the demo's own chaos schedule would fire in both arms.
+    overrides = [*DEMO_QUIET, f"training.train_iters={iters}", f"watcher.enabled={str(enabled).lower()}"]
     run = Launch(run_dir, overrides, argv=[sys.executable, __file__, "--drive", str(profile)]).start()
     code = run.wait(timeout=600)
     if code != 0:
@@ -85,7 +87,7 @@ def one_run(base: Path, name: str, enabled: bool, iters: int) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=2, help="pairs of runs (on, off)")
+    parser.add_argument("--trials", type=int, default=4, help="pairs of runs (on/off, then off/on, ...)")
     parser.add_argument("--iters", type=int, default=150, help="training.train_iters of each run")
     parser.add_argument("--drive", type=Path, help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args()
@@ -96,7 +98,10 @@ def main() -> int:
     results: dict[bool, list[dict]] = {True: [], False: []}
     rows = []
     for trial in range(args.trials):
-        for enabled in (True, False):
+        # Alternate the order within pairs: the second run of a pair is often slower
+        # (the first one's Ray processes are still exiting), which must not count
+        # against one arm.
+        for enabled in ((True, False) if trial % 2 == 0 else (False, True)):
             name = f"t{trial}-{'on' if enabled else 'off'}"
             figures = one_run(base, name, enabled, args.iters)
             results[enabled].append(figures)

@@ -24,7 +24,7 @@ from typing import Callable
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-from runs import ROOT, BenchError, bench_env  # noqa: E402
+from runs import DEMO_QUIET, ROOT, BenchError, bench_env  # noqa: E402
 
 STATE_FILE = "state.pt"
 
@@ -109,7 +109,7 @@ def fit(out_dir: Path, overrides: list[str]) -> None:
 
     from runmgr.config.compose import load_run_config
 
-    run_config = load_run_config("demo", [f"run.dir={out_dir / 'unused'}", *overrides])
+    run_config = load_run_config("demo", [*DEMO_QUIET, f"run.dir={out_dir / 'unused'}", *overrides])
     config = run_config.trainer_config()
     ray.init(address="local", num_cpus=max(os.cpu_count() or 1, run_config.world_size),
              include_dashboard=False, log_to_driver=False)

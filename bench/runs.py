@@ -44,12 +44,16 @@ def bench_env(**extra: str) -> dict[str, str]:
 
 
 class Launch:
-    """A driver subprocess (by default `runmgr launch conf=demo ...`) and its run directory."""
+    """A driver subprocess (by default `runmgr launch conf=demo ...`) and its run directory.
+
+    ``argv`` replaces `runmgr launch conf=demo` (a script that launches the demo in
+    its own process); the quiet overrides, the run directory and ``overrides`` follow
+    either way, so no benchmark runs the demo's chaos schedule by accident."""
 
     def __init__(self, run_dir: Path, overrides: Sequence[str], argv: Optional[list[str]] = None) -> None:
         self.run_dir = run_dir
-        self.args = argv or [sys.executable, "-m", "runmgr", "launch", DEMO, *DEMO_QUIET]
-        self.args = [*self.args, f"run.dir={run_dir}", f"run.name={run_dir.name}", *overrides]
+        command = argv or [sys.executable, "-m", "runmgr", "launch", DEMO]
+        self.args = [*command, *DEMO_QUIET, f"run.dir={run_dir}", f"run.name={run_dir.name}", *overrides]
         self.log_path = run_dir.parent / f"{run_dir.name}.driver.log"
         self.proc: Optional[subprocess.Popen] = None
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from runs import DEMO_QUIET, BenchError, Launch, logbook_rows, median, print_table  # noqa: E402
+from runs import BenchError, Launch, logbook_rows, median, print_table  # noqa: E402
 
 
 def drive(profile_path: Path, overrides: list[str]) -> int:
@@ -70,9 +70,7 @@ def step_figures(run_dir: Path) -> dict:
 def one_run(base: Path, name: str, enabled: bool, iters: int) -> dict:
     run_dir = base / name
     profile = base / f"{name}.profile.json"
-    # The child launches the demo itself (argv), so it needs the quiet overrides too:
-    # the demo's own chaos schedule would fire in both arms.
-    overrides = [*DEMO_QUIET, f"training.train_iters={iters}", f"watcher.enabled={str(enabled).lower()}"]
+    overrides = [f"training.train_iters={iters}", f"watcher.enabled={str(enabled).lower()}"]
     run = Launch(run_dir, overrides, argv=[sys.executable, __file__, "--drive", str(profile)]).start()
     code = run.wait(timeout=600)
     if code != 0:

@@ -35,10 +35,15 @@ class RollbackConfig:
     """The skipped window starts this many steps' worth of samples before the onset..."""
     skip_after_steps: int = 200
     """...and ends this many steps' worth after it (300 batches in all by default)."""
+    from_scratch_within_steps: int = 1000
+    """When no verified checkpoint is old enough, an onset at or before this step rolls
+    back to initialisation (a young run loses little: early divergence from a too-high LR
+    is the usual case); a later one stops the run for a human. 0: always stop."""
 
     def problems(self) -> list[str]:
-        if min(self.margin_steps, self.skip_before_steps, self.skip_after_steps) < 0:
-            return ["margin_steps, skip_before_steps and skip_after_steps must be >= 0"]
+        fields = (self.margin_steps, self.skip_before_steps, self.skip_after_steps, self.from_scratch_within_steps)
+        if min(fields) < 0:
+            return ["margin_steps, skip_before_steps, skip_after_steps and from_scratch_within_steps must be >= 0"]
         return []
 
 

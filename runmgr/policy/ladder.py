@@ -11,6 +11,7 @@ The fault rules (hangs, deaths, devices, stragglers) live in
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Optional
 from trainer.plan import SkipRange
 
 from runmgr.policy.checkpoints import VerifiedCheckpoint, newest_at_or_before
@@ -59,12 +60,13 @@ def _climb(incident: Incident, history: History, config: PolicyConfig,
             f"optimizer settings (beta2, eps, LR, clipping, weight decay)"))
     target = onset - config.rollback.margin_steps
     start = newest_at_or_before(checkpoints, target)
-    if start is None:
+    if start is None and onset > config.rollback.from_scratch_within_steps:
         steps = sorted(c.step for c in checkpoints)
         return Decision(ABORT, (
             f"{why}; no verified checkpoint at or before step {target} (onset {onset} - margin "
-            f"{config.rollback.margin_steps}); verified: {steps or 'none'}. A human must choose where to "
-            f"restart, or lower policy.rollback.margin_steps"))
+            f"{config.rollback.margin_steps}); verified: {steps or 'none'}; the onset is past step "
+            f"{config.rollback.from_scratch_within_steps}, too late to start again from initialisation. A human "
+            f"must choose where to restart, or lower policy.rollback.margin_steps"))
     storm = storm_abort(incident, history, config, checkpoints)
     if storm is not None:
         return storm
@@ -81,11 +83,20 @@ def _recovery(incident: Incident) -> str:
 
 
 def _rung_decision(incident: Incident, history: History, config: PolicyConfig, rung: Rung,
-                   start: VerifiedCheckpoint, why: str, used: int) -> Decision:
+                   start: Optional[VerifiedCheckpoint], why: str, used: int) -> Decision:
+    """``start`` None: no verified checkpoint is old enough, and the run is young
+    enough to start again from initialisation."""
     onset = incident.onset_step if incident.onset_step is not None else 0
-    skips, skip_note = _skip_window(incident, config, start) if rung.skip_data else ((), "no data skipped")
-    changes = [f"restart from verified checkpoint {start.step} ({onset - start.step} steps before onset, "
-               f"margin {config.rollback.margin_steps})", skip_note]
+    origin = start or VerifiedCheckpoint(0, 0)
+    skips, skip_note = _skip_window(incident, config, origin) if rung.skip_data else ((), "no data skipped")
+    if start is None:
+        restart = (f"restart from initialisation (no verified checkpoint at or before step "
+                   f"{onset - config.rollback.margin_steps}; onset {onset} is within "
+                   f"{config.rollback.from_scratch_within_steps} steps of the start)")
+    else:
+        restart = (f"restart from verified checkpoint {start.step} ({onset - start.step} steps before onset, "
+                   f"margin {config.rollback.margin_steps})")
+    changes = [restart, skip_note]
     if rung.lr_factor != 1.0:
         before = history.lr_scale()
         changes.append(f"LR scale {before:.3g} -> {before * rung.lr_factor:.3g} for the rest of the run")
@@ -99,7 +110,8 @@ def _rung_decision(incident: Incident, history: History, config: PolicyConfig, r
     return Decision(
         rung.action,
         f"{why} -> {rung.action} (use {used + 1} of {rung.max_uses}): {'; '.join(changes)}",
-        restart_from_step=start.step, skip_ranges=skips, lr_factor=rung.lr_factor, clip_grad=rung.clip_grad,
+        restart_from_step=start.step if start else None, skip_ranges=skips, lr_factor=rung.lr_factor,
+        clip_grad=rung.clip_grad,
         reset_optimizer=rung.action == RESET_OPTIMIZER, rewarmup_iters=rung.rewarmup_iters,
     )
 

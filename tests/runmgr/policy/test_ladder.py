@@ -101,10 +101,28 @@ def test_a_spent_rung_budget_stops_the_run_for_a_human():
     assert "A human must look at the data around step 6000" in decisions[2].reason
 
 
-def test_no_checkpoint_far_enough_before_the_onset_stops_the_run():
-    decision = decide(spike(560), History(), PolicyConfig(), CHECKPOINTS)
+def test_no_checkpoint_far_enough_before_a_late_onset_stops_the_run():
+    config = PolicyConfig(rollback=RollbackConfig(from_scratch_within_steps=500))
+    decision = decide(spike(560), History(), config, CHECKPOINTS)
     assert decision.action == ABORT
     assert "no verified checkpoint at or before step 460" in decision.reason
+    assert "too late to start again from initialisation" in decision.reason
+
+
+def test_an_early_divergence_with_no_checkpoint_before_it_starts_again_from_initialisation():
+    """A young run (a too-high LR diverging at step 22, checkpoints every 20): starting
+    again from the initial weights costs 22 steps; stopping for a human costs hours."""
+    decision = decide(spike(22), History(), PolicyConfig(), (VerifiedCheckpoint(20, 20 * BATCH),))
+    assert decision.action == ROLLBACK_SKIP and decision.restarts
+    assert decision.restart_from_step is None  # from initialisation
+    assert "restart from initialisation (no verified checkpoint at or before step -78; onset 22" in decision.reason
+    # The window around the onset is still skipped, from the start of the stream at the earliest.
+    assert decision.skip_ranges == (SkipRange(0, (21 + 200) * BATCH),)
+
+
+def test_starting_again_from_initialisation_can_be_turned_off():
+    config = PolicyConfig(rollback=RollbackConfig(from_scratch_within_steps=0))
+    assert decide(spike(22), History(), config, ()).action == ABORT
 
 
 def test_nan_climbs_the_same_ladder_and_recovered_is_never_assumed():

@@ -70,9 +70,7 @@ def trial(run_dir: Path) -> dict:
     run = Launch(run_dir, OVERRIDES).start()
     pid = None
     try:
-        status = run.wait_for(lambda s: s["state"] == "running" and s["step"] >= STOP_AT_STEP and s["workers"],
-                              timeout=300, what=f"step {STOP_AT_STEP}")
-        pid = next(w["pid"] for w in status["workers"] if w["rank"] == VICTIM_RANK)
+        pid, reached = run.worker_pid_at(STOP_AT_STEP, VICTIM_RANK)
         os.kill(pid, signal.SIGSTOP)
         stopped_at = time.time()
         gone_at = wait_gone(run, pid, timeout=300)
@@ -97,7 +95,7 @@ def trial(run_dir: Path) -> dict:
     rows = [r for r in logbook_rows(run_dir, "metrics") if r["subrun"] == starts[1]["subrun"]]
     started = next(e for e in events if e.get("kind") == "workers_started" and e["subrun"] == starts[1]["subrun"])
     return {
-        "stop_step": status["step"], "timeout_s": timeout_s, "detect_s": hang["time"] - stopped_at,
+        "stop_step": reached, "timeout_s": timeout_s, "detect_s": hang["time"] - stopped_at,
         "silent_s": max(s["silent_s"] for s in silent), "ranks": ",".join(str(s["rank"]) for s in silent),
         "gone_s": gone_at - stopped_at, "workers_up_s": started["time"] - stopped_at,
         "first_step_s": min(r["time"] for r in rows) - stopped_at,

@@ -55,9 +55,7 @@ def overrides(iters: int) -> list[str]:
 def runmgr_trial(run_dir: Path, iters: int) -> dict:
     run = Launch(run_dir, overrides(iters)).start()
     try:
-        status = run.wait_for(lambda s: s["state"] == "running" and s["step"] >= KILL_AT_STEP and s["workers"],
-                              timeout=300, what=f"step {KILL_AT_STEP}")
-        pid = next(w["pid"] for w in status["workers"] if w["rank"] == VICTIM_RANK)
+        pid, reached = run.worker_pid_at(KILL_AT_STEP, VICTIM_RANK)
         os.kill(pid, signal.SIGKILL)
         killed_at = time.time()
         code = run.wait(timeout=300)
@@ -77,7 +75,7 @@ def runmgr_trial(run_dir: Path, iters: int) -> dict:
     started, ready = (next(e for e in events if e.get("kind") == kind and e["subrun"] == second)
                       for kind in ("workers_started", "effective_settings"))
     return {
-        "kill_step": status["step"], "last_step": last_before, "resumed_step": starts[1]["start_step"],
+        "kill_step": reached, "last_step": last_before, "resumed_step": starts[1]["start_step"],
         "detect_s": incident["time"] - killed_at, "workers_up_s": started["time"] - killed_at,
         "ready_s": ready["data"]["time"] - killed_at, "first_step_s": first_step["time"] - killed_at,
     }

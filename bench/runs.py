@@ -88,6 +88,13 @@ class Launch:
             time.sleep(0.02)
         raise BenchError(f"timed out after {timeout:.0f} s waiting for {what}:\n{self.log_tail()}")
 
+    def worker_pid_at(self, step: int, rank: int, timeout: float = 300) -> tuple[int, int]:
+        """Wait until the run has trained ``step`` steps; the pid of ``rank``'s worker
+        then, and the step the run had reached (``step`` or a little more)."""
+        status = self.wait_for(lambda s: s["state"] == "running" and s["step"] >= step and s["workers"],
+                               timeout=timeout, what=f"step {step}")
+        return next(w["pid"] for w in status["workers"] if w["rank"] == rank), status["step"]
+
     def wait(self, timeout: float = 300) -> int:
         assert self.proc is not None
         try:

@@ -171,8 +171,8 @@ class Controller:
         self._stop_group()
         if judgement.decision.action == ABORT:
             return Failed(state.subrun, judgement.decision.reason, self.last_step)
-        also = frozenset(node for j in ending for node in j.decision.exclude_nodes)
-        return Restarting(state.subrun, state.plan, judgement, self.last_step, also - set(judgement.decision.exclude_nodes))
+        excluded = frozenset(node for j in ending for node in j.decision.exclude_nodes)
+        return Restarting(state.subrun, state.plan, judgement, self.last_step, excluded)
 
     def _restart(self, state: Restarting) -> State:
         decision = state.judgement.decision

@@ -39,8 +39,8 @@ class Restarting:
     judgement: Judgement
     last_step: int
     also_exclude: frozenset[str] = frozenset()
-    """Nodes that other decisions of the same poll excluded (an ECC error seen in the
-    poll that also ended the sub-run for a spike): the next sub-run avoids them too."""
+    """Nodes that any decision of the poll that ended the sub-run excluded (an ECC error
+    seen in the poll that also ended it for a spike): the next sub-run avoids them too."""
 
 
 @dataclass(frozen=True)

@@ -59,9 +59,14 @@ def cmd_logbook(args: argparse.Namespace) -> int:
 
 
 def cmd_watch_replay(args: argparse.Namespace) -> int:
-    from runmgr.watch.replay import main_replay
+    from runmgr.replay import main_replay
 
-    return main_replay(args.file, args.json, sys.stdout, save_interval=args.save_interval)
+    conf = [i.split("=", 1)[1] for i in args.items if i.startswith("conf=")]
+    overrides = [i for i in args.items if not i.startswith("conf=")]
+    if len(conf) > 1:
+        raise UserError("name at most one config, e.g. `runmgr watch replay FILE conf=demo`")
+    return main_replay(args.file, args.json, sys.stdout, save_interval=args.save_interval,
+                       conf=conf[0] if conf else None, overrides=overrides, conf_dir=args.config_dir)
 
 
 def cmd_prepare_data(args: argparse.Namespace) -> int:
@@ -105,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     watch_sub = watch.add_subparsers(dest="watch_command", required=True, parser_class=OneLineParser)
     replay = watch_sub.add_parser("replay", help="incidents and decisions of a recorded training log, without training")
     replay.add_argument("file", help="`runmgr logbook metrics/events --json` output, or a Megatron-LM / MindSpeed-LLM log")
+    replay.add_argument("items", nargs="*", metavar="conf=NAME key=value",
+                        help="the run's config and overrides: its watcher and policy settings judge the log")
+    replay.add_argument("--config-dir", type=Path, default=None, help="directory of the configs (default: ./conf)")
     replay.add_argument("--json", action="store_true", help="one JSON object per incident")
     replay.add_argument("--save-interval", type=int, default=None,
                         help="checkpoint interval in steps, when the log does not say where checkpoints were")

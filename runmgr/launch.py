@@ -14,7 +14,7 @@ from logbook import Logbook
 from runmgr import cluster as ray_cluster
 from runmgr.config.compose import config_as_dict, load_run_config
 from runmgr.config.schema import RunConfig
-from runmgr.controller.judge import Judge, node_name
+from runmgr.controller.judge import ClusterSlots, Judge
 from runmgr.controller.machine import Controller, SubrunIds
 from runmgr.controller.states import Finished, Launching
 from runmgr.dryrun import build_plan, inspect_cluster, render_plan
@@ -30,7 +30,7 @@ from runmgr.healthcheck.devicepoll import DevicePollGroup
 from runmgr.errors import RunStateError
 from runmgr.rundir import RunDirLock
 from runmgr.status import read_status
-from runmgr.workers.group import RayWorkerGroup
+from runmgr.workers.group import RayWorkerGroup, node_slots
 from trainer.data import check_data_path
 from trainer.plan import ResumePlan
 
@@ -40,7 +40,7 @@ def initial_state(config: RunConfig, book: Logbook, ids: SubrunIds) -> Launching
     lineage = book.lineage()
     if not lineage:
         subrun = ids.take()
-        return Launching(subrun, ResumePlan(subrun=subrun), 0, "launch", {})
+        return Launching(subrun, ResumePlan(subrun=subrun, data_parallel_size=config.world_size), 0, "launch", {})
     if lineage[-1].end_state is None:
         book.abandon(lineage[-1].id)
         lineage = book.lineage()
@@ -50,7 +50,9 @@ def initial_state(config: RunConfig, book: Logbook, ids: SubrunIds) -> Launching
         return None
     recorded = max((row["step"] for row in book.kept_metrics()), default=0)
     point = find_resume_point(config.checkpoint_dir(), max_step=recorded)
-    plan = replace(ResumePlan.from_dict(last.plan), start_checkpoint=point.path)
+    # A relaunch keeps the lineage's remedies (skips, LR scale, nodes to avoid) and
+    # takes the data-parallel size the user configures now.
+    plan = replace(ResumePlan.from_dict(last.plan), start_checkpoint=point.path, data_parallel_size=config.world_size)
     cause = f"relaunch: sub-run {last.id} ended as {last.end_state or 'abandoned (driver lost)'} at step {last_step}"
     evidence = {"previous_subrun": last.id, "resumed_from": point.path, "resumed_step": point.step,
                 "steps_lost": max(0, (last_step or 0) - point.step),
@@ -108,17 +110,6 @@ def launch(conf_name: str, overrides: list[str], dry_run: bool = False, conf_dir
     return 0 if isinstance(final, Finished) else 1
 
 
-def allowed_nodes(admitted: list[str] | None, excluded: frozenset[str]) -> list[str] | None:
-    """Nodes the next sub-run may use: the admitted ones (all alive ones when no
-    health check ran) minus those the policy excluded; None when unrestricted."""
-    import ray
-
-    if admitted is None and not excluded:
-        return None
-    pool = admitted if admitted is not None else [n["NodeID"] for n in ray.nodes() if n["Alive"]]
-    return [node for node in pool if node_name(node) not in excluded]
-
-
 def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, out: TextIO,
           admitted_node_ids: list[str] | None = None, chaos: Chaos | None = None):
     import ray
@@ -139,12 +130,14 @@ def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, 
     devices = DevicePollGroup(poll_nodes, config.health.poll_interval_s,
                               path=chaos.device_path() if chaos is not None else None)
     devices.start()
-    judge = Judge(config.watcher, config.policy, lambda max_step: listed_checkpoints(checkpoint_dir, max_step))
+    world_sizes = tuple(size for size in range(config.world_size, 0, -1) if not trainer_config.problems(size))
+    slots = ClusterSlots(lambda: node_slots(config.cluster, device_kind, admitted_node_ids), world_sizes)
+    judge = Judge(config.watcher, config.policy, lambda max_step: listed_checkpoints(checkpoint_dir, max_step), slots)
     controller = Controller(
         initial, trainer_config,
-        make_group=lambda excluded: RayWorkerGroup(
+        make_group=lambda: RayWorkerGroup(
             config.cluster, device_kind, config.controller.start_timeout_s, config.controller.worker_lease_s,
-            allowed_node_ids=allowed_nodes(admitted_node_ids, excluded)),
+            admitted_node_ids=admitted_node_ids),
         resume_at=lambda step, why: resume_at(checkpoint_dir, step, why),
         judge=judge, subrun_ids=ids, poll_interval_s=config.controller.poll_interval_s, observers=observers,
         read_devices=devices.drain,

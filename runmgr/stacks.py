@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from runmgr.workers.actor import WorkerInfo
+from runmgr.controller.group import WorkerInfo
 
 DUMP_TIMEOUT_S = 20.0
 

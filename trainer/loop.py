@@ -97,6 +97,8 @@ def train(
     dist_env = dist_env or DistEnv.from_environ()
     reporter = reporter or NullReporter()
     check_config(config, dist_env.world_size)
+    if plan.problems(dist_env.world_size):
+        raise TrainerConfigError(plan.problems(dist_env.world_size)[0])
     _limit_threads()
     reporter.heartbeat(Heartbeat(dist_env.rank, "init", 0, time.time()))
     device = resolve_device(config.device, dist_env.local_rank, config.training.deterministic)

@@ -43,16 +43,33 @@ class ResumePlan:
     """Overrides optim.clip_grad when set."""
     reset_optimizer: bool = False
     """Keep the weights but start Adam's moments (and step count) afresh."""
+    data_parallel_size: Optional[int] = None
+    """Ranks of data parallel for this sub-run; None means the configured world size.
+    A smaller one (after a node is excluded without a spare) keeps the global batch
+    by gradient accumulation; the trainer refuses to run at another world size."""
+    avoid_nodes: tuple[str, ...] = ()
+    """Nodes no rank of this sub-run may be placed on (cumulative over the lineage:
+    excluded for hardware faults or repeated straggling). Read by the executor, not
+    by the trainer."""
+
+    def problems(self, world_size: int) -> list[str]:
+        """What keeps this rank from carrying the plan out at ``world_size``."""
+        if self.data_parallel_size is not None and self.data_parallel_size != world_size:
+            return [f"the plan of sub-run {self.subrun} asks for data parallel {self.data_parallel_size}, "
+                    f"but {world_size} ranks were started"]
+        return []
 
     def to_dict(self) -> dict:
         out = asdict(self)
         out["skip_ranges"] = [[r.start, r.end] for r in self.skip_ranges]
+        out["avoid_nodes"] = list(self.avoid_nodes)
         return out
 
     @classmethod
     def from_dict(cls, data: dict) -> "ResumePlan":
         values = dict(data)
         values["skip_ranges"] = tuple(SkipRange(int(a), int(b)) for a, b in values.get("skip_ranges", ()))
+        values["avoid_nodes"] = tuple(str(node) for node in values.get("avoid_nodes", ()))
         return cls(**values)
 
     def to_json(self) -> str:

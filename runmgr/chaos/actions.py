@@ -17,7 +17,7 @@ from runmgr.chaos.devicetool import DeviceTools
 from runmgr.chaos.nodes import NodeRunner, RayNodeRunner, raylet_pid, runner_for
 
 if TYPE_CHECKING:  # the actor module imports ray; chaos only reads the fields
-    from runmgr.workers.actor import WorkerInfo
+    from runmgr.controller.group import WorkerInfo
 
 HANG_SAFETY_S = 600.0
 """A stopped rank is resumed after this long if nobody killed it (default of duration_s)."""

@@ -24,7 +24,7 @@ from trainer.data.sampler import SkipSchedule
 
 if TYPE_CHECKING:  # the group module imports ray; the injector only reads the poll
     from runmgr.controller.judge import Judgement
-    from runmgr.workers.group import GroupPoll
+    from runmgr.controller.group import GroupPoll
 
 
 @dataclass(frozen=True)

@@ -3,14 +3,17 @@ incidents to the policy, decisions back to the controller.
 
 The judge holds the lineage's memory (the watcher's detectors and the
 policy's history); the watcher and the policy stay pure. The controller
-executes what the judge returns; observers record it.
+executes what the judge returns; observers record it. ``runmgr watch
+replay`` drives the same judge over a recorded log.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
+from runmgr.controller.group import GroupPoll, WorkerFailure, WorkerInfo, root_cause
+from runmgr.policy.capacity import Capacity
 from runmgr.policy.checkpoints import VerifiedCheckpoint
 from runmgr.policy.config import PolicyConfig
 from runmgr.policy.decision import ABORT, Decision
@@ -18,11 +21,10 @@ from runmgr.policy.history import History
 from runmgr.policy.ladder import decide
 from runmgr.watch.config import WatcherConfig
 from runmgr.watch.incidents import Incident
-from runmgr.watch.observations import DeviceObservation, HeartbeatObservation, StepObservation, WorkerExit
-from runmgr.watch.watcher import Watcher
-from runmgr.workers.actor import WorkerInfo
-from runmgr.workers.group import GroupPoll, WorkerFailure, root_cause
-
+from runmgr.watch.observations import (
+    DeviceObservation, HeartbeatObservation, LaunchFailure, StepObservation, WorkerExit,
+)
+from runmgr.watch.watcher import Observation, Watcher
 
 NODE_NAME_CHARS = 12
 
@@ -45,22 +47,41 @@ class Judgement:
         return self.decision.restarts or self.decision.action == ABORT
 
 
+@dataclass(frozen=True)
+class ClusterSlots:
+    """How the judge learns what the cluster can hold when a decision is due."""
+
+    slots_by_node: Callable[[], Mapping[str, int]]
+    """Ranks each usable (alive, admitted) node can hold now, by node name."""
+    world_sizes: tuple[int, ...]
+    """Data-parallel sizes the trainer can run, at most the configured one."""
+
+
 class Judge:
     """Feeds the watcher, asks the policy, remembers the decisions."""
 
     def __init__(self, watcher_config: WatcherConfig, policy_config: PolicyConfig,
-                 checkpoints: Callable[[int], Sequence[VerifiedCheckpoint]]) -> None:
-        """``checkpoints(max_step)``: the verified checkpoints at or before ``max_step``."""
+                 checkpoints: Callable[[int], Sequence[VerifiedCheckpoint]],
+                 cluster: Optional[ClusterSlots] = None) -> None:
+        """``checkpoints(max_step)``: the verified checkpoints at or before ``max_step``;
+        ``cluster``: None where no cluster is in view (a replay keeps the sizes)."""
         self.watcher_config = watcher_config
         self.policy_config = policy_config
         self.checkpoints = checkpoints
+        self.cluster = cluster
         self.history = History()
         self.watcher = Watcher(watcher_config)
         self._nodes: dict[int, str] = {}
+        self._world: Optional[int] = None
 
     def start_subrun(self, workers: Sequence[WorkerInfo]) -> None:
         """New ranks: the per-rank detectors start afresh with their placement."""
-        self._nodes = {w.rank: node_name(w.node_id) for w in workers}
+        self.restart_detectors({w.rank: node_name(w.node_id) for w in workers})
+
+    def restart_detectors(self, rank_nodes: Mapping[int, str]) -> None:
+        """A new sub-run of ``len(rank_nodes)`` ranks (a replay knows no nodes)."""
+        self._nodes = dict(rank_nodes)
+        self._world = len(rank_nodes) or None
         self.watcher = self.watcher.for_new_subrun(self._nodes)
 
     def judge(self, subrun: str, poll: GroupPoll, devices: Sequence[DeviceObservation], now: float,
@@ -68,27 +89,38 @@ class Judge:
         """Every incident this poll (and the silence since the last one) produced, decided.
         With ``watcher.enabled`` false only worker deaths are judged."""
         detecting = self.watcher_config.enabled
-        incidents = self._detect(subrun, poll, devices, now) if detecting else []
+        observations: list[Observation] = self._observations(subrun, poll, devices) if detecting else []
         if poll.failures:
-            incidents += self.watcher.observe(self._exit_of(root_cause(poll.failures), subrun), now)
+            observations.append(self._exit_of(root_cause(poll.failures), subrun))
         for rank in poll.finished_ranks:
             self.watcher.hang.forget(rank)
-        if detecting and not poll.failures:
+        return self.judge_observations(observations, now, last_step,
+                                       check_silence=detecting and not poll.failures)
+
+    def launch_failed(self, subrun: str, text: str, now: float, last_step: int,
+                      world: Optional[int]) -> Judgement:
+        """The workers of ``subrun`` (``world`` ranks) could not be placed or started."""
+        self._world = world
+        return self.judge_observations([LaunchFailure(subrun, text, now)], now, last_step)[0]
+
+    def judge_observations(self, observations: Sequence[Observation], now: float, last_step: int,
+                           check_silence: bool = False) -> list[Judgement]:
+        """Feed ``observations`` to the watcher (and check for silence), then decide on
+        each incident in order, with the checkpoints verified up to ``last_step``."""
+        incidents: list[Incident] = []
+        for observation in observations:
+            incidents += self.watcher.observe(observation, now)
+        if check_silence:
             incidents += self.watcher.check(now)
         return [self._decide(incident, last_step) for incident in incidents]
 
-    def _detect(self, subrun: str, poll: GroupPoll, devices: Sequence[DeviceObservation],
-                now: float) -> list[Incident]:
-        """The detectors' incidents from this poll's reports, heartbeats and device readings."""
-        incidents: list[Incident] = []
-        for report in poll.steps:
-            incidents += self.watcher.observe(StepObservation.from_report(report), now)
-        for beat in poll.heartbeats:
-            observation = HeartbeatObservation.from_heartbeat(beat, self._nodes.get(beat.rank, ""), subrun)
-            incidents += self.watcher.observe(observation, now)
-        for reading in devices:
-            incidents += self.watcher.observe(reading, now)
-        return incidents
+    def _observations(self, subrun: str, poll: GroupPoll,
+                      devices: Sequence[DeviceObservation]) -> list[Observation]:
+        """The detectors' inputs from this poll's reports, heartbeats and device readings."""
+        found: list[Observation] = [StepObservation.from_report(report) for report in poll.steps]
+        found += [HeartbeatObservation.from_heartbeat(beat, self._nodes.get(beat.rank, ""), subrun)
+                  for beat in poll.heartbeats]
+        return found + list(devices)
 
     def _exit_of(self, failure: WorkerFailure, subrun: str) -> WorkerExit:
         worker = failure.worker
@@ -96,8 +128,13 @@ class Judge:
         where = f"pid {worker.pid} on {worker.node_ip}" if worker else "pid unknown"
         return WorkerExit(failure.rank, node, f"{failure.text} ({where})", failure.time, None, subrun)
 
+    def _capacity(self) -> Optional[Capacity]:
+        if self.cluster is None or self._world is None:
+            return None
+        return Capacity(dict(self.cluster.slots_by_node()), self.cluster.world_sizes, self._world)
+
     def _decide(self, incident: Incident, last_step: int) -> Judgement:
         checkpoints = list(self.checkpoints(last_step))
-        decision = decide(incident, self.history, self.policy_config, checkpoints)
+        decision = decide(incident, self.history, self.policy_config, checkpoints, self._capacity())
         self.history = self.history.record(incident, decision, checkpoints)
         return Judgement(incident, decision)

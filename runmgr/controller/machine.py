@@ -14,17 +14,16 @@ from __future__ import annotations
 import time
 from typing import Callable, Protocol, Sequence
 
+from runmgr.controller.group import GroupPoll, WorkerGroup, WorkerInfo
 from runmgr.controller.judge import Judge, Judgement
 from runmgr.controller.states import (
     ALLOWED, Failed, Finished, Launching, Restarting, Running, State, is_terminal,
 )
 from runmgr.errors import ClusterError
-from runmgr.policy.decision import ABORT, INSTABILITY_ACTIONS
+from runmgr.policy.decision import ABORT
 from runmgr.policy.plan_update import next_plan
 from runmgr.resume import ResumePoint
 from runmgr.watch.observations import DeviceObservation
-from runmgr.workers.actor import WorkerInfo
-from runmgr.workers.group import GroupPoll, WorkerGroup
 from trainer.config import TrainerConfig
 
 
@@ -37,8 +36,8 @@ class Observer(Protocol):
     def on_poll(self, state: Running, poll: GroupPoll) -> None:
         """What the workers reported since the last poll."""
 
-    def on_judgement(self, state: Running, judgement: Judgement) -> None:
-        """An incident and the policy's decision on it."""
+    def on_judgement(self, state: Running | Launching, judgement: Judgement) -> None:
+        """An incident and the policy's decision on it (a launch that failed, or one seen while running)."""
 
 
 class SubrunIds:
@@ -68,7 +67,7 @@ class Controller:
         self,
         initial: Launching,
         trainer_config: TrainerConfig,
-        make_group: Callable[[frozenset[str]], WorkerGroup],
+        make_group: Callable[[], WorkerGroup],
         resume_at: Callable[[int | None, str], ResumePoint],
         judge: Judge,
         subrun_ids: SubrunIds,
@@ -77,10 +76,11 @@ class Controller:
         read_devices: Callable[[], list[DeviceObservation]] = no_devices,
         dump_stacks: Callable[[str, Sequence[WorkerInfo]], None] = lambda subrun, workers: None,
         clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        """``make_group(excluded_nodes)`` builds the ranks of a sub-run away from
-        those nodes; ``resume_at(step, why)`` finds the newest verified
-        checkpoint at or before that step (None: from initialisation)."""
+        """``make_group()`` builds an empty group that places a sub-run's ranks as its
+        plan says (data-parallel size, nodes to avoid); ``resume_at(step, why)`` finds
+        the newest verified checkpoint at or before that step (None: from initialisation)."""
         self.state: State = initial
         self.trainer_config = trainer_config
         self.make_group = make_group
@@ -92,8 +92,8 @@ class Controller:
         self.read_devices = read_devices
         self.dump_stacks = dump_stacks
         self.clock = clock
+        self.sleep = sleep
         self.last_step = initial.start_step
-        self.excluded_nodes: frozenset[str] = frozenset()
         self._group: WorkerGroup | None = None
         self._finished_ranks: set[int] = set()
 
@@ -127,14 +127,24 @@ class Controller:
     def _launch(self, state: Launching) -> State:
         self.last_step = state.start_step
         self._finished_ranks = set()
-        self._group = self.make_group(self.excluded_nodes)
+        self._group = self.make_group()
         try:
             workers = self._group.start(self.trainer_config, state.plan)
         except ClusterError as exc:
             self._stop_group()
-            return Failed(state.subrun, str(exc), self.last_step)
+            return self._launch_failed(state, str(exc))
         self.judge.start_subrun(workers)
         return Running(state.subrun, state.plan, state.start_step, tuple(workers))
+
+    def _launch_failed(self, state: Launching, error: str) -> State:
+        """The policy decides on a launch that failed like on any incident (retry, resize, or a human)."""
+        judgement = self.judge.launch_failed(state.subrun, error, self.clock(), self.last_step,
+                                             state.plan.data_parallel_size)
+        for observer in self.observers:
+            observer.on_judgement(state, judgement)
+        if judgement.decision.action == ABORT:
+            return Failed(state.subrun, judgement.decision.reason, self.last_step)
+        return Restarting(state.subrun, state.plan, judgement, self.last_step)
 
     def _watch(self, state: Running) -> State:
         assert self._group is not None
@@ -164,41 +174,46 @@ class Controller:
     def _end_subrun(self, state: Running, ending: list[Judgement]) -> State:
         """End the sub-run for the first of ``ending`` (an abort before any restart);
         what the others ask of the workers or nodes is not lost: stacks are dumped
-        if any asks, and every node any of them excluded stays out."""
+        if any asks, every node any of them excluded stays out, and the smallest
+        data-parallel size any of them asked for is used."""
         judgement = next((j for j in ending if j.decision.action == ABORT), ending[0])
         if any(j.decision.dump_stacks for j in ending):
             self.dump_stacks(state.subrun, state.workers)
         self._stop_group()
         if judgement.decision.action == ABORT:
             return Failed(state.subrun, judgement.decision.reason, self.last_step)
-        excluded = frozenset(node for j in ending for node in j.decision.exclude_nodes)
-        return Restarting(state.subrun, state.plan, judgement, self.last_step, excluded)
+        excluded = tuple(dict.fromkeys(node for j in ending for node in j.decision.exclude_nodes))
+        sizes = [j.decision.data_parallel_size for j in ending if j.decision.data_parallel_size is not None]
+        return Restarting(state.subrun, state.plan, judgement, self.last_step, excluded, min(sizes, default=None))
 
     def _restart(self, state: Restarting) -> State:
         decision = state.judgement.decision
-        self.excluded_nodes |= frozenset(decision.exclude_nodes) | state.also_exclude
+        if decision.wait_s > 0:
+            self.sleep(decision.wait_s)
         point = self._resume_point(state)
         subrun = self.subrun_ids.take()
-        plan = next_plan(state.plan, decision, subrun, point.path)
+        plan = next_plan(state.plan, decision, subrun, point.path, state.also_exclude, state.also_resize)
         evidence = {
             "incident": state.judgement.incident.to_dict(), "decision": decision.to_dict(),
             "resumed_from": point.path, "resumed_step": point.step, "last_step": state.last_step,
             "steps_lost": max(0, state.last_step - point.step),
             "rejected_checkpoints": [list(r) for r in point.rejected],
-            "excluded_nodes": sorted(self.excluded_nodes),
+            "excluded_nodes": list(plan.avoid_nodes),
         }
         return Launching(subrun, plan, point.step, state.judgement.incident.summary(), evidence)
 
     def _resume_point(self, state: Restarting) -> ResumePoint:
-        """An instability rolls back to the checkpoint the policy chose (a margin
-        before the onset); a fault restarts from the newest checkpoint now on
-        disk — one finished after the decision counts — up to the last step
-        the driver recorded."""
+        """The checkpoint the decision names: the one at its step (an instability's
+        rollback target, a margin before the onset), or, when it asks for the newest
+        at restart time (a fault: one finished after the decision counts), the newest
+        verified one up to the last step the driver recorded. One that no longer
+        verifies is passed over for the previous one, with the reason recorded."""
         decision = state.judgement.decision
-        if decision.action in INSTABILITY_ACTIONS:
-            return self.resume_at(decision.restart_from_step,
-                                  f"the rollback target before the onset at step {state.judgement.incident.onset_step}")
-        return self.resume_at(state.last_step, "the last step the driver recorded")
+        if decision.restart_point == "newest_at_restart":
+            return self.resume_at(state.last_step, "the last step the driver recorded")
+        return self.resume_at(decision.restart_from_step,
+                              f"the checkpoint the decision names (before the onset at step "
+                              f"{state.judgement.incident.onset_step})")
 
     def _stop_group(self) -> None:
         if self._group is not None:

@@ -4,6 +4,7 @@ a state can be logged, inspected in tests and resumed from."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 from runmgr.controller.judge import Judgement
 from trainer.plan import ResumePlan
@@ -38,9 +39,11 @@ class Restarting:
     plan: ResumePlan
     judgement: Judgement
     last_step: int
-    also_exclude: frozenset[str] = frozenset()
+    also_exclude: tuple[str, ...] = ()
     """Nodes that any decision of the poll that ended the sub-run excluded (an ECC error
     seen in the poll that also ended it for a spike): the next sub-run avoids them too."""
+    also_resize: Optional[int] = None
+    """The smallest data-parallel size any decision of that poll asked for."""
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from logbook import Logbook
 from runmgr.controller.judge import Judgement
 from runmgr.controller.states import Failed, Finished, Launching, Restarting, Running, State
-from runmgr.workers.group import GroupPoll
+from runmgr.controller.group import GroupPoll
 
 
 def metric_row(report) -> dict:

@@ -10,7 +10,7 @@ from typing import Callable, TextIO
 
 from runmgr.controller.states import Failed, Finished, Launching, Restarting, Running, State
 from runmgr.controller.judge import Judgement
-from runmgr.workers.group import GroupPoll
+from runmgr.controller.group import GroupPoll
 
 
 def format_duration(seconds: float) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 from runmgr.controller.states import Failed, Finished, Launching, Restarting, Running, State
 from runmgr.status import write_status
 from runmgr.controller.judge import Judgement
-from runmgr.workers.group import GroupPoll
+from runmgr.controller.group import GroupPoll
 
 STATE_NAMES = {Launching: "launching", Running: "running", Restarting: "restarting", Finished: "finished", Failed: "failed"}
 

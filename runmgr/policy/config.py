@@ -10,13 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from runmgr.policy.decision import (
-    ABORT, EXCLUDE_NODE, IGNORE, INSTABILITY_ACTIONS, LOWER_CLIP, LOWER_LR, RESET_OPTIMIZER, RESTART,
-    ROLLBACK_SKIP,
-)
+from runmgr.policy.decision import LOWER_CLIP, LOWER_LR, DeathAction, LadderAction, SlowdownAction
 from runmgr.errors import ConfigError
-from runmgr.watch.deaths import DEATH_CATEGORIES
-from runmgr.watch.incidents import GRAD_SPIKE, INSTABILITY_KINDS, LOSS_SCALE, LOSS_SPIKE, NONFINITE
+from runmgr.watch.deaths import DEATH_CATEGORIES, DeathCategory
+from runmgr.watch.incidents import InstabilityKind
 from runmgr.watch.typed_config import build
 
 
@@ -51,7 +48,7 @@ class RollbackConfig:
 class Rung:
     """One rung of the instability ladder. Every rung rolls back; the rung says what changes."""
 
-    action: str = ROLLBACK_SKIP
+    action: LadderAction = LadderAction.rollback_skip
     """rollback_skip, lower_lr, lower_clip or reset_optimizer."""
     max_uses: int = 10
     """Budget: times this rung may be used in the run; one more stops the run for a human."""
@@ -65,8 +62,6 @@ class Rung:
     """Linear warmup from 0 after the restart (reset_optimizer: a fresh warmup)."""
 
     def problems(self) -> list[str]:
-        if self.action not in INSTABILITY_ACTIONS:
-            return [f"rung action {self.action!r} is not one of {', '.join(sorted(INSTABILITY_ACTIONS))}"]
         if self.max_uses < 0 or self.rewarmup_iters < 0 or not 0 < self.lr_factor <= 1:
             return ["need max_uses >= 0, rewarmup_iters >= 0 and 0 < lr_factor <= 1"]
         if self.action == LOWER_LR and self.lr_factor >= 1:
@@ -78,9 +73,9 @@ class Rung:
 
 def _default_ladder() -> tuple[Rung, ...]:
     return (
-        Rung(action=ROLLBACK_SKIP, max_uses=10, skip_data=True),
-        Rung(action=LOWER_LR, max_uses=6, skip_data=True, lr_factor=0.67),
-        Rung(action=RESET_OPTIMIZER, max_uses=2, skip_data=True, rewarmup_iters=200),
+        Rung(action=LadderAction.rollback_skip, max_uses=10, skip_data=True),
+        Rung(action=LadderAction.lower_lr, max_uses=6, skip_data=True, lr_factor=0.67),
+        Rung(action=LadderAction.reset_optimizer, max_uses=2, skip_data=True, rewarmup_iters=200),
     )
 
 
@@ -88,7 +83,7 @@ def _default_ladder() -> tuple[Rung, ...]:
 class InstabilityConfig:
     """How spikes, divergence, NaN and loss-scale collapse are met."""
 
-    kinds: tuple[str, ...] = (LOSS_SPIKE, GRAD_SPIKE, NONFINITE, LOSS_SCALE)
+    kinds: tuple[InstabilityKind, ...] = tuple(InstabilityKind)
     """Incident kinds that climb the ladder (a recovered spike is only recorded)."""
     repeat_window_steps: int = 1000
     """An instability whose onset is within this many steps of the previous one's climbs a rung;
@@ -97,9 +92,6 @@ class InstabilityConfig:
     """Rung n answers the n-th instability in a row; past the last, the last rung repeats."""
 
     def problems(self) -> list[str]:
-        unknown = [k for k in self.kinds if k not in INSTABILITY_KINDS]
-        if unknown:
-            return [f"kinds: {unknown[0]!r} is not one of {', '.join(sorted(INSTABILITY_KINDS))}"]
         if not self.ladder or self.repeat_window_steps < 0:
             return ["the ladder needs at least one rung and repeat_window_steps >= 0"]
         return []
@@ -114,10 +106,17 @@ class RestartConfig:
     storm_restarts: int = 3
     """Abort when this many restarts in a row started from the same checkpoint and never
     produced a newer one (a restart storm)."""
+    max_launch_retries: int = 3
+    """Budget: sub-runs whose workers could not be placed or started that are tried again
+    (a node slow to come back is common); one more stops the run for a human."""
+    launch_retry_wait_s: float = 30.0
+    """Wait before each such retry."""
 
     def problems(self) -> list[str]:
-        if self.max_restarts < 0 or self.storm_restarts < 1:
-            return ["need max_restarts >= 0 and storm_restarts >= 1"]
+        if self.max_restarts < 0 or self.storm_restarts < 1 or self.max_launch_retries < 0:
+            return ["need max_restarts >= 0, storm_restarts >= 1 and max_launch_retries >= 0"]
+        if not 0 <= self.launch_retry_wait_s < float("inf"):
+            return [f"launch_retry_wait_s must be a finite number >= 0, got {self.launch_retry_wait_s}"]
         return []
 
 
@@ -138,9 +137,12 @@ class HardwareConfig:
         return []
 
 
-def _default_death_actions() -> dict[str, str]:
-    return {"hardware": EXCLUDE_NODE, "node": EXCLUDE_NODE, "network": RESTART, "storage": EXCLUDE_NODE,
-            "io": RESTART, "memory": RESTART, "device": RESTART, "killed": RESTART, "bug": ABORT, "unknown": RESTART}
+def _default_death_actions() -> dict[DeathCategory, DeathAction]:
+    exclude, restart, abort = DeathAction.exclude_node, DeathAction.restart, DeathAction.abort
+    category = DeathCategory
+    return {category.hardware: exclude, category.node: exclude, category.network: restart,
+            category.storage: exclude, category.io: restart, category.memory: restart, category.device: restart,
+            category.killed: restart, category.config: abort, category.bug: abort, category.unknown: restart}
 
 
 @dataclass(frozen=True)
@@ -151,23 +153,16 @@ class PolicyConfig:
     instability: InstabilityConfig = field(default_factory=InstabilityConfig)
     restarts: RestartConfig = field(default_factory=RestartConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
-    death_actions: dict[str, str] = field(default_factory=_default_death_actions)
+    death_actions: dict[DeathCategory, DeathAction] = field(default_factory=_default_death_actions)
     """Remedy per worker-death category: exclude_node, restart or abort. exclude_node falls
     back to restart when the node is unknown."""
-    slowdown_action: str = IGNORE
+    slowdown_action: SlowdownAction = SlowdownAction.ignore
     """ignore (record it) or restart a job that runs well below its own throughput baseline."""
 
     def problems(self) -> list[str]:
         missing = [c for c in DEATH_CATEGORIES if c not in self.death_actions]
-        extra = [c for c in self.death_actions if c not in DEATH_CATEGORIES]
-        if missing or extra:
-            return [f"death_actions must name exactly the categories {', '.join(DEATH_CATEGORIES)}; "
-                    f"{'missing ' + missing[0] if missing else 'unknown ' + extra[0]}"]
-        bad = [a for a in self.death_actions.values() if a not in (EXCLUDE_NODE, RESTART, ABORT)]
-        if bad:
-            return [f"death_actions: {bad[0]!r} is not one of exclude_node, restart, abort"]
-        if self.slowdown_action not in (IGNORE, RESTART):
-            return [f"slowdown_action {self.slowdown_action!r} is not one of ignore, restart"]
+        if missing:
+            return [f"death_actions must name every category ({', '.join(DEATH_CATEGORIES)}); missing {missing[0]}"]
         return []
 
 

@@ -8,39 +8,93 @@ folds into the next sub-run's :class:`trainer.plan.ResumePlan`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Final, Optional
 
+from runmgr.choices import Choice
 from trainer.plan import SkipRange
 
-IGNORE = "ignore"
-ROLLBACK_SKIP = "rollback_skip"
-LOWER_LR = "lower_lr"
-LOWER_CLIP = "lower_clip"
-RESET_OPTIMIZER = "reset_optimizer"
-EXCLUDE_NODE = "exclude_node"
-RESTART = "restart"
-DUMP_AND_RESTART = "dump_and_restart"
-ABORT = "abort"
+class Action(Choice):
+    """What the policy can decide."""
 
-ACTIONS = (IGNORE, ROLLBACK_SKIP, LOWER_LR, LOWER_CLIP, RESET_OPTIMIZER, EXCLUDE_NODE, RESTART,
-           DUMP_AND_RESTART, ABORT)
-INSTABILITY_ACTIONS = frozenset({ROLLBACK_SKIP, LOWER_LR, LOWER_CLIP, RESET_OPTIMIZER})
+    ignore = "ignore"
+    rollback_skip = "rollback_skip"
+    lower_lr = "lower_lr"
+    lower_clip = "lower_clip"
+    reset_optimizer = "reset_optimizer"
+    exclude_node = "exclude_node"
+    restart = "restart"
+    dump_and_restart = "dump_and_restart"
+    retry_launch = "retry_launch"
+    abort = "abort"
+
+
+class LadderAction(Choice):
+    """Rungs of the optimisation ladder; each rolls back to before the onset."""
+
+    rollback_skip = "rollback_skip"
+    lower_lr = "lower_lr"
+    lower_clip = "lower_clip"
+    reset_optimizer = "reset_optimizer"
+
+
+class DeathAction(Choice):
+    """What a worker death of a category may lead to (policy.death_actions)."""
+
+    exclude_node = "exclude_node"
+    restart = "restart"
+    abort = "abort"
+
+
+class SlowdownAction(Choice):
+    """What a throughput drop may lead to (policy.slowdown_action)."""
+
+    ignore = "ignore"
+    restart = "restart"
+
+
+class RestartPoint(Choice):
+    """Where a restarting decision starts: ``step``, the checkpoint at its
+    ``restart_from_step``; ``newest_at_restart``, the newest verified one when the
+    restart happens (a fault: an async checkpoint that finishes after the decision
+    is still used)."""
+
+    step = "step"
+    newest_at_restart = "newest_at_restart"
+
+
+IGNORE: Final = Action.ignore
+ROLLBACK_SKIP: Final = Action.rollback_skip
+LOWER_LR: Final = Action.lower_lr
+LOWER_CLIP: Final = Action.lower_clip
+RESET_OPTIMIZER: Final = Action.reset_optimizer
+EXCLUDE_NODE: Final = Action.exclude_node
+RESTART: Final = Action.restart
+DUMP_AND_RESTART: Final = Action.dump_and_restart
+RETRY_LAUNCH: Final = Action.retry_launch
+ABORT: Final = Action.abort
+
+ACTIONS: tuple[str, ...] = Action.values()
+INSTABILITY_ACTIONS = frozenset(LadderAction.values())
 """Rungs of the optimisation ladder; each rolls back to before the onset."""
-RESTARTING_ACTIONS = INSTABILITY_ACTIONS | {EXCLUDE_NODE, RESTART, DUMP_AND_RESTART}
-"""Actions that end the current sub-run and start a new one."""
+RESTARTING_ACTIONS = INSTABILITY_ACTIONS | {EXCLUDE_NODE, RESTART, DUMP_AND_RESTART, RETRY_LAUNCH}
+"""Actions that end the current sub-run (or its failed launch) and start a new one."""
 
 
 @dataclass(frozen=True)
 class Decision:
     """The policy's answer to one incident."""
 
-    action: str
-    """One of ACTIONS."""
+    action: Action
+    """What to do."""
     reason: str
     """Why, quoting the numbers (incident figures, checkpoint, budgets)."""
     restart_from_step: Optional[int] = None
     """Step of the verified checkpoint to start from; None with a restarting action means
-    from initialisation (no verified checkpoint yet)."""
+    from initialisation (no verified checkpoint yet). With ``restart_point``
+    ``newest_at_restart`` it is the newest one when the decision was taken."""
+    restart_point: RestartPoint = RestartPoint.step
+    """``step``: exactly the checkpoint at ``restart_from_step``; ``newest_at_restart``: the
+    newest verified checkpoint at restart time, up to the last step the driver recorded."""
     skip_ranges: tuple[SkipRange, ...] = ()
     """Sample ranges to add to the plan's skip list."""
     lr_factor: float = 1.0
@@ -55,6 +109,11 @@ class Decision:
     """Nodes to take out of the placement before restarting."""
     dump_stacks: bool = False
     """Dump every rank's Python stack (py-spy) before killing it."""
+    data_parallel_size: Optional[int] = None
+    """Data-parallel size of the next sub-run (a resize is a decision: the nodes left hold
+    fewer ranks); None keeps the current plan's."""
+    wait_s: float = 0.0
+    """Seconds to wait before the next sub-run starts (a node slow to come back)."""
 
     @property
     def restarts(self) -> bool:
@@ -74,4 +133,7 @@ class Decision:
             "rewarmup_iters": self.rewarmup_iters,
             "exclude_nodes": list(self.exclude_nodes),
             "dump_stacks": self.dump_stacks,
+            "restart_point": self.restart_point,
+            "data_parallel_size": self.data_parallel_size,
+            "wait_s": self.wait_s,
         }

@@ -1,90 +1,141 @@
-"""Rules for systems faults: hangs, worker deaths, device faults, stragglers, slowdowns.
+"""Rules for systems faults: hangs, worker deaths, device faults, stragglers,
+slowdowns, and sub-runs whose workers could not be started.
 
-All restart from the newest verified checkpoint (no margin: nothing is wrong
-with the weights), spend the restart budget and pass the storm breaker.
-Hardware takes the node out first (OPT drained nodes with ECC errors, lost
-GPUs and bad links), within the exclusion budget.
+All restart from the newest verified checkpoint at restart time (no margin:
+nothing is wrong with the weights), spend the restart budget and pass the
+storm breaker. Hardware takes the node out first (OPT drained nodes with ECC
+errors, lost GPUs and bad links), within the exclusion budget. When the nodes
+left hold fewer ranks, the decision resizes data parallel; a failed launch is
+retried after a wait within its own budget.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Optional
 
+from runmgr.policy.capacity import Capacity, fit_world
 from runmgr.policy.checkpoints import VerifiedCheckpoint, newest
 from runmgr.policy.config import PolicyConfig
-from runmgr.policy.decision import ABORT, DUMP_AND_RESTART, EXCLUDE_NODE, IGNORE, RESTART, Decision
+from runmgr.policy.decision import (
+    ABORT, DUMP_AND_RESTART, EXCLUDE_NODE, IGNORE, RESTART, RETRY_LAUNCH, Action, Decision,
+)
 from runmgr.policy.guards import storm_abort
 from runmgr.policy.history import History
-from runmgr.watch.incidents import DEVICE_FAULT, HANG, SLOWDOWN, STRAGGLER, WORKER_DEATH, Incident
+from runmgr.watch.incidents import DEVICE_FAULT, HANG, LAUNCH_FAILURE, SLOWDOWN, STRAGGLER, WORKER_DEATH, Incident
+
+
+@dataclass(frozen=True)
+class FaultContext:
+    """What every fault rule reads besides the incident."""
+
+    history: History
+    config: PolicyConfig
+    checkpoints: Sequence[VerifiedCheckpoint]
+    capacity: Optional[Capacity]
+    """What the cluster can hold now; None (a replay) keeps the data-parallel size."""
 
 
 def decide_fault(incident: Incident, history: History, config: PolicyConfig,
-                 checkpoints: Sequence[VerifiedCheckpoint]) -> Decision:
+                 checkpoints: Sequence[VerifiedCheckpoint], capacity: Optional[Capacity] = None) -> Decision:
     """The decision for a non-instability incident."""
+    ctx = FaultContext(history, config, checkpoints, capacity)
     if incident.kind == HANG:
-        return _restart(incident, history, config, checkpoints, DUMP_AND_RESTART,
-                        "dump every rank's stack, kill the workers and restart")
+        return _restart(incident, ctx, DUMP_AND_RESTART, "dump every rank's stack, kill the workers and restart")
     if incident.kind == WORKER_DEATH:
-        return _death(incident, history, config, checkpoints)
+        return _death(incident, ctx)
     if incident.kind == DEVICE_FAULT:
-        return _exclude(incident, history, config, checkpoints, incident.nodes)
+        return _exclude(incident, ctx, incident.nodes)
     if incident.kind == STRAGGLER:
-        return _straggler(incident, history, config, checkpoints)
+        return _straggler(incident, ctx)
+    if incident.kind == LAUNCH_FAILURE:
+        return _launch_failure(incident, ctx)
     if incident.kind == SLOWDOWN:
         if config.slowdown_action == RESTART:
-            return _restart(incident, history, config, checkpoints, RESTART, "restart the job")
+            return _restart(incident, ctx, RESTART, "restart the job")
         return Decision(IGNORE, f"recorded: {_context(incident)} (policy.slowdown_action is ignore)")
     raise ValueError(f"no policy rule for incident kind {incident.kind!r}")
 
 
-def _death(incident: Incident, history: History, config: PolicyConfig,
-           checkpoints: Sequence[VerifiedCheckpoint]) -> Decision:
+def _death(incident: Incident, ctx: FaultContext) -> Decision:
     category = str(incident.evidence.get("category", "unknown"))
-    action = config.death_actions.get(category, RESTART)
+    action = ctx.config.death_actions.get(category, RESTART)  # type: ignore[call-overload]
     if action == ABORT:
         hint = incident.evidence.get("hint", "the worker's log")
         return Decision(ABORT, f"{_context(incident)}: a {category} failure does not go away by restarting "
                                f"(policy.death_actions.{category} = abort); a human must look at {hint}")
     if action == EXCLUDE_NODE and incident.nodes:
-        return _exclude(incident, history, config, checkpoints, incident.nodes)
-    return _restart(incident, history, config, checkpoints, RESTART,
+        return _exclude(incident, ctx, incident.nodes)
+    return _restart(incident, ctx, RESTART,
                     f"restart the workers ({category} failure, on the same or replacement workers)")
 
 
-def _straggler(incident: Incident, history: History, config: PolicyConfig,
-               checkpoints: Sequence[VerifiedCheckpoint]) -> Decision:
-    hw = config.hardware
-    counts = {node: history.strikes(STRAGGLER, node, incident.time, hw.straggler_window_s) + 1
+def _straggler(incident: Incident, ctx: FaultContext) -> Decision:
+    hw = ctx.config.hardware
+    counts = {node: ctx.history.strikes(STRAGGLER, node, incident.time, hw.straggler_window_s) + 1
               for node in incident.nodes}
     repeat = tuple(node for node, count in counts.items() if count >= hw.straggler_strikes)
     tally = ", ".join(f"{node}: strike {count} of {hw.straggler_strikes}" for node, count in counts.items())
     if not repeat:
         return Decision(IGNORE, f"recorded ({tally or 'no node known'} within "
                                 f"{hw.straggler_window_s:.0f} s): {_context(incident)}")
-    return _exclude(incident, history, config, checkpoints, repeat, note=f" ({tally})")
+    return _exclude(incident, ctx, repeat, note=f" ({tally})")
 
 
-def _exclude(incident: Incident, history: History, config: PolicyConfig,
-             checkpoints: Sequence[VerifiedCheckpoint], nodes: Sequence[str], note: str = "") -> Decision:
-    excluded = history.excluded_nodes()
+def _exclude(incident: Incident, ctx: FaultContext, nodes: Sequence[str], note: str = "") -> Decision:
+    excluded = ctx.history.excluded_nodes()
     fresh = tuple(node for node in nodes if node not in excluded)
     if not fresh:
         return Decision(IGNORE, f"recorded: {_context(incident)}; {', '.join(nodes) or 'no node named'} "
                                 f"already excluded")
-    limit = config.hardware.max_excluded_nodes
+    limit = ctx.config.hardware.max_excluded_nodes
     if len(excluded) + len(fresh) > limit:
         return Decision(ABORT, (
             f"{_context(incident)}: excluding {', '.join(fresh)} would take {len(excluded) + len(fresh)} nodes "
             f"out (budget {limit}; already out: {', '.join(excluded) or 'none'}). A human must look at the "
             f"fleet's health (runmgr health-check) before more nodes go"))
-    return _restart(incident, history, config, checkpoints, EXCLUDE_NODE,
-                    f"exclude {', '.join(fresh)}{note} and restart on the remaining nodes or a spare "
-                    f"(data parallel shrinks, the global batch is kept by accumulation)", exclude=fresh)
+    return _restart(incident, ctx, EXCLUDE_NODE,
+                    f"exclude {', '.join(fresh)}{note} and restart on the remaining nodes or a spare", exclude=fresh)
 
 
-def _restart(incident: Incident, history: History, config: PolicyConfig,
-             checkpoints: Sequence[VerifiedCheckpoint], action: str, what: str,
+def _launch_failure(incident: Incident, ctx: FaultContext) -> Decision:
+    """Workers that could not be placed or started: try again after a wait (a node slow
+    to come back), or at once on fewer ranks when the nodes left hold fewer; within
+    policy.restarts.max_launch_retries."""
+    restarts = ctx.config.restarts
+    used, limit = ctx.history.uses(RETRY_LAUNCH), restarts.max_launch_retries
+    error = incident.evidence.get("error", incident.description)
+    if used >= limit:
+        return Decision(ABORT, (
+            f"the workers of sub-run {incident.subrun} could not be started: {error}; the launch-retry budget is "
+            f"spent ({used} of {limit}). A human must look at the cluster (`ray status`, the nodes' health)"))
+    start = newest(ctx.checkpoints)
+    origin = _origin(start)
+    wait, size, note = restarts.launch_retry_wait_s, None, ""
+    if ctx.capacity is not None:
+        resize = fit_world(ctx.capacity, ctx.history.excluded_nodes())
+        if resize.size is not None and resize.size < ctx.capacity.current:
+            wait, size, note = 0.0, resize.size, f"; {resize.note}"
+        elif resize.size is None:
+            note = f"; {resize.note}, so wait for nodes to come back"
+    when = f"in {wait:g} s" if wait else "now"
+    return Decision(
+        RETRY_LAUNCH, (f"the workers of sub-run {incident.subrun} could not be started ({error}){note} -> try again "
+                       f"{when} from {origin} (retry {used + 1} of {limit})"),
+        restart_from_step=start.step if start else None, restart_point="newest_at_restart",
+        data_parallel_size=size, wait_s=wait)
+
+
+def _origin(start: Optional[VerifiedCheckpoint]) -> str:
+    if start is None:
+        return "initialisation (no verified checkpoint yet)"
+    return f"the newest verified checkpoint at restart time (step {start.step} now)"
+
+
+def _restart(incident: Incident, ctx: FaultContext, action: Action, what: str,
              exclude: tuple[str, ...] = ()) -> Decision:
+    history, config, checkpoints = ctx.history, ctx.config, ctx.checkpoints
     used, limit = history.fault_restarts(), config.restarts.max_restarts
     if used >= limit:
         return Decision(ABORT, (
@@ -94,12 +145,19 @@ def _restart(incident: Incident, history: History, config: PolicyConfig,
     storm = storm_abort(incident, history, config, checkpoints)
     if storm is not None:
         return storm
+    size, resize_note = None, ""
+    if ctx.capacity is not None:
+        resize = fit_world(ctx.capacity, (*history.excluded_nodes(), *exclude))
+        if resize.size is None:
+            return Decision(ABORT, (f"{_context(incident)}: no room to restart: {resize.note}. A human must add "
+                                    f"nodes or bring lost ones back (excluded: "
+                                    f"{', '.join((*history.excluded_nodes(), *exclude)) or 'none'})"))
+        size, resize_note = resize.size, (f"; {resize.note}" if resize.note else "")
     start = newest(checkpoints)
-    origin = f"the newest verified checkpoint, step {start.step}" if start else "initialisation (no checkpoint)"
     return Decision(
-        action, f"{_context(incident)} -> {what} from {origin} (restart {used + 1} of {limit})",
-        restart_from_step=start.step if start else None, exclude_nodes=exclude,
-        dump_stacks=action == DUMP_AND_RESTART,
+        action, f"{_context(incident)} -> {what}{resize_note}, from {_origin(start)} (restart {used + 1} of {limit})",
+        restart_from_step=start.step if start else None, restart_point="newest_at_restart", exclude_nodes=exclude,
+        dump_stacks=action == DUMP_AND_RESTART, data_parallel_size=size,
     )
 
 

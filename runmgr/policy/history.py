@@ -14,7 +14,7 @@ from typing import Optional
 
 from runmgr.policy.checkpoints import VerifiedCheckpoint, newest
 from runmgr.policy.decision import (
-    ABORT, DUMP_AND_RESTART, EXCLUDE_NODE, INSTABILITY_ACTIONS, RESTART, Decision,
+    ABORT, DUMP_AND_RESTART, EXCLUDE_NODE, INSTABILITY_ACTIONS, RESTART, RETRY_LAUNCH, Decision,
 )
 from runmgr.watch.incidents import Incident
 
@@ -97,10 +97,11 @@ class History:
 
     def stuck_restarts(self, newest_checkpoint_step: Optional[int]) -> list[Entry]:
         """The latest restarting decisions, newest first, taken while the newest verified
-        checkpoint was already ``newest_checkpoint_step``: restarts that never got past it."""
+        checkpoint was already ``newest_checkpoint_step``: restarts that never got past it.
+        Launch retries have their own budget and do not count."""
         stuck: list[Entry] = []
         for entry in reversed(self.entries):
-            if not entry.decision.restarts:
+            if not entry.decision.restarts or entry.decision.action == RETRY_LAUNCH:
                 continue
             if entry.newest_checkpoint_step != newest_checkpoint_step:
                 break

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Optional
 from trainer.plan import SkipRange
 
+from runmgr.policy.capacity import Capacity
 from runmgr.policy.checkpoints import VerifiedCheckpoint, newest_at_or_before
 from runmgr.policy.config import PolicyConfig, Rung
 from runmgr.policy.decision import ABORT, IGNORE, RESET_OPTIMIZER, Decision
@@ -24,8 +25,9 @@ from runmgr.watch.incidents import DEVICE_FAULT, INSTABILITY_KINDS, Incident
 
 
 def decide(incident: Incident, history: History, config: PolicyConfig,
-           checkpoints: Sequence[VerifiedCheckpoint]) -> Decision:
-    """The decision for ``incident``. ``checkpoints`` are the verified ones, any order."""
+           checkpoints: Sequence[VerifiedCheckpoint], capacity: Optional[Capacity] = None) -> Decision:
+    """The decision for ``incident``. ``checkpoints`` are the verified ones, any order;
+    ``capacity`` what the cluster can hold now (None: unknown, keep the data-parallel size)."""
     closing = history.closing_entry(incident.subrun)
     if closing is not None and incident.kind != DEVICE_FAULT:
         return Decision(IGNORE, (
@@ -37,7 +39,7 @@ def decide(incident: Incident, history: History, config: PolicyConfig,
         if incident.kind not in config.instability.kinds:
             return Decision(IGNORE, f"recorded: {incident.kind} is not in policy.instability.kinds")
         return _climb(incident, history, config, checkpoints)
-    return decide_fault(incident, history, config, checkpoints)
+    return decide_fault(incident, history, config, checkpoints, capacity)
 
 
 def _climb(incident: Incident, history: History, config: PolicyConfig,

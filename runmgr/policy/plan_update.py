@@ -10,14 +10,17 @@ from trainer.plan import ResumePlan, SkipRange
 from runmgr.policy.decision import Decision
 
 
-def next_plan(plan: ResumePlan, decision: Decision, subrun: str, start_checkpoint: Optional[str]) -> ResumePlan:
+def next_plan(plan: ResumePlan, decision: Decision, subrun: str, start_checkpoint: Optional[str],
+              also_avoid: tuple[str, ...] = (), also_resize: Optional[int] = None) -> ResumePlan:
     """The plan of the sub-run that ``decision`` starts.
 
-    ``start_checkpoint`` is the directory of the checkpoint at
-    ``decision.restart_from_step`` (the controller knows the paths). Skip
-    ranges accumulate, the LR scale multiplies and a clipping override stays
-    for the rest of the run; an optimizer reset and its re-warmup apply to
-    this restart only.
+    ``start_checkpoint`` is the directory of the checkpoint the decision names
+    (the controller knows the paths). Skip ranges accumulate, the LR scale
+    multiplies, a clipping override stays for the rest of the run, and so do
+    the nodes to avoid; an optimizer reset and its re-warmup apply to this
+    restart only. ``also_avoid`` and ``also_resize`` come from other decisions
+    of the same poll (an ECC error read in the poll whose spike ends the
+    sub-run): their nodes stay out, and the smallest size asked for wins.
     """
     if not decision.restarts:
         raise ValueError(f"decision {decision.action!r} does not start a sub-run")
@@ -30,7 +33,15 @@ def next_plan(plan: ResumePlan, decision: Decision, subrun: str, start_checkpoin
         clip_grad=decision.clip_grad if decision.clip_grad is not None else plan.clip_grad,
         reset_optimizer=decision.reset_optimizer,
         rewarmup_iters=decision.rewarmup_iters,
+        avoid_nodes=tuple(dict.fromkeys((*plan.avoid_nodes, *decision.exclude_nodes, *also_avoid))),
+        data_parallel_size=_smallest(plan.data_parallel_size, decision.data_parallel_size, also_resize),
     )
+
+
+def _smallest(current: Optional[int], *asked: Optional[int]) -> Optional[int]:
+    """The smallest size the decisions asked for, else the current one."""
+    sizes = [size for size in asked if size is not None]
+    return min(sizes) if sizes else current
 
 
 def merge_ranges(ranges: tuple[SkipRange, ...]) -> tuple[SkipRange, ...]:

@@ -15,12 +15,29 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
+from runmgr.choices import Choice
+
 from runmgr.watch.config import DeviceConfig
 from runmgr.watch.incidents import WORKER_DEATH, Incident
 from runmgr.watch.observations import WorkerExit
 
-DEATH_CATEGORIES = ("hardware", "node", "network", "storage", "io", "memory", "device", "killed", "bug", "unknown")
-"""What the policy maps to a remedy (policy.death_actions)."""
+class DeathCategory(Choice):
+    """What the policy maps to a remedy (policy.death_actions)."""
+
+    hardware = "hardware"
+    node = "node"
+    network = "network"
+    storage = "storage"
+    io = "io"
+    memory = "memory"
+    device = "device"
+    killed = "killed"
+    config = "config"
+    bug = "bug"
+    unknown = "unknown"
+
+
+DEATH_CATEGORIES: tuple[str, ...] = DeathCategory.values()
 
 
 @dataclass(frozen=True)
@@ -28,8 +45,8 @@ class DeathCause:
     """Why a worker died, as far as its text tells."""
 
     name: str
-    category: str
-    """One of DEATH_CATEGORIES."""
+    category: DeathCategory
+    """What kind of failure, for the policy."""
     label: str
     """What happened, in words."""
     hint: str
@@ -41,7 +58,7 @@ class DeathCause:
 @dataclass(frozen=True)
 class _Signature:
     name: str
-    category: str
+    category: DeathCategory
     label: str
     hint: str
     patterns: tuple[str, ...]
@@ -74,6 +91,10 @@ _SIGNATURES = (
                "the checkpoint path's file system: mount flags (ro), free space (df), dmesg for I/O errors", (
                    r"\[Errno 30\]", r"Read-only file system", r"\bEROFS\b", r"\[Errno 28\]",
                    r"No space left on device", r"\bENOSPC\b", r"\[Errno 5\] Input/output error")),
+    _Signature("startup_config", "config", "the trainer refused its configuration or plan",
+               "the error line: fix the config (or the plan's checkpoint) and launch again", (
+                   r"\bTrainerConfigError\b", r"\bDataError\b", r"size mismatch for \S+: copying a param",
+                   r"Size mismatch between saved")),
     _Signature("oom", "memory", "out of memory",
                "memory per device: micro batch, recompute, or the host's RAM", (
                    r"CUDA out of memory", r"NPU out of memory", r"\bOutOfMemoryError\b", r"\bout of memory\b",
@@ -83,7 +104,11 @@ _SIGNATURES = (
                    r"\bEI0006\b", r"Get_Socket_Timeout", r"wait socket establish timeout")),
     _Signature("hccl_exec_timeout", "network", "HCCL execution timeout (EI0002)",
                "the rank named in the message (stuck or dead); HCCL_EXEC_TIMEOUT", (
-                   r"\bEI0002\b", r"Notify register times out", r"hccl fftsplus task timeout")),
+                   r"\bEI0002\b", r"Notify register times out", r"Heartbeat Lost Occurred",
+                   r"hccl fftsplus task timeout")),
+    _Signature("hccl_init", "network", "HCCL communicator could not be set up (ERR02200)",
+               "every rank reached init? the first rank that failed; HCCL_CONNECT_TIMEOUT and the links", (
+                   r"\bERR02200\b", r"hcclCommInitRootInfo\w*\(.*error code is")),
     _Signature("hccl_watchdog", "network", "HCCL watchdog terminated the process",
                "the first failing rank's log; network health of its node", (
                    r"HCCL watchdog thread terminated", r"\bERR02005\b")),
@@ -97,7 +122,10 @@ _SIGNATURES = (
     _Signature("gloo_peer_lost", "network", "a peer of the gloo group vanished or timed out",
                "the other ranks' exits: this one is usually a consequence", (
                    r"Connection closed by peer", r"Connection reset by peer",
-                   r"Timed out waiting \d+ms for (?:recv|send) operation")),
+                   r"Timed out waiting \d+ms for (?:recv|send) operation", r"\[Errno 32\] Broken pipe")),
+    _Signature("nccl_remote", "network", "NCCL: a remote rank exited or the network failed (ncclRemoteError)",
+               "the other ranks' exits (usually the cause) and the links between them", (
+                   r"\bncclRemoteError\b", r"remote process exited or there was a network error")),
     _Signature("nccl_error", "network", "NCCL error",
                "NCCL_DEBUG=INFO output and the InfiniBand links (ibstat, port counters)", (
                    r"NCCL error", r"\bnccl(?:System|UnhandledCuda|Remote|Internal)Error\b", r"NCCL WARN",
@@ -114,6 +142,13 @@ _SIGNATURES = (
                    r"actor died unexpectedly", r"The actor is dead because its worker process has died",
                    r"A worker died or was killed")),
 )
+PEER_ECHO_CAUSES = frozenset({
+    "gloo_peer_lost", "nccl_timeout", "nccl_remote", "hccl_socket_timeout", "hccl_exec_timeout", "hccl_init",
+})
+"""Causes a rank reports when *another* rank went away or fell silent: the waiting
+side of a collective. When ranks fail together, these lose the root-cause ranking
+to a dead process or a real error (FORMATS.md 1.6 and 2.4; MEGATRON.md)."""
+
 _COMPILED = tuple((sig, tuple(re.compile(p, re.MULTILINE) for p in sig.patterns)) for sig in _SIGNATURES)
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?[0-9A-Fa-f:.]+\): (\d+),")
 _EXCEPTION_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*)$", re.MULTILINE)

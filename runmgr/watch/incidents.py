@@ -3,22 +3,47 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Final, Mapping, Optional
 
-LOSS_SPIKE = "loss_spike"
-GRAD_SPIKE = "grad_spike"
-NONFINITE = "nonfinite"
-LOSS_SCALE = "loss_scale"
-HANG = "hang"
-STRAGGLER = "straggler"
-SLOWDOWN = "slowdown"
-DEVICE_FAULT = "device_fault"
-WORKER_DEATH = "worker_death"
+from runmgr.choices import Choice
 
-INCIDENT_KINDS = (
-    LOSS_SPIKE, GRAD_SPIKE, NONFINITE, LOSS_SCALE, HANG, STRAGGLER, SLOWDOWN, DEVICE_FAULT, WORKER_DEATH,
-)
-INSTABILITY_KINDS = frozenset({LOSS_SPIKE, GRAD_SPIKE, NONFINITE, LOSS_SCALE})
+class IncidentKind(Choice):
+    """What a detector can report."""
+
+    loss_spike = "loss_spike"
+    grad_spike = "grad_spike"
+    nonfinite = "nonfinite"
+    loss_scale = "loss_scale"
+    hang = "hang"
+    straggler = "straggler"
+    slowdown = "slowdown"
+    device_fault = "device_fault"
+    worker_death = "worker_death"
+    launch_failure = "launch_failure"
+
+
+class InstabilityKind(Choice):
+    """Kinds met by the optimisation ladder (rollback, lower LR, reset Adam)."""
+
+    loss_spike = "loss_spike"
+    grad_spike = "grad_spike"
+    nonfinite = "nonfinite"
+    loss_scale = "loss_scale"
+
+
+LOSS_SPIKE: Final = IncidentKind.loss_spike
+GRAD_SPIKE: Final = IncidentKind.grad_spike
+NONFINITE: Final = IncidentKind.nonfinite
+LOSS_SCALE: Final = IncidentKind.loss_scale
+HANG: Final = IncidentKind.hang
+STRAGGLER: Final = IncidentKind.straggler
+SLOWDOWN: Final = IncidentKind.slowdown
+DEVICE_FAULT: Final = IncidentKind.device_fault
+WORKER_DEATH: Final = IncidentKind.worker_death
+LAUNCH_FAILURE: Final = IncidentKind.launch_failure
+
+INCIDENT_KINDS: tuple[str, ...] = IncidentKind.values()
+INSTABILITY_KINDS = frozenset(InstabilityKind.values())
 """Kinds met by the optimisation ladder (rollback, lower LR, reset Adam)."""
 
 
@@ -26,8 +51,8 @@ INSTABILITY_KINDS = frozenset({LOSS_SPIKE, GRAD_SPIKE, NONFINITE, LOSS_SCALE})
 class Incident:
     """Something a detector saw, with the numbers that made it fire."""
 
-    kind: str
-    """One of INCIDENT_KINDS."""
+    kind: IncidentKind
+    """What was seen."""
     time: float
     """When it was detected (the injected ``now``)."""
     description: str

@@ -171,3 +171,12 @@ class WorkerExit:
     exit_code: Optional[int] = None
     """Process exit status; negative for a signal (-9 is SIGKILL)."""
     subrun: str = ""
+
+
+@dataclass(frozen=True)
+class LaunchFailure:
+    """The workers of a sub-run could not be placed or started (the executor's error)."""
+
+    subrun: str
+    text: str
+    time: float

@@ -12,6 +12,7 @@ import dataclasses
 import types
 import typing
 from collections.abc import Mapping, Sequence
+from enum import Enum
 from typing import Any, TypeVar, Union
 
 T = TypeVar("T")
@@ -60,7 +61,13 @@ def _convert(hint: Any, value: Any, where: str, error: type[Exception]) -> Any:
     if origin in (dict, Mapping):
         if not isinstance(value, Mapping):
             raise error(f"{where}: expected a mapping, got {value!r}")
-        return {str(k): _convert(args[1], v, f"{where}.{k}", error) for k, v in value.items()}
+        return {_convert(args[0], str(k), f"{where}.{k}", error): _convert(args[1], v, f"{where}.{k}", error)
+                for k, v in value.items()}
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        try:
+            return hint(value)
+        except ValueError:
+            raise error(f"{where}: {value!r} is not one of {', '.join(m.value for m in hint)}") from None
     return _scalar(hint, value, where, error)
 
 

@@ -14,17 +14,18 @@ from runmgr.watch.config import WatcherConfig
 from runmgr.watch.deaths import DeathDetector
 from runmgr.watch.devices import DeviceDetector
 from runmgr.watch.hang import HangDetector
-from runmgr.watch.incidents import GRAD_SPIKE, LOSS_SPIKE, Incident
+from runmgr.watch.incidents import GRAD_SPIKE, LAUNCH_FAILURE, LOSS_SPIKE, Incident
 from runmgr.watch.nonfinite import NonFiniteDetector
 from runmgr.watch.observations import (
-    CheckpointObservation, DeviceObservation, HeartbeatObservation, StepObservation, WorkerExit,
+    CheckpointObservation, DeviceObservation, HeartbeatObservation, LaunchFailure, StepObservation, WorkerExit,
 )
 from runmgr.watch.scale import LossScaleDetector
 from runmgr.watch.slowdown import SlowdownDetector
 from runmgr.watch.spikes import SpikeDetector
 from runmgr.watch.stragglers import StragglerDetector
 
-Observation = Union[StepObservation, HeartbeatObservation, DeviceObservation, WorkerExit, CheckpointObservation]
+Observation = Union[StepObservation, HeartbeatObservation, DeviceObservation, WorkerExit, CheckpointObservation,
+                    LaunchFailure]
 
 
 class Watcher:
@@ -71,6 +72,9 @@ class Watcher:
             return self.deaths.update(obs, now)
         if isinstance(obs, CheckpointObservation):
             return []  # checkpoints inform the policy (where to restart), not the detectors
+        if isinstance(obs, LaunchFailure):
+            return [Incident(LAUNCH_FAILURE, now, f"the workers could not be started: {obs.text}", subrun=obs.subrun,
+                             evidence={"error": obs.text})]
         raise TypeError(f"not an observation: {type(obs).__name__}")
 
     def check(self, now: float) -> list[Incident]:

@@ -12,26 +12,13 @@ import socket
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 
 import ray
 
+from runmgr.controller.group import WorkerInfo
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
 from trainer.report import CheckpointReport, Heartbeat, StartReport, StepReport
-
-
-@dataclass(frozen=True)
-class WorkerInfo:
-    """Where a rank lives: what ``runmgr status`` shows and ``kill -9`` needs."""
-
-    rank: int
-    pid: int
-    node_id: str
-    node_ip: str
-
-    def to_dict(self) -> dict:
-        return {"rank": self.rank, "pid": self.pid, "node": self.node_id, "node_ip": self.node_ip}
 
 
 class BufferingReporter:

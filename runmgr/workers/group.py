@@ -1,13 +1,16 @@
-"""The ranks of one sub-run as Ray actors in a placement group.
+"""The ranks of one sub-run as Ray actors, placed as the sub-run's plan says.
 
-The controller talks to a :class:`WorkerGroup` only; tests use a fake one.
+The controller talks to a :class:`runmgr.controller.group.WorkerGroup` only;
+tests use a fake one. This group carries the plan out (its data-parallel
+size, the nodes it avoids) and never decides anything itself: when the
+cluster cannot hold the plan it raises :class:`ClusterError`, and the policy
+decides (retry, resize, or a human).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Mapping, Optional
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
@@ -15,12 +18,14 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from runmgr.config.schema import ClusterConfig
+from runmgr.controller.group import GroupPoll, WorkerFailure, WorkerInfo
+from runmgr.controller.judge import node_name
 from runmgr.errors import ClusterError
 from runmgr.placement import actor_resources, bundle_for
-from runmgr.workers.actor import RemoteTrainerWorker, WorkerInfo
+from runmgr.policy.capacity import slots_of
+from runmgr.workers.actor import RemoteTrainerWorker
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
-from trainer.report import CheckpointReport, Heartbeat, StartReport, StepReport
 
 # After the first failure, how long to wait for the others to surface so that
 # the root cause (a dead process) wins over its echo (a peer's broken socket).
@@ -29,64 +34,31 @@ FAILURE_SETTLE_S = 1.0
 DRAIN_WAIT_S = 0.5
 
 
-@dataclass(frozen=True)
-class WorkerFailure:
-    """A rank that stopped: ``died`` (its process is gone) or ``error`` (it raised)."""
-
-    rank: int
-    kind: str
-    text: str
-    worker: WorkerInfo | None
-    time: float
-
-    @property
-    def is_peer_echo(self) -> bool:
-        """True when this rank only saw another rank go away."""
-        lowered = self.text.lower()
-        return self.kind == "error" and any(s in lowered for s in ("connection closed by peer", "connection reset", "broken pipe", "gloo"))
+def usable_nodes(admitted_node_ids: Optional[list[str]]) -> dict[str, Mapping[str, float]]:
+    """Alive Ray nodes the run may use (the health check's admissions, or every alive
+    node when none ran), by node id, with their total resources."""
+    admitted = set(admitted_node_ids) if admitted_node_ids is not None else None
+    return {node["NodeID"]: node["Resources"] for node in ray.nodes()
+            if node["Alive"] and (admitted is None or node["NodeID"] in admitted)}
 
 
-@dataclass
-class GroupPoll:
-    """What one poll of the group brought back."""
-
-    steps: list[StepReport] = field(default_factory=list)
-    checkpoints: list[CheckpointReport] = field(default_factory=list)
-    heartbeats: list[Heartbeat] = field(default_factory=list)
-    starts: list[StartReport] = field(default_factory=list)
-    finished_ranks: list[int] = field(default_factory=list)
-    failures: list[WorkerFailure] = field(default_factory=list)
-
-
-class WorkerGroup(Protocol):
-    """What the controller needs from the ranks of a sub-run."""
-
-    def start(self, config: TrainerConfig, plan: ResumePlan) -> list[WorkerInfo]: ...
-
-    def poll(self, timeout_s: float) -> GroupPoll: ...
-
-    def shutdown(self) -> None: ...
-
-
-def root_cause(failures: list[WorkerFailure]) -> WorkerFailure:
-    """The failure that explains the others: a dead process before an error,
-    a real error before a peer's echo of it, then the earliest."""
-    def rank_of(f: WorkerFailure) -> tuple[int, float]:
-        order = 0 if f.kind == "died" else (2 if f.is_peer_echo else 1)
-        return order, f.time
-    return min(failures, key=rank_of)
+def node_slots(cluster: ClusterConfig, device_kind: str, admitted_node_ids: Optional[list[str]]) -> dict[str, int]:
+    """Ranks of the run's size each usable node can hold, by node name (for the policy)."""
+    bundle = bundle_for(device_kind, cluster.cpus_per_worker, cluster.devices_per_worker)
+    nodes = usable_nodes(admitted_node_ids)
+    return slots_of({node_name(node_id): resources for node_id, resources in nodes.items()}, bundle)
 
 
 class RayWorkerGroup:
-    """One actor per rank, placed by a placement group over the cluster."""
+    """One actor per rank, placed as the plan says."""
 
     def __init__(self, cluster: ClusterConfig, device_kind: str, start_timeout_s: float, lease_s: float,
-                 allowed_node_ids: list[str] | None = None) -> None:
-        """``allowed_node_ids``: place ranks only on these Ray nodes (health-check
-        admissions minus excluded nodes); None: anywhere the placement group fits."""
+                 admitted_node_ids: Optional[list[str]] = None) -> None:
+        """``admitted_node_ids``: the nodes the health check admitted (None: it did not
+        run, every alive node may be used)."""
         self.cluster = cluster
         self.lease_s = lease_s
-        self.allowed_node_ids = allowed_node_ids
+        self.admitted_node_ids = admitted_node_ids
         self.device_kind = device_kind
         self.start_timeout_s = start_timeout_s
         self._pg = None
@@ -100,10 +72,9 @@ class RayWorkerGroup:
         return list(self._infos)
 
     def start(self, config: TrainerConfig, plan: ResumePlan) -> list[WorkerInfo]:
-        world = self.cluster.num_workers
-        if self.allowed_node_ids is not None:
-            strategies = self._pinned_strategies(world, lambda size: not config.problems(size))
-            world = len(strategies)
+        world = plan.data_parallel_size or self.cluster.num_workers
+        if self.admitted_node_ids is not None or plan.avoid_nodes:
+            strategies = self._pinned_strategies(world, plan.avoid_nodes)
         else:
             strategies = self._placement(world)
         self._actors = [
@@ -138,23 +109,18 @@ class RayWorkerGroup:
             ) from None
         return [PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=rank) for rank in range(world)]
 
-    def _pinned_strategies(self, world: int, valid_world: Callable[[int], bool]) -> list:
-        """Ranks pinned to the allowed nodes, packed in node order by capacity.
-        When the allowed nodes cannot hold ``world`` ranks (a node was excluded
-        and there is no spare), data parallel shrinks to the largest world size
-        that still divides the global batch (accumulation keeps it whole)."""
+    def _pinned_strategies(self, world: int, avoid: tuple[str, ...]) -> list:
+        """``world`` ranks pinned to the usable nodes outside ``avoid``, packed in node
+        order by capacity; a :class:`ClusterError` when they cannot hold them."""
         bundle = bundle_for(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
-        slots: list[str] = []
-        for node in ray.nodes():
-            if node["Alive"] and node["NodeID"] in set(self.allowed_node_ids or ()):
-                fits = min(int(node["Resources"].get(k, 0) // v) for k, v in bundle.items() if v > 0)
-                slots += [node["NodeID"]] * fits
-        fitting = [size for size in range(min(world, len(slots)), 0, -1) if valid_world(size)]
-        if not fitting:
+        nodes = {node_id: resources for node_id, resources in usable_nodes(self.admitted_node_ids).items()
+                 if node_name(node_id) not in avoid}
+        slots = [node_id for node_id, count in slots_of(nodes, bundle).items() for _ in range(min(count, world))]
+        if len(slots) < world:
             raise ClusterError(
-                f"the {len(self.allowed_node_ids or ())} allowed nodes hold {len(slots)} workers of {bundle}, "
-                f"and no smaller world size divides the global batch: add nodes (excluded nodes stay out)")
-        return [NodeAffinitySchedulingStrategy(node_id, soft=False) for node_id in slots[:fitting[0]]]
+                f"the {len(nodes)} usable nodes hold {len(slots)} of the {world} workers of {bundle} the plan asks "
+                f"for (avoided: {', '.join(avoid) or 'none'})")
+        return [NodeAffinitySchedulingStrategy(node_id, soft=False) for node_id in slots[:world]]
 
     def poll(self, timeout_s: float) -> GroupPoll:
         result = GroupPoll()

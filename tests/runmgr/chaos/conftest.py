@@ -11,8 +11,8 @@ import time
 import pytest
 
 from runmgr.controller.states import Running
-from runmgr.workers.actor import WorkerInfo
-from runmgr.workers.group import GroupPoll
+from runmgr.controller.group import WorkerInfo
+from runmgr.controller.group import GroupPoll
 from trainer.plan import ResumePlan, SkipRange
 from trainer.report import StepReport
 

@@ -26,13 +26,16 @@ def test_a_custom_ladder_is_typed():
 
 
 @pytest.mark.parametrize("data,message", [
-    ({"instability": {"ladder": [{"action": "pray"}]}}, "rung action 'pray' is not one of"),
+    ({"instability": {"ladder": [{"action": "pray"}]}}, "ladder[0].action: 'pray' is not one of rollback_skip, lower_lr"),
     ({"instability": {"ladder": [{"action": "lower_lr", "lr_factor": 1.0}]}}, "needs lr_factor < 1"),
     ({"instability": {"ladder": [{"action": "lower_clip"}]}}, "needs clip_grad > 0"),
     ({"instability": {"ladder": []}}, "at least one rung"),
-    ({"instability": {"kinds": ["hang"]}}, "kinds: 'hang' is not one of"),
+    ({"instability": {"kinds": ["hang"]}}, "kinds[0]: 'hang' is not one of loss_spike"),
     ({"death_actions": {"bug": "restart"}}, "missing hardware"),
-    ({"slowdown_action": "panic"}, "slowdown_action 'panic'"),
+    ({"slowdown_action": "panic"}, "slowdown_action: 'panic' is not one of ignore, restart"),
+    ({"death_actions": {"gremlins": "restart"}}, "death_actions.gremlins: 'gremlins' is not one of hardware"),
+    ({"death_actions": {"bug": "pray"}}, "death_actions.bug: 'pray' is not one of exclude_node, restart, abort"),
+    ({"restarts": {"launch_retry_wait_s": float("nan")}}, "launch_retry_wait_s must be a finite number"),
     ({"rollback": {"margin": 5}}, "policy.rollback: unknown key 'margin'"),
     ({"restarts": {"max_restarts": 2.5}}, "policy.restarts.max_restarts: expected a whole number"),
 ])

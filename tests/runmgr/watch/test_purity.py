@@ -1,7 +1,5 @@
 """Detectors are pure: no clock, no I/O, no Ray; from the trainer only its report and plan types.
-
-replay.py is the one I/O shell of the package (it reads the log file) and is
-left out. Parsing a timestamp (datetime.fromisoformat) is pure and allowed.
+Parsing a timestamp (datetime.fromisoformat) is pure and allowed.
 """
 
 from __future__ import annotations
@@ -13,7 +11,6 @@ PACKAGE = Path(__file__).resolve().parents[3] / "runmgr" / "watch"
 IMPURE = {"time", "datetime.datetime.now", "os", "io", "socket", "subprocess", "pathlib", "threading",
           "asyncio", "ray", "health", "logbook", "random"}
 ALLOWED_TRAINER = {"trainer.report", "trainer.plan"}
-SHELLS = {"replay.py"}
 
 
 def imports(path: Path) -> set[str]:
@@ -29,8 +26,6 @@ def imports(path: Path) -> set[str]:
 def test_detectors_import_no_clock_no_io_and_only_the_trainers_contract_types():
     offenders = {}
     for path in sorted(PACKAGE.glob("*.py")):
-        if path.name in SHELLS:
-            continue
         found = imports(path)
         bad = {n for n in found if n.split(".")[0] in IMPURE}
         bad |= {n for n in found if n.split(".")[0] == "trainer" and n not in ALLOWED_TRAINER}
@@ -41,7 +36,5 @@ def test_detectors_import_no_clock_no_io_and_only_the_trainers_contract_types():
 
 def test_no_detector_reads_the_wall_clock():
     for path in sorted(PACKAGE.glob("*.py")):
-        if path.name in SHELLS:
-            continue
         text = path.read_text()
         assert "time.time(" not in text and "monotonic(" not in text and ".now(" not in text, path.name

@@ -6,9 +6,10 @@ import io
 import json
 from pathlib import Path
 
-from runmgr.watch.replay import main_replay, read_events, replay
+from runmgr.replay import main_replay, read_events, replay
+from tests.runmgr.watch.conftest import make_trace
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parent / "watch" / "fixtures"
 SPIKE_LOG = str(FIXTURES / "megatron_spike.log")
 CLEAN_LOG = str(FIXTURES / "megatron_clean.log")
 
@@ -75,8 +76,8 @@ def test_a_bad_jsonl_line_is_one_line_and_exit_2(tmp_path):
     assert code == 2 and "metrics.jsonl:2" in err and err.count("\n") == 1
 
 
-def test_jsonl_replay_of_a_spiky_trace_with_an_assumed_save_interval(tmp_path, trace):
-    observations = trace(1400, 21, spikes=((1100, 5000, 0.5),))
+def test_jsonl_replay_of_a_spiky_trace_with_an_assumed_save_interval(tmp_path):
+    observations = make_trace(1400, 21, spikes=((1100, 5000, 0.5),))
     path = tmp_path / "metrics.jsonl"
     with path.open("w") as handle:
         for o in observations:
@@ -92,3 +93,32 @@ def test_replay_is_deterministic():
     lines = Path(SPIKE_LOG).read_text().splitlines(keepends=True)
     fmt, events = read_events(lines, SPIKE_LOG)
     assert replay(events, fmt) == replay(read_events(lines, SPIKE_LOG)[1], fmt)
+
+
+def test_the_run_s_own_thresholds_judge_the_log():
+    """The same log, judged with the demo's watcher and a 5-step grace: the spike that
+    recovered in 29 steps is now persistent and rolled back; with the defaults it is not."""
+    default = json.loads(run(SPIKE_LOG, as_json=True)[1])["incidents"]
+    code, out, err = run(SPIKE_LOG, as_json=True, conf="demo", overrides=["watcher.loss_spike.grace_steps=5"])
+    assert code == 0 and err == ""
+    tight = json.loads(out)["incidents"]
+    first = {item["incident"]["onset_step"]: item["decision"] for item in default if item["incident"]["kind"] == "loss_spike"}
+    again = {item["incident"]["onset_step"]: item["decision"] for item in tight if item["incident"]["kind"] == "loss_spike"}
+    assert first[2351]["action"] == "ignore" and again[2351]["action"] == "rollback_skip"
+    # the demo policy's margin (10 steps), not the default's (100), chose the checkpoint
+    assert "margin 10" in again[2351]["reason"]
+
+
+def test_after_a_decision_ends_a_sub_run_the_replay_goes_on_as_the_next_one():
+    code, out, _ = run(SPIKE_LOG, as_json=True, conf="demo", overrides=["watcher.loss_spike.grace_steps=5"])
+    spikes = [item for item in json.loads(out)["incidents"] if item["incident"]["kind"] == "loss_spike"]
+    assert [item["decision"]["action"] for item in spikes] == ["rollback_skip", "rollback_skip"]
+    assert [item["incident"]["subrun"] for item in spikes] == ["00", "00+1"]
+    assert "use 2 of 10" in spikes[1]["decision"]["reason"]  # one history, as in a live run
+
+
+def test_overrides_without_a_config_or_with_a_wrong_key_are_one_line():
+    code, out, err = run(SPIKE_LOG, overrides=["watcher.loss_spike.grace_steps=5"])
+    assert code == 2 and out == "" and err.count("\n") == 1 and "need a config" in err
+    code, out, err = run(SPIKE_LOG, conf="demo", overrides=["watcher.loss_spike.grace=5"])
+    assert code == 2 and out == "" and err.count("\n") == 1 and "grace" in err

@@ -1,11 +1,14 @@
-"""Offline replay: run the detectors and the policy over a recorded log.
+"""Offline replay: the detectors and the policy over a recorded log, through the
+same judge as a live run.
 
-``runmgr watch replay FILE [--json]`` reads our logbook's JSONL or a
-Megatron-LM / MindSpeed-LLM training log, feeds every observation to a
-:class:`~runmgr.watch.watcher.Watcher` with the observation's own time as
-``now``, asks the policy about each incident (with the checkpoints the log
-recorded so far) and prints what it would have done. Nothing is trained and
-nothing is executed; decisions are applied only to the policy's history.
+``runmgr watch replay FILE [conf=NAME] [key=value ...] [--json]`` reads our
+logbook's JSONL or a Megatron-LM / MindSpeed-LLM training log and feeds every
+observation to a :class:`~runmgr.controller.judge.Judge` built from the run's
+own watcher and policy config, with the observation's own time as ``now`` and
+the checkpoints the log recorded so far. Nothing is trained or executed. When
+a decision ends a sub-run, the replay goes on as a live run would: the log's
+next lines are taken as the next sub-run (``00+1``, ...), so a post-mortem of a
+long log sees every incident, not just the first.
 """
 
 from __future__ import annotations
@@ -13,33 +16,23 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional, TextIO
 
+from runmgr.config.compose import load_run_config
+from runmgr.controller.judge import Judge, Judgement
+from runmgr.errors import UserError
 from runmgr.policy.checkpoints import VerifiedCheckpoint
 from runmgr.policy.config import PolicyConfig
-from runmgr.policy.decision import Decision
-from runmgr.policy.history import History
-from runmgr.policy.ladder import decide
 from runmgr.watch.config import WatcherConfig
 from runmgr.watch.errors import ReplayInputError
-from runmgr.watch.incidents import Incident
 from runmgr.watch.megatron_log import LogEvent, MegatronLogReader
 from runmgr.watch.metrics_jsonl import read_jsonl
 from runmgr.watch.observations import CheckpointObservation, StepObservation
-from runmgr.watch.watcher import Watcher
 
 FORMAT_HELP = ("expected `runmgr logbook metrics` JSONL or a Megatron-LM/MindSpeed-LLM training log "
                "with `iteration N/ M | ...` lines")
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """One incident and what the policy decided about it."""
-
-    incident: Incident
-    decision: Decision
 
 
 @dataclass(frozen=True)
@@ -54,40 +47,73 @@ class ReplayResult:
     last_step: Optional[int]
     subruns: tuple[str, ...]
     checkpoints: tuple[VerifiedCheckpoint, ...]
-    outcomes: tuple[Outcome, ...] = field(default=())
+    outcomes: tuple[Judgement, ...] = field(default=())
+    """Each incident and what the policy decided about it, in order."""
 
 
 def replay(events: Iterable[LogEvent], source_format: str, watcher_config: Optional[WatcherConfig] = None,
            policy_config: Optional[PolicyConfig] = None, save_interval: Optional[int] = None) -> ReplayResult:
-    """Detect and decide over ``events`` in order.
+    """Detect and decide over ``events`` in order, as a live run's judge would.
 
     ``save_interval`` assumes a verified checkpoint every that many steps
     reached, for logs that do not record their checkpoints.
     """
-    watcher = Watcher(watcher_config or WatcherConfig())
-    policy = policy_config or PolicyConfig()
-    history = History()
     checkpoints: dict[int, VerifiedCheckpoint] = {}
-    outcomes: list[Outcome] = []
+    judge = Judge(watcher_config or WatcherConfig(), policy_config or PolicyConfig(),
+                  lambda max_step: [c for c in checkpoints.values() if c.step <= max_step])
+    subruns = _SubrunLabels()
+    outcomes: list[Judgement] = []
     steps: list[StepObservation] = []
     for event in events:
         if isinstance(event, CheckpointObservation):
             checkpoints[event.step] = VerifiedCheckpoint(event.step, event.consumed_samples)
             continue
+        if subruns.log_restarted(event.subrun):
+            judge.restart_detectors({})
+        event = subruns.relabel(event)
         if isinstance(event, StepObservation):
             _assume_checkpoint(event, steps[-1] if steps else None, save_interval, checkpoints)
             steps.append(event)
-        for incident in watcher.observe(event, event.time):
-            known = tuple(checkpoints.values())
-            decision = decide(incident, history, policy, known)
-            history = history.record(incident, decision, known)
-            outcomes.append(Outcome(incident, decision))
+        last_step = steps[-1].step if steps else 0
+        judgements = judge.judge_observations([event], event.time, last_step)
+        outcomes += judgements
+        if any(j.ends_subrun for j in judgements):
+            subruns.end_current()
+            judge.restart_detectors({})
     return ReplayResult(
         source_format=source_format, steps=len(steps),
         first_step=min((s.step for s in steps), default=None), last_step=max((s.step for s in steps), default=None),
-        subruns=tuple(dict.fromkeys(s.subrun for s in steps)),
+        subruns=subruns.from_log(),
         checkpoints=tuple(sorted(checkpoints.values(), key=lambda c: c.step)), outcomes=tuple(outcomes),
     )
+
+
+class _SubrunLabels:
+    """The log's own sub-runs, and the ones the replay's decisions started: after a
+    decision that ends sub-run ``00``, the log's next lines are ``00+1``."""
+
+    def __init__(self) -> None:
+        self._seen: list[str] = []
+        self._continuations = 0
+
+    def log_restarted(self, subrun: str) -> bool:
+        """True when the log itself moved on to another sub-run (its job restarted)."""
+        if self._seen and subrun == self._seen[-1]:
+            return False
+        self._seen.append(subrun)
+        self._continuations = 0
+        return len(self._seen) > 1
+
+    def end_current(self) -> None:
+        self._continuations += 1
+
+    def relabel(self, event: LogEvent) -> LogEvent:
+        if not self._continuations or not hasattr(event, "subrun"):
+            return event
+        return replace(event, subrun=f"{event.subrun}+{self._continuations}")
+
+    def from_log(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self._seen))
 
 
 def _assume_checkpoint(obs: StepObservation, previous: Optional[StepObservation], save_interval: Optional[int],
@@ -140,18 +166,33 @@ def render_json(result: ReplayResult, source: str) -> str:
 
 
 def main_replay(path: str, as_json: bool, out: TextIO, err: Optional[TextIO] = None,
-                save_interval: Optional[int] = None) -> int:
-    """``runmgr watch replay``: 0 after printing, 2 with one line on ``err`` for a bad file."""
+                save_interval: Optional[int] = None, conf: Optional[str] = None, overrides: Sequence[str] = (),
+                conf_dir: Optional[Path] = None) -> int:
+    """``runmgr watch replay``: 0 after printing, 2 with one line on ``err`` for a bad
+    file. ``conf`` and ``overrides`` compose the run's config as ``launch`` does, so
+    the replay uses its watcher and policy settings; without them, the defaults."""
     err = err if err is not None else sys.stderr
     try:
+        watcher, policy = _judging_config(conf, overrides, conf_dir)
         lines = _read_lines(path)
         fmt, events = read_events(lines, path)
-    except ReplayInputError as problem:
+    except UserError as problem:  # a bad file, conf or override: one line
         err.write(f"runmgr watch replay: {problem}\n")
         return 2
-    result = replay(events, fmt, save_interval=save_interval)
+    result = replay(events, fmt, watcher, policy, save_interval=save_interval)
     out.write(render_json(result, path) if as_json else render_text(result, path))
     return 0
+
+
+def _judging_config(conf: Optional[str], overrides: Sequence[str],
+                    conf_dir: Optional[Path]) -> tuple[WatcherConfig, PolicyConfig]:
+    if conf is None:
+        if overrides:
+            raise ReplayInputError(f"{overrides[0]}: key=value overrides need a config to apply to, "
+                                   f"e.g. `runmgr watch replay FILE conf=demo {overrides[0]}`")
+        return WatcherConfig(), PolicyConfig()
+    config = load_run_config(conf, list(overrides), conf_dir)
+    return config.watcher, config.policy
 
 
 def _read_lines(path: str) -> list[str]:

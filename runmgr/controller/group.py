@@ -1,0 +1,83 @@
+"""What the controller needs of the ranks of a sub-run, without Ray.
+
+The controller drives a :class:`WorkerGroup`; the Ray one lives in
+:mod:`runmgr.workers.group`, tests use fakes. Everything here is plain data,
+so the controller, the judge and their tests never import Ray.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from runmgr.watch.deaths import PEER_ECHO_CAUSES, classify
+from trainer.config import TrainerConfig
+from trainer.plan import ResumePlan
+from trainer.report import CheckpointReport, Heartbeat, StartReport, StepReport
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """Where a rank lives: what ``runmgr status`` shows and ``kill -9`` needs."""
+
+    rank: int
+    pid: int
+    node_id: str
+    node_ip: str
+
+    def to_dict(self) -> dict:
+        return {"rank": self.rank, "pid": self.pid, "node": self.node_id, "node_ip": self.node_ip}
+
+
+FailureKind = Literal["died", "error"]
+
+
+@dataclass(frozen=True)
+class WorkerFailure:
+    """A rank that stopped: ``died`` (its process is gone) or ``error`` (it raised)."""
+
+    rank: int
+    kind: FailureKind
+    text: str
+    worker: WorkerInfo | None
+    time: float
+
+    @property
+    def is_peer_echo(self) -> bool:
+        """True when this rank only saw another rank go away or fall silent: a
+        broken gloo socket, an NCCL watchdog timeout or remote error, an HCCL
+        notify wait or lost heartbeat. The real failure is elsewhere."""
+        return self.kind == "error" and classify(self.text).name in PEER_ECHO_CAUSES
+
+
+@dataclass
+class GroupPoll:
+    """What one poll of the group brought back."""
+
+    steps: list[StepReport] = field(default_factory=list)
+    checkpoints: list[CheckpointReport] = field(default_factory=list)
+    heartbeats: list[Heartbeat] = field(default_factory=list)
+    starts: list[StartReport] = field(default_factory=list)
+    finished_ranks: list[int] = field(default_factory=list)
+    failures: list[WorkerFailure] = field(default_factory=list)
+
+
+class WorkerGroup(Protocol):
+    """The ranks of one sub-run. ``start`` places them as the plan says (its
+    data-parallel size, away from its nodes to avoid) or raises
+    :class:`runmgr.errors.ClusterError`; it never changes the plan itself."""
+
+    def start(self, config: TrainerConfig, plan: ResumePlan) -> list[WorkerInfo]: ...
+
+    def poll(self, timeout_s: float) -> GroupPoll: ...
+
+    def shutdown(self) -> None: ...
+
+
+def root_cause(failures: list[WorkerFailure]) -> WorkerFailure:
+    """The failure that explains the others: a dead process before an error,
+    a real error before a peer's echo of it, then the earliest."""
+    def rank_of(f: WorkerFailure) -> tuple[int, float]:
+        order = 0 if f.kind == "died" else (2 if f.is_peer_echo else 1)
+        return order, f.time
+    return min(failures, key=rank_of)

@@ -1,4 +1,6 @@
-"""Closed sets of strings (decision actions, incident kinds, death categories).
+"""The words the parts share: what detectors report, how deaths are classed,
+what the policy decides. Closed sets of strings, kept below config, watch and
+policy so that each can name them.
 
 Each member's name is its value, so YAML, JSON, OmegaConf (which reads an
 enum by name) and plain string comparisons all see the same word.
@@ -22,3 +24,92 @@ class Choice(str, Enum):
     def values(cls) -> tuple[str, ...]:
         """Every value, in declaration order."""
         return tuple(member.value for member in cls)
+
+
+class IncidentKind(Choice):
+    """What a detector can report."""
+
+    loss_spike = "loss_spike"
+    grad_spike = "grad_spike"
+    nonfinite = "nonfinite"
+    loss_scale = "loss_scale"
+    hang = "hang"
+    straggler = "straggler"
+    slowdown = "slowdown"
+    device_fault = "device_fault"
+    worker_death = "worker_death"
+    launch_failure = "launch_failure"
+
+
+class InstabilityKind(Choice):
+    """Kinds met by the optimisation ladder (rollback, lower LR, reset Adam)."""
+
+    loss_spike = "loss_spike"
+    grad_spike = "grad_spike"
+    nonfinite = "nonfinite"
+    loss_scale = "loss_scale"
+
+
+class DeathCategory(Choice):
+    """What the policy maps to a remedy (policy.death_actions)."""
+
+    hardware = "hardware"
+    node = "node"
+    network = "network"
+    storage = "storage"
+    io = "io"
+    memory = "memory"
+    device = "device"
+    killed = "killed"
+    config = "config"
+    bug = "bug"
+    unknown = "unknown"
+
+
+class Action(Choice):
+    """What the policy can decide."""
+
+    ignore = "ignore"
+    rollback_skip = "rollback_skip"
+    lower_lr = "lower_lr"
+    lower_clip = "lower_clip"
+    reset_optimizer = "reset_optimizer"
+    exclude_node = "exclude_node"
+    restart = "restart"
+    dump_and_restart = "dump_and_restart"
+    retry_launch = "retry_launch"
+    abort = "abort"
+
+
+class LadderAction(Choice):
+    """Rungs of the optimisation ladder; each rolls back to before the onset."""
+
+    rollback_skip = "rollback_skip"
+    lower_lr = "lower_lr"
+    lower_clip = "lower_clip"
+    reset_optimizer = "reset_optimizer"
+
+
+class DeathAction(Choice):
+    """What a worker death of a category may lead to (policy.death_actions)."""
+
+    exclude_node = "exclude_node"
+    restart = "restart"
+    abort = "abort"
+
+
+class SlowdownAction(Choice):
+    """What a throughput drop may lead to (policy.slowdown_action)."""
+
+    ignore = "ignore"
+    restart = "restart"
+
+
+class RestartPoint(Choice):
+    """Where a restarting decision starts: ``step``, the checkpoint at its
+    ``restart_from_step``; ``newest_at_restart``, the newest verified one when the
+    restart happens (a fault: an async checkpoint that finishes after the decision
+    is still used)."""
+
+    step = "step"
+    newest_at_restart = "newest_at_restart"

@@ -24,8 +24,8 @@ from runmgr.config.compose import load_run_config
 from runmgr.controller.judge import Judge, Judgement
 from runmgr.errors import UserError
 from runmgr.policy.checkpoints import VerifiedCheckpoint
-from runmgr.policy.config import PolicyConfig
-from runmgr.watch.config import WatcherConfig
+from runmgr.config.policy import PolicyConfig
+from runmgr.config.watcher import WatcherConfig
 from runmgr.watch.errors import ReplayInputError
 from runmgr.watch.megatron_log import LogEvent, MegatronLogReader
 from runmgr.watch.metrics_jsonl import read_jsonl

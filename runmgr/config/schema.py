@@ -25,8 +25,8 @@ from trainer.config import (
 
 from health.config import HealthConfig, HealthConfigError, validate as validate_health
 from runmgr.chaos.config import ChaosConfig
-from runmgr.policy.config import PolicyConfig
-from runmgr.watch.config import WatcherConfig
+from runmgr.config.policy import PolicyConfig
+from runmgr.config.watcher import WatcherConfig
 
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 

@@ -15,11 +15,11 @@ from typing import Callable, Mapping, Optional, Sequence
 from runmgr.controller.group import GroupPoll, WorkerFailure, WorkerInfo, root_cause
 from runmgr.policy.capacity import Capacity
 from runmgr.policy.checkpoints import VerifiedCheckpoint
-from runmgr.policy.config import PolicyConfig
+from runmgr.config.policy import PolicyConfig
 from runmgr.policy.decision import ABORT, Decision
 from runmgr.policy.history import History
 from runmgr.policy.ladder import decide
-from runmgr.watch.config import WatcherConfig
+from runmgr.config.watcher import WatcherConfig
 from runmgr.watch.incidents import Incident
 from runmgr.watch.observations import (
     DeviceObservation, HeartbeatObservation, LaunchFailure, StepObservation, WorkerExit,

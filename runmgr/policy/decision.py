@@ -10,57 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Optional
 
-from runmgr.choices import Choice
+from runmgr.choices import Action, LadderAction, RestartPoint
 from trainer.plan import SkipRange
-
-class Action(Choice):
-    """What the policy can decide."""
-
-    ignore = "ignore"
-    rollback_skip = "rollback_skip"
-    lower_lr = "lower_lr"
-    lower_clip = "lower_clip"
-    reset_optimizer = "reset_optimizer"
-    exclude_node = "exclude_node"
-    restart = "restart"
-    dump_and_restart = "dump_and_restart"
-    retry_launch = "retry_launch"
-    abort = "abort"
-
-
-class LadderAction(Choice):
-    """Rungs of the optimisation ladder; each rolls back to before the onset."""
-
-    rollback_skip = "rollback_skip"
-    lower_lr = "lower_lr"
-    lower_clip = "lower_clip"
-    reset_optimizer = "reset_optimizer"
-
-
-class DeathAction(Choice):
-    """What a worker death of a category may lead to (policy.death_actions)."""
-
-    exclude_node = "exclude_node"
-    restart = "restart"
-    abort = "abort"
-
-
-class SlowdownAction(Choice):
-    """What a throughput drop may lead to (policy.slowdown_action)."""
-
-    ignore = "ignore"
-    restart = "restart"
-
-
-class RestartPoint(Choice):
-    """Where a restarting decision starts: ``step``, the checkpoint at its
-    ``restart_from_step``; ``newest_at_restart``, the newest verified one when the
-    restart happens (a fault: an async checkpoint that finishes after the decision
-    is still used)."""
-
-    step = "step"
-    newest_at_restart = "newest_at_restart"
-
 
 IGNORE: Final = Action.ignore
 ROLLBACK_SKIP: Final = Action.rollback_skip

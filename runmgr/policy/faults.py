@@ -17,7 +17,7 @@ from typing import Optional
 
 from runmgr.policy.capacity import Capacity, fit_world
 from runmgr.policy.checkpoints import VerifiedCheckpoint, newest
-from runmgr.policy.config import PolicyConfig
+from runmgr.config.policy import PolicyConfig
 from runmgr.policy.decision import (
     ABORT, DUMP_AND_RESTART, EXCLUDE_NODE, IGNORE, RESTART, RETRY_LAUNCH, Action, Decision,
 )

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Optional
 
 from runmgr.policy.checkpoints import VerifiedCheckpoint, newest
-from runmgr.policy.config import PolicyConfig
+from runmgr.config.policy import PolicyConfig
 from runmgr.policy.decision import ABORT, Decision
 from runmgr.policy.history import History
 from runmgr.watch.incidents import Incident

@@ -16,7 +16,7 @@ from trainer.plan import SkipRange
 
 from runmgr.policy.capacity import Capacity
 from runmgr.policy.checkpoints import VerifiedCheckpoint, newest_at_or_before
-from runmgr.policy.config import PolicyConfig, Rung
+from runmgr.config.policy import PolicyConfig, Rung
 from runmgr.policy.decision import ABORT, IGNORE, RESET_OPTIMIZER, Decision
 from runmgr.policy.faults import decide_fault
 from runmgr.policy.guards import storm_abort

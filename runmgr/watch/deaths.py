@@ -15,27 +15,11 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from runmgr.choices import Choice
+from runmgr.choices import DeathCategory
 
-from runmgr.watch.config import DeviceConfig
+from runmgr.config.watcher import DeviceConfig
 from runmgr.watch.incidents import WORKER_DEATH, Incident
 from runmgr.watch.observations import WorkerExit
-
-class DeathCategory(Choice):
-    """What the policy maps to a remedy (policy.death_actions)."""
-
-    hardware = "hardware"
-    node = "node"
-    network = "network"
-    storage = "storage"
-    io = "io"
-    memory = "memory"
-    device = "device"
-    killed = "killed"
-    config = "config"
-    bug = "bug"
-    unknown = "unknown"
-
 
 DEATH_CATEGORIES: tuple[str, ...] = DeathCategory.values()
 

@@ -10,7 +10,7 @@ a reading of the same kind no longer shows it.
 from __future__ import annotations
 
 from collections import deque
-from runmgr.watch.config import DeviceConfig
+from runmgr.config.watcher import DeviceConfig
 from runmgr.watch.incidents import DEVICE_FAULT, Incident
 from runmgr.watch.observations import DeviceObservation
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from runmgr.watch.config import HangConfig
+from runmgr.config.watcher import HangConfig
 from runmgr.watch.incidents import HANG, Incident
 from runmgr.watch.observations import HeartbeatObservation
 

@@ -5,31 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final, Mapping, Optional
 
-from runmgr.choices import Choice
-
-class IncidentKind(Choice):
-    """What a detector can report."""
-
-    loss_spike = "loss_spike"
-    grad_spike = "grad_spike"
-    nonfinite = "nonfinite"
-    loss_scale = "loss_scale"
-    hang = "hang"
-    straggler = "straggler"
-    slowdown = "slowdown"
-    device_fault = "device_fault"
-    worker_death = "worker_death"
-    launch_failure = "launch_failure"
-
-
-class InstabilityKind(Choice):
-    """Kinds met by the optimisation ladder (rollback, lower LR, reset Adam)."""
-
-    loss_spike = "loss_spike"
-    grad_spike = "grad_spike"
-    nonfinite = "nonfinite"
-    loss_scale = "loss_scale"
-
+from runmgr.choices import IncidentKind, InstabilityKind
 
 LOSS_SPIKE: Final = IncidentKind.loss_spike
 GRAD_SPIKE: Final = IncidentKind.grad_spike

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Optional
 
-from runmgr.watch.config import LossScaleConfig
+from runmgr.config.watcher import LossScaleConfig
 from runmgr.watch.incidents import LOSS_SCALE, Incident
 from runmgr.watch.observations import StepObservation, onset_position
 

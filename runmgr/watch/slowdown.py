@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Optional
 
-from runmgr.watch.config import SlowdownConfig
+from runmgr.config.watcher import SlowdownConfig
 from runmgr.watch.incidents import SLOWDOWN, Incident
 from runmgr.watch.observations import StepObservation
 from runmgr.watch.robust_stats import median

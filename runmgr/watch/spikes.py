@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from itertools import islice
 from typing import Optional
 
-from runmgr.watch.config import SpikeConfig
+from runmgr.config.watcher import SpikeConfig
 from runmgr.watch.incidents import Incident
 from runmgr.watch.observations import StepObservation, onset_position
 from runmgr.watch.robust_stats import is_finite, median, robust_sigma

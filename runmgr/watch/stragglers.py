@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Optional
 
-from runmgr.watch.config import StragglerConfig
+from runmgr.config.watcher import StragglerConfig
 from runmgr.watch.incidents import STRAGGLER, Incident
 from runmgr.watch.observations import StepObservation
 from runmgr.watch.robust_stats import median

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Optional, Union
 
-from runmgr.watch.config import WatcherConfig
+from runmgr.config.watcher import WatcherConfig
 from runmgr.watch.deaths import DeathDetector
 from runmgr.watch.devices import DeviceDetector
 from runmgr.watch.hang import HangDetector

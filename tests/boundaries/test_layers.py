@@ -40,7 +40,7 @@ def part_of(path: Path) -> str:
 
 
 def runmgr_imports(path: Path) -> set[str]:
-    """The runmgr parts a file imports (``runmgr.watch.config`` -> ``watch``), at any depth in the file."""
+    """The runmgr parts a file imports (``runmgr.config.watcher`` -> ``watch``), at any depth in the file."""
     parts = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):

@@ -10,7 +10,7 @@ from runmgr.chaos.build import Chaos, build_chaos
 from runmgr.chaos.devicetool import DeviceTools
 from runmgr.config.compose import load_run_config
 from runmgr.healthcheck.device_readings import npu_readings, tool_runner
-from runmgr.watch.config import WatcherConfig
+from runmgr.config.watcher import WatcherConfig
 from runmgr.watch.devices import DeviceDetector
 from runmgr.watch.incidents import DEVICE_FAULT
 from tests.runmgr.chaos.conftest import poll_of, running, step_report, worker_of

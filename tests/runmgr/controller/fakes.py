@@ -12,9 +12,9 @@ from runmgr.controller.machine import Controller, SubrunIds
 from runmgr.controller.states import Launching
 from runmgr.errors import ClusterError
 from runmgr.policy.checkpoints import VerifiedCheckpoint
-from runmgr.policy.config import PolicyConfig
+from runmgr.config.policy import PolicyConfig
 from runmgr.resume import ResumePoint
-from runmgr.watch.config import WatcherConfig
+from runmgr.config.watcher import WatcherConfig
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
 from trainer.report import StepReport

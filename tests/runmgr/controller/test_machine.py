@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from runmgr.controller.group import GroupPoll, WorkerFailure
+from runmgr.controller.group import GroupPoll
 from runmgr.controller.judge import node_name
 from runmgr.controller.machine import Controller, TransitionError
 from runmgr.controller.states import Failed, Finished, Launching, Restarting, Running
-from runmgr.policy.config import PolicyConfig
+from runmgr.config.policy import PolicyConfig
 from runmgr.resume import ResumePoint
 from runmgr.watch.observations import DeviceObservation
 from tests.runmgr.controller.fakes import FakeGroup, Recorder, died, make_controller, step_report

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from runmgr.controller.group import GroupPoll
 from runmgr.controller.states import Failed, Launching, Restarting, Running
-from runmgr.policy.config import PolicyConfig
+from runmgr.config.policy import PolicyConfig
 from runmgr.resume import ResumePoint
 from runmgr.watch.observations import DeviceObservation
 from tests.runmgr.controller.fakes import FakeGroup, died, make_controller, step_report

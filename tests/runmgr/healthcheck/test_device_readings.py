@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from runmgr.healthcheck.device_readings import read_devices, tool_runner
-from runmgr.watch.config import DeviceConfig
+from runmgr.config.watcher import DeviceConfig
 from runmgr.watch.devices import DeviceDetector
 
 FIXTURES = Path(__file__).resolve().parents[2] / "health" / "fixtures"

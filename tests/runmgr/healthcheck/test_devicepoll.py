@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from runmgr.healthcheck.devicepoll import DevicePollGroup
-from runmgr.watch.config import DeviceConfig
+from runmgr.config.watcher import DeviceConfig
 from runmgr.watch.devices import DeviceDetector
 
 INTERVAL_S = 1.0

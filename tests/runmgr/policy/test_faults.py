@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from runmgr.policy.checkpoints import VerifiedCheckpoint
-from runmgr.policy.config import HardwareConfig, PolicyConfig, RestartConfig
+from runmgr.config.policy import HardwareConfig, PolicyConfig, RestartConfig
 from runmgr.policy.decision import ABORT, DUMP_AND_RESTART, EXCLUDE_NODE, IGNORE, RESTART
 from runmgr.policy.history import History
 from runmgr.policy.ladder import decide

@@ -7,7 +7,7 @@ import dataclasses
 from trainer.plan import SkipRange
 
 from runmgr.policy.checkpoints import VerifiedCheckpoint
-from runmgr.policy.config import InstabilityConfig, PolicyConfig, RollbackConfig, Rung
+from runmgr.config.policy import InstabilityConfig, PolicyConfig, RollbackConfig, Rung
 from runmgr.policy.decision import ABORT, IGNORE, LOWER_CLIP, LOWER_LR, RESET_OPTIMIZER, ROLLBACK_SKIP
 from runmgr.policy.history import History
 from runmgr.policy.ladder import decide

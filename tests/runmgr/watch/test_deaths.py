@@ -127,7 +127,7 @@ def test_the_detector_reports_one_incident_per_cause_and_node_in_a_subrun():
 
 
 def test_a_refused_checkpoint_write_is_io_and_restarts_rather_than_blaming_a_node():
-    from runmgr.policy.config import PolicyConfig
+    from runmgr.config.policy import PolicyConfig
     from runmgr.watch.deaths import classify
 
     text = "OSError: [Errno 30] Read-only file system: '/runs/demo/checkpoints/step_00000100/__0_0.distcp'"

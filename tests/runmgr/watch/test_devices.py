@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runmgr.watch.config import DeviceConfig
+from runmgr.config.watcher import DeviceConfig
 from runmgr.watch.devices import DeviceDetector
 from runmgr.watch.incidents import DEVICE_FAULT
 from runmgr.watch.observations import DeviceObservation

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runmgr.watch.config import HangConfig, PhaseTimeout
+from runmgr.config.watcher import HangConfig, PhaseTimeout
 from runmgr.watch.hang import HangDetector
 from runmgr.watch.incidents import HANG
 from runmgr.watch.observations import HeartbeatObservation

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runmgr.watch.config import LossScaleConfig
+from runmgr.config.watcher import LossScaleConfig
 from runmgr.watch.incidents import LOSS_SCALE
 from runmgr.watch.observations import StepObservation
 from runmgr.watch.scale import LossScaleDetector

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runmgr.watch.config import SlowdownConfig
+from runmgr.config.watcher import SlowdownConfig
 from runmgr.watch.incidents import SLOWDOWN
 from runmgr.watch.slowdown import SlowdownDetector
 

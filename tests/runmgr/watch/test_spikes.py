@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from runmgr.watch.config import SpikeConfig, WatcherConfig
+from runmgr.config.watcher import SpikeConfig, WatcherConfig
 from runmgr.watch.incidents import GRAD_SPIKE, LOSS_SPIKE
 from runmgr.watch.spikes import SpikeDetector
 from runmgr.watch.watcher import Watcher

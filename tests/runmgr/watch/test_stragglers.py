@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from runmgr.watch.config import StragglerConfig
+from runmgr.config.watcher import StragglerConfig
 from runmgr.watch.incidents import STRAGGLER
 from runmgr.watch.observations import StepObservation
 from runmgr.watch.stragglers import StragglerDetector

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runmgr.watch.config import WatcherConfig
+from runmgr.config.watcher import WatcherConfig
 from runmgr.watch.incidents import DEVICE_FAULT, HANG, WORKER_DEATH
 from runmgr.watch.observations import DeviceObservation, HeartbeatObservation, WorkerExit
 from runmgr.watch.watcher import Watcher

@@ -10,11 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from runmgr.policy.decision import LOWER_CLIP, LOWER_LR, DeathAction, LadderAction, SlowdownAction
+from runmgr.choices import DeathAction, DeathCategory, InstabilityKind, LadderAction, SlowdownAction
+from runmgr.config.typed import build
 from runmgr.errors import ConfigError
-from runmgr.watch.deaths import DEATH_CATEGORIES, DeathCategory
-from runmgr.watch.incidents import InstabilityKind
-from runmgr.watch.typed_config import build
 
 
 class PolicyConfigError(ConfigError):
@@ -64,9 +62,9 @@ class Rung:
     def problems(self) -> list[str]:
         if self.max_uses < 0 or self.rewarmup_iters < 0 or not 0 < self.lr_factor <= 1:
             return ["need max_uses >= 0, rewarmup_iters >= 0 and 0 < lr_factor <= 1"]
-        if self.action == LOWER_LR and self.lr_factor >= 1:
+        if self.action == LadderAction.lower_lr and self.lr_factor >= 1:
             return [f"a lower_lr rung needs lr_factor < 1, got {self.lr_factor}"]
-        if self.action == LOWER_CLIP and (self.clip_grad is None or self.clip_grad <= 0):
+        if self.action == LadderAction.lower_clip and (self.clip_grad is None or self.clip_grad <= 0):
             return [f"a lower_clip rung needs clip_grad > 0, got {self.clip_grad}"]
         return []
 
@@ -160,9 +158,9 @@ class PolicyConfig:
     """ignore (record it) or restart a job that runs well below its own throughput baseline."""
 
     def problems(self) -> list[str]:
-        missing = [c for c in DEATH_CATEGORIES if c not in self.death_actions]
+        missing = [c for c in DeathCategory.values() if c not in self.death_actions]
         if missing:
-            return [f"death_actions must name every category ({', '.join(DEATH_CATEGORIES)}); missing {missing[0]}"]
+            return [f"death_actions must name every category ({', '.join(DeathCategory.values())}); missing {missing[0]}"]
         return []
 
 

@@ -8,7 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from runmgr.errors import ConfigError
-from runmgr.watch.config import WatcherConfig, WatcherConfigError, watcher_config_from_dict
+from runmgr.config.watcher import WatcherConfig, WatcherConfigError, watcher_config_from_dict
 
 YAML = Path(__file__).parents[3] / "conf" / "watcher" / "default.yaml"
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from runmgr.errors import ConfigError
-from runmgr.watch.typed_config import build
+from runmgr.config.typed import build
 
 
 class WatcherConfigError(ConfigError):

@@ -8,7 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from runmgr.errors import ConfigError
-from runmgr.policy.config import PolicyConfig, PolicyConfigError, policy_config_from_dict
+from runmgr.config.policy import PolicyConfig, PolicyConfigError, policy_config_from_dict
 
 YAML = Path(__file__).parents[3] / "conf" / "policy" / "default.yaml"
 

@@ -2,7 +2,7 @@
 
 Hydra/OmegaConf hands the watcher and the policy plain dicts (after
 ``OmegaConf.to_container``). This turns them into the typed dataclasses of
-:mod:`runmgr.watch.config` and :mod:`runmgr.policy.config`, refusing unknown
+:mod:`runmgr.config.watcher` and :mod:`runmgr.config.policy`, refusing unknown
 keys and wrong types with one line that names the key and how to fix it.
 """
 

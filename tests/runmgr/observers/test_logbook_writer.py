@@ -1,0 +1,75 @@
+"""The real LogbookObserver, fed by the controller stepped over fake worker
+groups: what reaches the logbook is what a run's transitions and judgements
+were, and `runmgr logbook show` tells that story."""
+
+from __future__ import annotations
+
+import io
+
+from logbook import Logbook
+from logbook.cli import show
+from runmgr.controller.group import GroupPoll
+from runmgr.controller.states import Finished
+from runmgr.observers.logbook_writer import LogbookObserver
+from runmgr.resume import ResumePoint
+from runmgr.watch.observations import DeviceObservation
+from tests.runmgr.controller.fakes import FakeGroup, died, make_controller, step_report
+from trainer.report import CheckpointReport
+
+CONFIG = {"training": {"train_iters": 30}}
+
+
+def checkpoint(step: int, subrun: str = "1.00") -> CheckpointReport:
+    return CheckpointReport(subrun, step, f"/run/checkpoints/step_{step:08d}", 0.5, 1000.0 + step)
+
+
+def run_with_a_death_and_an_exclusion(book: Logbook):
+    """1.00 trains to 25 and loses rank 1; 1.01 sees an ECC error on node1 at step 28
+    (no spare: data parallel shrinks); 1.02 finishes."""
+    first = FakeGroup([GroupPoll(steps=[step_report(s) for s in range(1, 21)], checkpoints=[checkpoint(20)]),
+                       GroupPoll(steps=[step_report(s) for s in range(21, 26)], failures=[died(1)])])
+    second = FakeGroup([GroupPoll(steps=[step_report(s, subrun="1.01") for s in range(21, 29)])])
+    third = FakeGroup([GroupPoll(steps=[step_report(s, subrun="1.02") for s in range(21, 31)]),
+                       GroupPoll(finished_ranks=[0])])
+    points = {25: ResumePoint("/run/checkpoints/step_00000020", 20), 28: ResumePoint("/run/checkpoints/step_00000020", 20)}
+    controller, _ = make_controller([first, second, third], points=points, slots={"node0": 1, "node1": 1},
+                                    observers=(LogbookObserver(book, CONFIG),))
+    ecc = [DeviceObservation("node1", 0, "ecc", 2000.0, correctable=0, uncorrectable=2)]
+    controller.read_devices = lambda: ecc if controller.state.subrun == "1.01" else []
+    return controller.run()
+
+
+def test_the_lineage_records_each_subrun_with_its_cause_plan_and_end(tmp_path):
+    with Logbook.open(tmp_path) as book:
+        final = run_with_a_death_and_an_exclusion(book)
+        lineage = book.lineage()
+    assert isinstance(final, Finished) and final.last_step == 30
+    assert [(s.id, s.end_state, s.last_step) for s in lineage] == [
+        ("1.00", "restarting", 25), ("1.01", "restarting", 28), ("1.02", "finished", 30)]
+    assert lineage[1].start_step == 20 and lineage[1].evidence["decision"]["action"] == "restart"
+    assert lineage[2].plan["avoid_nodes"] == ["node1"] and lineage[2].plan["data_parallel_size"] == 1
+
+
+def test_incidents_decisions_metrics_and_checkpoints_are_rows(tmp_path):
+    with Logbook.open(tmp_path) as book:
+        run_with_a_death_and_an_exclusion(book)
+        events = book.events()
+        kept = book.kept_metrics()
+    decisions = [(e["subrun"], e["action"]) for e in events if e["type"] == "decision"]
+    assert decisions == [("1.00", "restart"), ("1.01", "exclude_node")]
+    shrink = next(e for e in events if e["type"] == "decision" and e["action"] == "exclude_node")
+    assert "data parallel shrinks 2 -> 1" in shrink["reason"] and shrink["plan"]["data_parallel_size"] == 1
+    assert [e["step"] for e in events if e["type"] == "checkpoint"] == [20]
+    # the kept lineage has each step once, from the sub-run that kept it
+    assert [row["step"] for row in kept] == list(range(1, 31))
+    assert {row["step"]: row["subrun"] for row in kept}[25] == "1.02"
+
+
+def test_show_tells_the_story(tmp_path):
+    with Logbook.open(tmp_path) as book:
+        run_with_a_death_and_an_exclusion(book)
+    out = io.StringIO()
+    assert show(tmp_path, out) == 0
+    text = out.getvalue()
+    for expected in ("1.00", "1.01", "1.02", "worker_death", "device_fault", "exclude_node", "finished"):
+        assert expected in text, expected

@@ -9,18 +9,23 @@ from pathlib import Path
 from typing import TextIO
 
 from logbook.errors import LogbookError
-from logbook.render import chronicle, run_title
+from logbook.render import chronicle, incident_description, run_title
 from logbook.schema import LOGBOOK_FILENAME
 from logbook.store import Logbook
+from logbook.textfmt import clock_text, duration, value_text
+
+EVENT_TEXT_CHARS = 200
+"""Plain ``events`` cuts each message here; ``--json`` (or ``show --full``) has it whole."""
 
 
-def show(run_dir: str | Path, out: TextIO, width: int = 100) -> int:
+def show(run_dir: str | Path, out: TextIO, width: int = 100, full: bool = False) -> int:
     """Print the run's chronicle: header figures, then every sub-run (the
-    evidence behind each line is in :func:`events_jsonl`)."""
+    evidence behind each line is in :func:`events_jsonl`). ``full`` prints
+    incidents and decisions whole instead of cutting them at a few lines."""
     with Logbook.open(run_dir, create=False) as book:
         lineage = book.lineage()
         lines = chronicle(run_title(lineage), lineage, book.events(), book.all_metrics(), book.costs(),
-                          book.summary(), width, run_dir=str(run_dir))
+                          book.summary(), width, run_dir=str(run_dir), full=full)
     out.write("\n".join(lines) + "\n")
     return 0
 
@@ -32,6 +37,35 @@ def events_jsonl(run_dir: str | Path, out: TextIO) -> int:
     for event in events:
         out.write(json.dumps(event) + "\n")
     return 0
+
+
+def events_text(run_dir: str | Path, out: TextIO) -> int:
+    """Print every event as one readable line: time, sub-run, what happened."""
+    with Logbook.open(run_dir, create=False) as book:
+        events = book.events()
+    for event in events:
+        out.write(f"{clock_text(event['time'], with_date=True)}  {event['subrun']:<6} {event_line(event)}\n")
+    return 0
+
+
+def event_line(event: dict) -> str:
+    """The gist of one journal record (its evidence is in ``--json``)."""
+    kind = event["type"]
+    at = f" at step {event['step']}" if event.get("step") is not None else ""
+    if kind == "subrun_start":
+        text = f"start from step {event['start_step']}: {event['cause']}"
+    elif kind == "subrun_end":
+        text = f"end: {event['end_state']} at step {event['last_step']}" + (
+            f" — {event['reason']}" if event.get("reason") else "")
+    elif kind == "incident":
+        text = f"incident {event['kind']}{at}: {incident_description(event)}"
+    elif kind == "decision":
+        text = f"decision {event['action']}: {event['reason']}"
+    elif kind == "checkpoint":
+        text = f"checkpoint step {event['step']}: {event['path']}"
+    else:
+        text = f"{event['kind']}{at}: {event['message']}"
+    return value_text(text, EVENT_TEXT_CHARS)
 
 
 def metrics_jsonl(run_dir: str | Path, out: TextIO, kept: bool = True) -> int:
@@ -67,3 +101,24 @@ def list_runs(runs_root: str | Path, out: TextIO) -> int:
         out.write(f"{run_dir.name:<{name_width}}  {summary['subruns']:>3} sub-runs  "
                   f"{state:<10}  step {summary['last_step']}\n")
     return 0
+
+
+def list_subruns(run_dir: str | Path, out: TextIO) -> int:
+    """One line per sub-run of one run: id, start, steps, how it ended, why it started."""
+    with Logbook.open(run_dir, create=False) as book:
+        lineage = book.lineage()
+    if not lineage:
+        out.write(f"no sub-runs in {run_dir}\n")
+        return 0
+    for subrun in lineage:
+        steps = f"steps {subrun.start_step}–{subrun.last_step if subrun.last_step is not None else '?'}"
+        state = subrun.end_state or "open"
+        took = duration(subrun.ended_at - subrun.started_at) if subrun.ended_at is not None else "-"
+        out.write(f"{subrun.id:<6} {clock_text(subrun.started_at, with_date=True)}  {steps:<14} "
+                  f"{state:<10} {took:>8}  {value_text(subrun.cause, 60)}\n")
+    return 0
+
+
+def is_run_dir(path: str | Path) -> bool:
+    """True when ``path`` holds a logbook (a run), not a folder of runs."""
+    return (Path(path) / LOGBOOK_FILENAME).is_file()

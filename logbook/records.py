@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from logbook.errors import LogbookError
 
-KNOWN_END_STATES = ("finished", "failed", "restarting", "abandoned", "aborted")
+KNOWN_END_STATES = ("finished", "failed", "restarting", "stopped", "abandoned", "aborted")
 """End states the renderers phrase specially; other lowercase words are accepted."""
 
 METRIC_FLOATS = ("loss", "grad_norm", "lr", "loss_scale", "tokens_per_s", "step_time", "time")
@@ -48,7 +48,8 @@ class SubRun:
     ended_at: Optional[float] = None
     """Logbook clock at its end; None while no end is recorded."""
     end_state: Optional[str] = None
-    """``finished``, ``failed``, ``restarting``, ``abandoned`` ...; None while open."""
+    """``finished``, ``failed``, ``restarting``, ``stopped`` (a person asked, by a signal),
+    ``abandoned`` (the driver died) ...; None while open."""
     last_step: Optional[int] = None
     """Last step it completed, as recorded at its end."""
     end_reason: Optional[str] = None

@@ -27,7 +27,7 @@ INDENT = " " * 6
 EVENT_INDENT = INDENT + " " * 10
 """Continuations of a timed line sit under its text, past ``HH:MM:SS``."""
 MAX_ENTRY_LINES = 3
-"""An incident or decision longer than this is cut (the full text is in ``events``)."""
+"""An incident or decision longer than this is cut with "…" (``show --full`` prints it whole)."""
 SHOWN_AS_FACTS = ("workers_started", "checkpoint_rejected")
 """Events told among a sub-run's start facts rather than as timed lines."""
 
@@ -50,21 +50,26 @@ def run_title(lineage: Sequence[SubRun]) -> str:
 def chronicle(
     title: str, lineage: Sequence[SubRun], events: Sequence[dict], metrics: Sequence[dict],
     costs: Mapping[str, SubRunCost], summary: Mapping[str, Any], width: int = 100,
-    run_dir: Optional[str] = None,
+    run_dir: Optional[str] = None, full: bool = False,
 ) -> list[str]:
     """The whole timeline: a header of run figures, then one block per sub-run.
 
     Paths under ``run_dir`` (or the run directory each sub-run's config
-    recorded) are shown relative to it.
+    recorded) are shown relative to it, and the header says so. ``full``
+    prints incidents and decisions whole instead of cutting them at
+    :data:`MAX_ENTRY_LINES`.
     """
     tidy = tidier([run_dir, *(_recorded_run_dir(subrun) for subrun in lineage)])
     lines = header(title, summary, width)
+    if run_dir:
+        lines.append("  paths below are relative to the run directory")
     previous: Optional[SubRun] = None
     for subrun in lineage:
         lines.append("")
         lines += subrun_block(
             subrun, previous, [e for e in events if e["subrun"] == subrun.id],
             [m for m in metrics if m["subrun"] == subrun.id], costs.get(subrun.id), width, tidy,
+            max_entry_lines=None if full else MAX_ENTRY_LINES,
         )
         previous = subrun
     return lines
@@ -79,20 +84,20 @@ def header(title: str, summary: Mapping[str, Any], width: int) -> list[str]:
     started = "-" if summary["started_at"] is None else clock_text(summary["started_at"], with_date=True)
     ettr = "ETTR -"
     if summary["ettr"] is not None:
-        ettr = (f"ETTR {summary['ettr']:.1%} ({duration(summary['kept_time_s'])} of "
-                f"{duration(summary['wall_time_s'])} on kept steps)")
+        ettr = (f"ETTR {summary['ettr']:.1%} (effective training time ratio: time on kept steps / wall time"
+                f" = {duration(summary['kept_time_s'])} / {duration(summary['wall_time_s'])})")
     fields = [
         f"started {started}", f"wall time {duration(summary['wall_time_s'])}",
         f"sub-runs {summary['subruns']}", incident_text,
         f"steps kept {summary['steps_kept']} (last {summary['last_step']})",
-        f"steps lost {summary['steps_lost']}", f"checkpoints {summary['checkpoints']}", ettr,
+        f"steps lost {summary['steps_lost']}", f"checkpoints {summary['checkpoints']}",
     ]
-    return [title] + pack(fields, width, indent="  ")
+    return [title] + pack(fields, width, indent="  ") + wrap("  " + ettr, width, "    ")
 
 
 def subrun_block(
     subrun: SubRun, previous: Optional[SubRun], events: Sequence[dict], metrics: Sequence[dict],
-    cost: Optional[SubRunCost], width: int, tidy: Tidy = str,
+    cost: Optional[SubRunCost], width: int, tidy: Tidy = str, max_entry_lines: Optional[int] = MAX_ENTRY_LINES,
 ) -> list[str]:
     """One sub-run: start, facts, progress, incidents and decisions, checkpoints, end."""
     lines = wrap(tidy(start_line(subrun, previous, tidy)), width, INDENT)
@@ -106,7 +111,7 @@ def subrun_block(
     if metrics:
         lines += _body(progress(metrics), width)
     shown: list[str] = []
-    lines += happenings(events, width, tidy, shown)
+    lines += happenings(events, width, tidy, shown, max_entry_lines)
     checkpoints = [e for e in events if e["type"] == "checkpoint"]
     if checkpoints:
         last = checkpoints[-1]
@@ -200,8 +205,10 @@ def workers_text(event: dict, started_at: float) -> str:
     return f"{what} in {duration(max(0.0, event['time'] - started_at))}"
 
 
-def happenings(events: Sequence[dict], width: int, tidy: Tidy = str, shown: Optional[list] = None) -> list[str]:
-    """Incidents (one line each) with their decision under them, and other events.
+def happenings(events: Sequence[dict], width: int, tidy: Tidy = str, shown: Optional[list] = None,
+               max_lines: Optional[int] = MAX_ENTRY_LINES) -> list[str]:
+    """Incidents (one line each) with their decision under them, and other events,
+    each cut at ``max_lines`` (None: whole).
 
     The texts told go into ``shown`` so the end line need not repeat them.
     """
@@ -219,7 +226,7 @@ def happenings(events: Sequence[dict], width: int, tidy: Tidy = str, shown: Opti
             shown.append(event["reason"])
             if event["incident_id"] is not None and event["incident_id"] == last_incident:
                 lines += wrap(tidy(f"{EVENT_INDENT}→ {event['action']} — {event['reason']}"), width,
-                              EVENT_INDENT + "  ", MAX_ENTRY_LINES)
+                              EVENT_INDENT + "  ", max_lines)
                 continue
             text = f"{at}  decision: {event['action']} — {event['reason']}"
         elif event["type"] == "event" and event["kind"] not in SHOWN_AS_FACTS:
@@ -228,17 +235,22 @@ def happenings(events: Sequence[dict], width: int, tidy: Tidy = str, shown: Opti
             text = f"{at}  {event['kind']}{where}: {event['message']}"
         else:
             continue
-        lines += wrap(tidy(INDENT + text), width, EVENT_INDENT, MAX_ENTRY_LINES)
+        lines += wrap(tidy(INDENT + text), width, EVENT_INDENT, max_lines)
     return lines
 
 
 def incident_where(event: dict, tidy: Tidy = str) -> str:
-    """``hang at step 23, ranks 0, 1, node 3f2a9c1e…``; ranks and nodes that the
-    description already names are not repeated."""
+    """``hang at step 23, ranks 0, 1, node 3f2a9c1e…``; the ranks (or nodes) are
+    left out only when the description names every one of them: naming some
+    would read as if only those were involved."""
     text = event["kind"] + (f" at step {event['step']}" if event["step"] is not None else "")
     described = tidy(incident_description(event))
-    ranks = [r for r in event["ranks"] if not re.search(rf"\brank {r}\b", described)]
-    nodes = [tidy(str(n)) for n in event["nodes"] if tidy(str(n)) not in described]
+    ranks = list(event["ranks"])
+    if all(re.search(rf"\brank {r}\b", described) for r in ranks):
+        ranks = []
+    nodes = [tidy(str(n)) for n in event["nodes"]]
+    if all(node in described for node in nodes):
+        nodes = []
     who = ", ".join(filter(None, [listing("rank", ranks), listing("node", nodes)]))
     return text + (f", {who}" if who else "")
 

@@ -234,6 +234,12 @@ class Logbook:
             reached = furthest_step(previous, queries.max_metric_step(self._connection, previous.id))
             return lost_steps(reached, lineage[position].start_step)
 
+    def reached_step(self, subrun_id: str) -> int:
+        """How far a sub-run got: its recorded end step or its metrics, whichever is further."""
+        with self._lock:
+            subrun = self._existing(subrun_id)
+            return furthest_step(subrun, queries.max_metric_step(self._connection, subrun_id))
+
     def costs(self) -> dict[str, SubRunCost]:
         """For each sub-run, what starting it cost (lost steps and seconds, downtime)."""
         with self._lock:

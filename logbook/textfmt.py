@@ -4,6 +4,7 @@ and tidying machine text (absolute paths, long node ids) for a person."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import textwrap
 import time
@@ -53,8 +54,8 @@ def listing(word: str, items: Sequence[Any]) -> str:
 def wrap(line: str, width: int, indent: str, max_lines: Optional[int] = None) -> list[str]:
     """Wrap a long line with a hanging indent; short lines are left alone.
 
-    With ``max_lines`` the rest is cut and marked ``…`` (the full text is in
-    ``runmgr logbook events``).
+    With ``max_lines`` the rest is cut and marked ``…`` (``runmgr logbook show
+    --full`` prints it whole, ``runmgr logbook events`` with its evidence).
     """
     if len(line) <= width:
         return [line]
@@ -93,12 +94,23 @@ def phrases(head: str, items: Sequence[str], width: int, indent: str, hang: str,
 
 def tidier(run_dirs: Iterable[Optional[str]]) -> Callable[[str], str]:
     """A function that makes machine text readable: paths under any of
-    ``run_dirs`` become relative to it, long hex ids shrink to 8 digits."""
-    roots = sorted({str(d).rstrip("/") for d in run_dirs if d and str(d).rstrip("/")}, key=len, reverse=True)
+    ``run_dirs`` become relative to it, long hex ids shrink to 8 digits.
+
+    A run directory matches only where a path starts (not inside a longer
+    path: ``runs/x/`` inside ``/home/me/runs/x/...``), in the form given and
+    as an absolute path, so what is left is always a correct path relative
+    to the run directory."""
+    forms = set()
+    for run_dir in run_dirs:
+        if run_dir and str(run_dir).rstrip("/"):
+            forms.add(str(run_dir).rstrip("/"))
+            forms.add(os.path.abspath(str(run_dir)))
+    roots = sorted(forms, key=len, reverse=True)
+    patterns = [re.compile(rf"(?<![\w./~-]){re.escape(root)}/") for root in roots]
 
     def tidy(text: str) -> str:
-        for root in roots:
-            text = text.replace(root + "/", "")
+        for pattern in patterns:
+            text = pattern.sub("", text)
         return _LONG_HEX.sub(lambda m: m.group(0)[:SHORT_ID] + "…", text)
 
     return tidy

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from runmgr.errors import UserError
 
 EXIT_USER_ERROR = 2
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE: what ``cat`` or ``git log`` exit with when ``head`` stops reading."""
 
 
 def _split_conf(items: list[str]) -> tuple[str, list[str]]:
@@ -43,19 +46,30 @@ def cmd_logbook(args: argparse.Namespace) -> int:
     from runmgr.status import resolve_run_dir
 
     if args.action == "list":
-        return logbook_cli.list_runs(Path(args.run or "runs"), sys.stdout)
+        return _list(args.run, logbook_cli)
     if not args.run:
         raise UserError(f"`runmgr logbook {args.action}` needs a run name or directory, e.g. runs/demo")
     run_dir = resolve_run_dir(args.run)
     if args.action == "show":
-        return logbook_cli.show(run_dir, sys.stdout)
+        return logbook_cli.show(run_dir, sys.stdout, full=args.full)
     if args.action == "events":
-        return logbook_cli.events_jsonl(run_dir, sys.stdout)
+        return (logbook_cli.events_jsonl if args.json else logbook_cli.events_text)(run_dir, sys.stdout)
     if args.action == "skipped":
         from runmgr.logbook_samples import show_skipped
 
         return show_skipped(run_dir, sys.stdout, limit=args.limit, chars=args.chars)
     return logbook_cli.metrics_jsonl(run_dir, sys.stdout, kept=not args.all)
+
+
+def _list(run: str | None, logbook_cli) -> int:
+    """``list``: the runs under runs/ (or a folder of runs), or one run's sub-runs."""
+    from runmgr.status import resolve_run_dir
+
+    if run is None:
+        return logbook_cli.list_runs(Path("runs"), sys.stdout)
+    if Path(run).is_dir() and not logbook_cli.is_run_dir(run):
+        return logbook_cli.list_runs(Path(run), sys.stdout)
+    return logbook_cli.list_subruns(resolve_run_dir(run), sys.stdout)
 
 
 def cmd_watch_replay(args: argparse.Namespace) -> int:
@@ -70,9 +84,9 @@ def cmd_watch_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare_data(args: argparse.Namespace) -> int:
-    from trainer.data.prepare import main as prepare_main
+    from trainer.data.prepare import options_from, run
 
-    return prepare_main(args.rest)
+    return run(options_from(args))
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -82,8 +96,19 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
+def version() -> str:
+    """The installed package's version (``pip install -e .`` records it)."""
+    from importlib.metadata import PackageNotFoundError, version as installed_version
+
+    try:
+        return installed_version("runmgr")
+    except PackageNotFoundError:
+        return "unknown (not installed: run `make setup`)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="runmgr", description="Fault-tolerant run manager for LLM pretraining.")
+    parser.add_argument("--version", action="version", version=f"runmgr {version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     launch = sub.add_parser("launch", help="compose a config and drive the run (resumes an existing lineage)")
@@ -99,8 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     book = sub.add_parser("logbook", help="browse a run's logbook")
     book.add_argument("action", choices=("show", "events", "metrics", "list", "skipped"))
-    book.add_argument("run", nargs="?", help="run name (under runs/) or run directory")
-    book.add_argument("--json", action="store_true", help="one JSON object per line (events, metrics)")
+    book.add_argument("run", nargs="?", help="run name (under runs/) or run directory; for list also a "
+                                             "folder of runs (default: runs/)")
+    book.add_argument("--json", action="store_true", help="events: one JSON object per line (metrics always are)")
+    book.add_argument("--full", action="store_true", help="show: incidents and decisions whole, not cut at 3 lines")
     book.add_argument("--all", action="store_true", help="metrics: every sub-run's rows, also those rolled back")
     book.add_argument("--limit", type=int, default=3, metavar="N", help="skipped: samples decoded per skip range")
     book.add_argument("--chars", type=int, default=300, metavar="C", help="skipped: characters shown per sample")
@@ -118,8 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="checkpoint interval in steps, when the log does not say where checkpoints were")
     replay.set_defaults(func=cmd_watch_replay)
 
+    from trainer.data.prepare import add_arguments as add_prepare_arguments
+
     prep = sub.add_parser("prepare-data", help="write a Megatron indexed dataset from text or JSONL")
-    prep.add_argument("rest", nargs=argparse.REMAINDER, help="arguments of python -m trainer.data.prepare")
+    add_prepare_arguments(prep)
     prep.set_defaults(func=cmd_prepare_data)
 
     from runmgr.healthcheck.command import add_parser as add_health_check
@@ -138,16 +167,41 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     return (UserError, DataError, CheckpointError, TrainerConfigError, LogbookError, HealthConfigError)
 
 
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse, letting ``key=value`` items come on either side of the flags
+    (``launch conf=X --dry-run k=v``): argparse fills a positional list once,
+    so the items after a flag come back as extras and join it in order."""
+    args, extras = parser.parse_known_args(argv)
+    stray = [item for item in extras if item.startswith("-") or not hasattr(args, "items")]
+    if stray:
+        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    if extras:
+        args.items = [*args.items, *extras]
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(build_parser(), argv)
     try:
         return args.func(args)
     except KeyboardInterrupt:
         print("runmgr: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _reader_went_away()
     except user_error_types() as exc:
         print(f"runmgr: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
+
+
+def _reader_went_away() -> int:
+    """The reader of stdout (``| head``) closed it: stop quietly. What is still
+    buffered would fail again when Python flushes at exit, so stdout is
+    pointed at /dev/null first."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Optional
 
 from runmgr.config.schema import ClusterConfig
 from runmgr.errors import ClusterError
@@ -14,6 +19,9 @@ CONNECT_TIMEOUT_S = 5.0
 # Ray kills a worker with SIGTERM and waits this long before SIGKILL; a hung
 # (stopped) rank never acts on SIGTERM, so the default 5 s only delays restarts.
 LOCAL_RAY_SYSTEM_CONFIG = {"kill_worker_timeout_milliseconds": 500}
+RAY_MESSAGES_FILE = "ray_messages.log"
+"""In the run directory: what Ray's driver would have printed amid the run's output."""
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -73,13 +81,65 @@ class LocalCluster:
         self._cluster.shutdown()
 
 
-def connect(cluster: ClusterConfig) -> LocalCluster | None:
+class RayMessageLog:
+    """Takes the place of Ray's driver-side printer of cluster messages.
+
+    ``log_to_driver=False`` keeps the workers' output away, but Ray's driver
+    still prints the cluster's error messages ("(raylet) A worker died or was
+    killed ...") to stdout in ANSI colours, in the middle of the progress
+    lines. The incident the watcher records says the same thing in the run's
+    own words; Ray's text goes, uncoloured and timestamped, to ``path``
+    (stderr when None)."""
+
+    def __init__(self, path: Optional[Path]) -> None:
+        self.path = path
+
+    def __call__(self, data: dict, ignore_prefix: bool = False) -> None:
+        source = data.get("pid", "ray")
+        lines = [f"{time.strftime('%H:%M:%S')} ({source}) {_ANSI.sub('', str(line))}\n"
+                 for line in data.get("lines", [])]
+        if self.path is None:
+            sys.stderr.writelines(lines)
+            return
+        with open(self.path, "a", encoding="utf-8") as log:
+            log.writelines(lines)
+
+
+_ray_printer: Optional[Callable] = None
+"""Ray's own printer while ours is in its place."""
+
+
+def route_ray_messages(path: Optional[Path]) -> None:
+    """Send Ray's driver messages to ``path`` (see :class:`RayMessageLog`).
+
+    Ray has no setting for it: its error listener calls
+    ``ray._private.worker.print_to_stdstream`` by name, which is swapped here
+    (and back in :func:`disconnect`). A Ray without that name prints as it will."""
+    global _ray_printer
+    from ray._private import worker as ray_worker
+
+    if _ray_printer is None and hasattr(ray_worker, "print_to_stdstream"):
+        _ray_printer = ray_worker.print_to_stdstream
+        ray_worker.print_to_stdstream = RayMessageLog(path)
+
+
+def _restore_ray_printer() -> None:
+    global _ray_printer
+    if _ray_printer is not None:
+        from ray._private import worker as ray_worker
+
+        ray_worker.print_to_stdstream, _ray_printer = _ray_printer, None
+
+
+def connect(cluster: ClusterConfig, messages_to: Optional[Path] = None) -> LocalCluster | None:
     """ray.init for the run; the caller passes what this returns (the local
-    nodes it started, if any) to :func:`disconnect` at the end."""
+    nodes it started, if any) to :func:`disconnect` at the end. Ray's own
+    messages to the driver go to ``messages_to`` (stderr when None)."""
     import ray
 
     if ray.is_initialized():
         return None
+    route_ray_messages(messages_to)
     kwargs: dict = {"logging_level": logging.ERROR, "log_to_driver": False}
     if cluster.address and cluster.address != "auto":
         check_reachable(cluster.address)
@@ -108,3 +168,4 @@ def disconnect(local: LocalCluster | None = None) -> None:
         ray.shutdown()
     if local is not None:
         local.shutdown()
+    _restore_ray_printer()

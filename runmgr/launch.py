@@ -19,7 +19,7 @@ from runmgr.controller.machine import Controller, SubrunIds
 from runmgr.controller.states import Finished, Launching
 from runmgr.dryrun import build_plan, inspect_cluster, render_plan
 from runmgr.healthcheck.gate import preflight_health
-from runmgr.observers.logbook_writer import LogbookObserver
+from runmgr.observers.logbook_writer import LogbookObserver, record_stop
 from runmgr.observers.progress import ProgressObserver
 from runmgr.observers.status_file import StatusFileObserver
 from runmgr.placement import resolve_device_kind
@@ -29,7 +29,8 @@ from runmgr.chaos.build import Chaos, build_chaos
 from runmgr.healthcheck.devicepoll import DevicePollGroup
 from runmgr.errors import RunStateError
 from runmgr.rundir import RunDirLock
-from runmgr.status import read_status
+from runmgr.status import ENDED_STATES, mark_stopped, read_status
+from runmgr.stopping import StopRequest, stop_on_signals
 from runmgr.workers.group import RayWorkerGroup, node_slots
 from trainer.data import check_data_path
 from trainer.plan import ResumePlan
@@ -68,7 +69,7 @@ def wait_for_lost_workers(run_dir: Path, lease_s: float, out: TextIO, clock=time
         status = read_status(run_dir)
     except RunStateError:
         return
-    if status["driver_alive"] or not status.get("workers") or status.get("state", "").startswith(("finished", "failed")):
+    if status["driver_alive"] or not status.get("workers") or status.get("state", "").startswith(ENDED_STATES):
         return
     remaining = status.get("updated_at", 0) + lease_s + 1.0 - clock()
     if remaining > 0:
@@ -98,16 +99,31 @@ def launch(conf_name: str, overrides: list[str], dry_run: bool = False, conf_dir
             out.write(f"run {config.run.name} already finished at step {config.training.train_iters}; "
                       f"`runmgr logbook show {run_dir}` shows it\n")
             return 0
-        local_nodes = ray_cluster.connect(config.cluster)
+        local_nodes = ray_cluster.connect(config.cluster, messages_to=run_dir / ray_cluster.RAY_MESSAGES_FILE)
         try:
-            gate = preflight_health(config, out)  # no admitted node: one line, exit 2
-            # The sub-run's start records the health verdicts (excluded nodes, report path).
-            initial = replace(initial, evidence={**initial.evidence, "health": gate.evidence()})
-            final = drive(config, book, ids, initial, out, admitted_node_ids=gate.admitted_node_ids, chaos=chaos)
+            with stop_on_signals() as stop:  # Ctrl-C or SIGTERM: a clean stop, recorded as such
+                gate = preflight_health(config, out)  # no admitted node: one line, exit 2
+                # The sub-run's start records the health verdicts (excluded nodes, report path).
+                initial = replace(initial, evidence={**initial.evidence, "health": gate.evidence()})
+                final = drive(config, book, ids, initial, out, admitted_node_ids=gate.admitted_node_ids, chaos=chaos)
+        except KeyboardInterrupt:
+            if not stop.requested:
+                raise
+            return stopped(book, run_dir, stop, out)
         finally:
             ray_cluster.disconnect(local_nodes)
     out.write(f"logbook: runmgr logbook show {run_dir}\n")
     return 0 if isinstance(final, Finished) else 1
+
+
+def stopped(book: Logbook, run_dir: Path, stop: StopRequest, out: TextIO) -> int:
+    """The workers are stopped (the controller's ``finally``): record the stop and say how to go on."""
+    ended = record_stop(book, stop.reason)
+    mark_stopped(run_dir, stop.reason)
+    where = f"sub-run {ended[0]} at step {ended[1]}" if ended else "before the first sub-run started"
+    out.write(f"\n{stop.reason}: {where}; run the same `runmgr launch` again to resume from the last checkpoint\n"
+              f"logbook: runmgr logbook show {run_dir}\n")
+    return stop.exit_code
 
 
 def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, out: TextIO,

@@ -14,9 +14,14 @@ from runmgr.controller.group import WorkerInfo
 DUMP_TIMEOUT_S = 20.0
 
 
+def stacks_dir(run_dir: Path, subrun: str) -> Path:
+    """Where the stacks of ``subrun``'s ranks are dumped."""
+    return run_dir / "stacks" / subrun
+
+
 def dump_stacks(run_dir: Path, subrun: str, workers: Sequence[WorkerInfo]) -> list[Path]:
     """One file per rank; a rank that cannot be dumped gets a file saying why."""
-    out_dir = run_dir / "stacks" / subrun
+    out_dir = stacks_dir(run_dir, subrun)
     out_dir.mkdir(parents=True, exist_ok=True)
     beside_python = Path(sys.executable).parent / "py-spy"
     py_spy = shutil.which("py-spy") or (str(beside_python) if beside_python.exists() else None)

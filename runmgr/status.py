@@ -9,11 +9,14 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
 from runmgr.errors import RunStateError
 
 STATUS_FILE = "status.json"
+ENDED_STATES = ("finished", "failed", "stopped")
+"""States a driver leaves behind on purpose: its workers are gone with it."""
 
 
 def write_status(run_dir: Path, status: dict) -> None:
@@ -41,9 +44,17 @@ def read_status(run_dir: Path) -> dict:
         raise RunStateError(f"{run_dir} has no status yet: the run has not started a driver")
     status = json.loads(path.read_text())
     status["driver_alive"] = pid_alive(status.get("driver_pid"))
-    if not status["driver_alive"] and status.get("state") not in ("finished", "failed"):
+    if not status["driver_alive"] and status.get("state") not in ENDED_STATES:
         status["state"] = f"stopped ({status.get('state')} when the driver was lost)"
     return status
+
+
+def mark_stopped(run_dir: Path, reason: str) -> None:
+    """Record in the status file that the driver stopped on request, its workers stopped."""
+    path = run_dir / STATUS_FILE
+    status = json.loads(path.read_text()) if path.is_file() else {"run_dir": str(run_dir)}
+    status.update(state="stopped", workers=[], last_incident=reason, updated_at=time.time())
+    write_status(run_dir, status)
 
 
 def pid_alive(pid: int | None) -> bool:

@@ -5,7 +5,9 @@ to every node's local disk, and with ``--k8s-label`` mark the excluded
 Kubernetes nodes.
 
 Progress goes to stderr, the table or JSON to stdout. Exit codes: 0 every
-node admitted, 1 some node excluded, 2 bad input.
+node admitted, 1 some node excluded, 2 bad input, 3 ``--k8s-label`` was
+asked and the Kubernetes API refused some of the calls (one line on stderr
+says how many and why; the report has each node's error).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import TextIO
 
 DEFAULT_CONF = "demo"
-EXIT_ALL_ADMITTED, EXIT_SOME_EXCLUDED = 0, 1
+EXIT_ALL_ADMITTED, EXIT_SOME_EXCLUDED, EXIT_K8S_REFUSED = 0, 1, 3
 
 
 def add_parser(sub) -> None:
@@ -98,11 +100,14 @@ def _check(config, args: argparse.Namespace, api, out: TextIO, say) -> int:
     staged = stage_on_nodes(nodes, config.health.data, say) if args.stage else {}
     check, report, path = check_and_record(config.health, device_kind, store, "health-check", say,
                                            nodes=nodes, extra_findings=staged)
+    refused = None
     if api is not None:
-        from runmgr.healthcheck.k8s import apply_health_labels
+        from runmgr.healthcheck.k8s import apply_health_labels, refusal_line
 
-        report["k8s"] = [a.to_dict() for a in apply_health_labels(report, api, say)]
+        actions = apply_health_labels(report, api, say)
+        report["k8s"] = [a.to_dict() for a in actions]
         store.save_report(check.check_id, report)
+        refused = refusal_line(actions)
     if args.json:
         out.write(json.dumps(report, indent=1, sort_keys=True) + "\n")
     else:
@@ -110,4 +115,8 @@ def _check(config, args: argparse.Namespace, api, out: TextIO, say) -> int:
         out.write(render(check, keys, store.lemons()) + "\n")
         out.write(f"report: {path}\nexclusions: {store.path} (runmgr launch honours them)\n")
     out.flush()
+    if refused:
+        # The labels are what keeps the scheduler off bad nodes: not applying them is a failure.
+        print(f"runmgr: error: {refused}", file=sys.stderr)
+        return EXIT_K8S_REFUSED
     return EXIT_SOME_EXCLUDED if check.excluded else EXIT_ALL_ADMITTED

@@ -162,3 +162,16 @@ def apply_health_labels(report: Mapping, api, progress: Callable[[str], None]) -
             progress(f"k8s: node {last.k8s_node or target.display}: {last.action}"
                      + (f" ({last.error})" if last.error else ""))
     return actions
+
+
+def refusal_line(actions: list[LabelAction]) -> Optional[str]:
+    """One line when the API refused any call (None when all went through)."""
+    failed = [a for a in actions if a.action == "failed"]
+    if not failed:
+        return None
+    every = "every" if len(failed) == len(actions) else f"{len(failed)} of {len(actions)}"
+    first = failed[0]
+    return (f"--k8s-label: the Kubernetes API refused {every} node update(s) (first: node "
+            f"{first.k8s_node or first.ray_node_id}: {first.error}); no label or taint was applied to "
+            f"{'them' if len(failed) > 1 else 'it'}: check --k8s-host and that the service account may "
+            f"get and patch nodes")

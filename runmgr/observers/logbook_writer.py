@@ -8,6 +8,7 @@ from logbook import Logbook
 from runmgr.controller.judge import Judgement
 from runmgr.controller.states import Failed, Finished, Launching, Restarting, Running, State
 from runmgr.controller.group import GroupPoll
+from runmgr.stacks import stacks_dir
 
 
 def metric_row(report) -> dict:
@@ -28,6 +29,27 @@ def describe_start(start) -> str:
             f"eps {first.get('eps')}, lr scale {start.lr_scale:g}, clip {start.clip_grad:g}, {state}")
 
 
+def record_stop(book: Logbook, reason: str) -> tuple[str, int] | None:
+    """End the open sub-run as ``stopped`` (a person asked for it), at the
+    furthest step recorded; (sub-run, step), or None when none was open."""
+    lineage = book.lineage()
+    if not lineage or not lineage[-1].is_open:
+        return None
+    subrun = lineage[-1].id
+    step = book.reached_step(subrun)
+    book.end_subrun(subrun, "stopped", step, reason)
+    return subrun, step
+
+
+def record_stacks(book: Logbook, subrun: str) -> None:
+    """Say where the stacks dumped before a sub-run's ranks were killed are."""
+    where = stacks_dir(book.run_dir, subrun).resolve()
+    files = sorted(path.name for path in where.glob("*.txt"))
+    if files:
+        book.record_event(subrun, "stacks_dumped", f"stack of every rank in {where}/ ({', '.join(files)})",
+                          {"dir": str(where), "files": files})
+
+
 class LogbookObserver:
     """Turns transitions and judgements into logbook rows."""
 
@@ -43,10 +65,12 @@ class LogbookObserver:
             self.book.record_event(new.subrun, "workers_started", f"{len(workers)} workers started", {"workers": workers})
         elif isinstance(new, Restarting):
             decision = new.judgement.decision
+            record_stacks(self.book, new.subrun)
             self.book.end_subrun(new.subrun, "restarting", new.last_step, f"{decision.action}: {new.judgement.incident.summary()}")
         elif isinstance(new, Finished):
             self.book.end_subrun(new.subrun, "finished", new.last_step, f"trained to step {new.last_step}")
         elif isinstance(new, Failed):
+            record_stacks(self.book, new.subrun)
             self.book.record_event(new.subrun, "needs_human", new.reason, {"last_step": new.last_step})
             self.book.end_subrun(new.subrun, "failed", new.last_step, new.reason)
 

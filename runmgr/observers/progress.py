@@ -57,7 +57,9 @@ class ProgressObserver:
 
     def on_judgement(self, state: Running, judgement: Judgement) -> None:
         incident, decision = judgement.incident, judgement.decision
-        self.last_incident = f"{incident.kind} at step {incident.onset_step} -> {decision.action}"
+        # A death or a device fault has no onset step: say when it was seen instead.
+        when = f"at step {incident.onset_step}" if incident.onset_step is not None else f"after step {self._step}"
+        self.last_incident = f"{incident.kind} {when} -> {decision.action}"
         self._event(f"incident: {incident.summary()}")
         self._event(f"  decision: {decision.action}: {decision.reason}")
 

@@ -5,7 +5,7 @@ from logbook.changes import health_fact, node_changes, plan_changes
 from logbook.render import chronicle, duration, pack, run_title
 from logbook.textfmt import phrases, tidier
 
-from tests.logbook.conftest import NODE_B
+from tests.logbook.conftest import NODE_A, NODE_B, decision_dict, incident_dict, judged
 
 
 def render(run_dir, width=100, title=None):
@@ -47,10 +47,13 @@ def test_evidence_stays_out_of_the_timeline(scripted_run):
 def test_header_carries_the_run_figures(scripted_run):
     with Logbook.open(scripted_run.run_dir, create=False) as book:
         summary = book.summary()
-    head = "\n".join(render(scripted_run.run_dir)[:4])
+    head = "\n".join(render(scripted_run.run_dir)[:6])
     assert head.startswith("run 7\n")
     assert "sub-runs 3" in head and "steps kept 200" in head and "steps lost 27" in head
-    assert f"ETTR {summary['ettr']:.1%}" in head
+    # ETTR is defined where it is printed: a reader who never met the word can read it.
+    assert (f"ETTR {summary['ettr']:.1%} (effective training time ratio: time on kept steps / wall time = "
+            f"{duration(summary['kept_time_s'])} / {duration(summary['wall_time_s'])})") in head
+    assert "paths below are relative to the run directory" in head
     assert "loss_spike 1, worker_lost 1" in head
 
 
@@ -128,6 +131,43 @@ def test_small_helpers():
     tidy = tidier(["/runs/a", None])
     assert tidy(f"/runs/a/checkpoints/step_1 on {NODE_B}") == "checkpoints/step_1 on b7d41e09…"
     assert tidy("/runs/ab/x") == "/runs/ab/x"
+
+
+def test_paths_are_made_relative_to_the_run_only_where_they_start(tmp_path, monkeypatch):
+    # The driver ran in /work/x with run dir runs/demo; an error names the absolute path. Cutting
+    # "runs/demo/" out of its middle left "/work/x/checkpoints/...", a path that does not exist.
+    monkeypatch.chdir(tmp_path)
+    tidy = tidier(["runs/demo"])
+    absolute = f"{tmp_path}/runs/demo/checkpoints/step_00000100"
+    assert tidy(f"Read-only file system: '{absolute}'") == "Read-only file system: 'checkpoints/step_00000100'"
+    assert tidy("resumed from runs/demo/checkpoints/step_20") == "resumed from checkpoints/step_20"
+    assert tidy("/elsewhere/runs/demo/checkpoints/step_1") == "/elsewhere/runs/demo/checkpoints/step_1"
+
+
+def hang_run(run_dir, clock, description: str):
+    with Logbook.open(run_dir, clock=clock) as book:
+        book.start_subrun("1.00", "launch", {}, None, 0, {}, {})
+        hang = incident_dict("hang", description, 48, ranks=[0, 1], nodes=[NODE_A, NODE_B])
+        judged(book, "1.00", hang, decision_dict("dump_and_restart", "ranks silent " + "and more " * 40), 47)
+
+
+def test_the_hang_header_names_every_silent_rank_not_only_those_the_description_skips(tmp_path, clock):
+    # Rank 0 was stopped; its peer waits in the collective. The description names rank 0 first;
+    # the header used to keep only the ranks it did not name and read "hang at step 48, rank 1".
+    hang_run(tmp_path, clock, "2 rank(s) silent in phase step: rank 0 for 5.0 s at step 48, timeout 5.0 s")
+    text = "\n".join(render(tmp_path))
+    assert "hang at step 48, ranks 0, 1, nodes 3f2a9c1e…, b7d41e09…: 2 rank(s) silent" in text
+    assert "hang at step 48, rank 1" not in text
+
+
+def test_long_decisions_are_cut_unless_full(tmp_path, clock):
+    hang_run(tmp_path, clock, "2 rank(s) silent")
+    with Logbook.open(tmp_path, create=False) as book:
+        args = (run_title(book.lineage()), book.lineage(), book.events(), book.all_metrics(), book.costs(),
+                book.summary(), 100)
+    cut, full = "\n".join(chronicle(*args)), "\n".join(chronicle(*args, full=True))
+    assert " …\n" in cut and cut.count("more") < 40
+    assert not full.endswith("…") and " …\n" not in full and full.count("more") == 40
 
 
 def test_plan_changes_are_phrases():

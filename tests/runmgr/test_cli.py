@@ -82,3 +82,85 @@ def test_watch_replay_of_a_megatron_log_with_a_spike_prints_the_incident_and_the
 
 def test_watch_replay_of_a_missing_file_is_one_line():
     assert_one_line_error(runmgr("watch", "replay", "/nonexistent/train.log"), "/nonexistent/train.log")
+
+
+# ---- what a new user following the README met --------------------------------------------------
+
+
+def test_version():
+    result = runmgr("--version")
+    assert result.returncode == 0 and result.stdout.strip() == "runmgr 0.1.0"
+
+
+def test_dry_run_may_come_anywhere_on_the_line():
+    result = runmgr("launch", "conf=demo", "--dry-run", "training.train_iters=40", "chaos=none")
+    assert result.returncode == 0, result.stderr
+    assert "verdict" in result.stdout and "40" in result.stdout
+
+
+def test_items_after_a_flag_keep_their_order_and_stray_flags_are_refused():
+    from runmgr.cli import build_parser, parse_args
+
+    args = parse_args(build_parser(), ["launch", "conf=demo", "a=1", "--dry-run", "a=2", "b=3"])
+    assert args.dry_run and args.items == ["conf=demo", "a=1", "a=2", "b=3"]  # the later a= wins in Hydra
+    assert_one_line_error(runmgr("launch", "conf=demo", "--dry-run", "--bogus"), "unrecognized arguments: --bogus")
+    assert_one_line_error(runmgr("status", "x", "extra"), "unrecognized arguments: extra")
+
+
+def test_prepare_data_takes_the_options_the_readme_gives(tmp_path):
+    (tmp_path / "a.txt").write_text("hello\n", encoding="utf-8")
+    result = runmgr("prepare-data", "--input", str(tmp_path / "a.txt"), "--output-prefix", str(tmp_path / "ds"))
+    assert result.returncode == 0, result.stderr
+    assert "1 documents" in result.stdout and "model.vocab_size=256" in result.stdout
+    assert (tmp_path / "ds.bin").read_bytes() == b"hello\n\x00"
+    assert_one_line_error(runmgr("prepare-data", "--input", str(tmp_path / "a.txt")),
+                          "the following arguments are required: --output-prefix")
+
+
+@pytest.fixture
+def logbook_run(tmp_path):
+    from tests.logbook.conftest import write_controller_run
+
+    return write_controller_run(tmp_path / "runs" / "demo").run_dir
+
+
+def test_logbook_list_takes_a_run_or_a_folder_of_runs(logbook_run):
+    runs = logbook_run.parent
+    subruns = runmgr("logbook", "list", "demo", cwd=runs.parent)  # as the README writes it
+    assert subruns.returncode == 0, subruns.stderr
+    lines = subruns.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["1.00", "1.01", "1.02"]
+    assert "restarting" in lines[0] and "failed" in lines[2] and "worker_death" in lines[1]
+    for where in ([], [str(runs)]):
+        folder = runmgr("logbook", "list", *where, cwd=runs.parent)
+        assert folder.returncode == 0 and folder.stdout.split()[:4] == ["demo", "3", "sub-runs", "failed"]
+
+
+def test_logbook_events_is_text_and_json_only_when_asked(logbook_run):
+    import json
+
+    text = runmgr("logbook", "events", str(logbook_run))
+    assert text.returncode == 0, text.stderr
+    assert not any(line.startswith("{") for line in text.stdout.splitlines())
+    assert "1.00   incident worker_death: rank 1 on" in text.stdout
+    assert "1.02   end: failed at step 36" in text.stdout
+    jsonl = runmgr("logbook", "events", str(logbook_run), "--json")
+    events = [json.loads(line) for line in jsonl.stdout.splitlines()]
+    assert len(events) == len(text.stdout.splitlines()) and events[0]["type"] == "subrun_start"
+
+
+@pytest.mark.parametrize("command", [["show"], ["show", "--full"], ["events"], ["events", "--json"],
+                                     ["metrics", "--json"], ["list"]])
+def test_a_reader_that_goes_away_ends_the_command_quietly(logbook_run, command):
+    # `runmgr logbook show RUN | head`: a pipe whose reader is gone before the first write.
+    import os
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run([sys.executable, "-m", "runmgr", "logbook", command[0], str(logbook_run),
+                                 *command[1:]], stdout=write_end, stderr=subprocess.PIPE, text=True,
+                                cwd=ROOT, timeout=120)
+    finally:
+        os.close(write_end)
+    assert result.stderr == "" and result.returncode == 141

@@ -1,14 +1,22 @@
-"""Turn text or JSONL files into a byte-level Megatron indexed dataset.
+"""Turn text or JSONL files into a Megatron indexed dataset.
 
-    python -m trainer.data.prepare --input FILE [--input FILE ...] \\
-        --output-prefix PREFIX [--json-key text] [--split-paragraphs]
+    runmgr prepare-data --input FILE [--input FILE ...] --output-prefix PREFIX \\
+        [--json-key text] [--split-paragraphs] [--tokenizer PATH_OR_NAME [--eod-token TOKEN]]
 
-Text files give one document per file (or per blank-line-separated paragraph
-with ``--split-paragraphs``); ``.jsonl`` / ``.json`` files give one document
-per line, the string under ``--json-key``. Tokens are the document's UTF-8
-bytes followed by a NUL byte (end of document), stored as uint8 (dtype code 1),
-which Megatron-LM and MindSpeed-LLM read as is. Bad input prints one line on
-stderr and exits with code 2.
+(``python -m trainer.data.prepare`` takes the same options.) Text files give
+one document per file (or per blank-line-separated paragraph with
+``--split-paragraphs``); ``.jsonl`` / ``.json`` files give one document per
+line, the string under ``--json-key``.
+
+Tokens: without ``--tokenizer``, the document's UTF-8 bytes followed by a NUL
+byte (end of document), stored as uint8 (vocabulary 256). With a Hugging Face
+tokenizer (a ``tokenizer.json``, a directory holding one, or a model name in
+the local Hugging Face cache; see trainer/data/tokenizer.py), its token ids
+followed by its end-of-document token, stored as uint16 below 65500 tokens
+of vocabulary and int32 above, as Megatron's ``preprocess_data.py`` does.
+Megatron-LM and MindSpeed-LLM read the result as is. The summary line gives
+the vocabulary size, which ``model.vocab_size`` must reach. Bad input prints
+one line on stderr and exits with code 2, writing nothing.
 """
 
 from __future__ import annotations
@@ -26,8 +34,10 @@ import numpy as np
 from trainer.data.corpus import END_OF_DOCUMENT
 from trainer.data.errors import DataError
 from trainer.data.indexed import IndexedDatasetWriter
+from trainer.data.tokenizer import TextTokenizer, load_tokenizer
 
 JSONL_SUFFIXES = (".jsonl", ".json")
+BYTE_VOCAB_SIZE = 256
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
 
 
@@ -43,6 +53,10 @@ class PrepareOptions:
     """JSONL: the field that holds each document's text."""
     split_paragraphs: bool = False
     """Text: one document per blank-line-separated paragraph instead of per file."""
+    tokenizer: Optional[str] = None
+    """A Hugging Face tokenizer (file, directory, or cached model name); None: byte tokens."""
+    eod_token: Optional[str] = None
+    """The tokenizer's end-of-document token, when its files do not name one."""
 
 
 @dataclass
@@ -52,7 +66,11 @@ class PrepareSummary:
     documents: int = 0
     """Documents written."""
     tokens: int = 0
-    """Tokens written (bytes, end-of-document markers included)."""
+    """Tokens written (end-of-document markers included)."""
+    vocab_size: int = BYTE_VOCAB_SIZE
+    """Vocabulary size of the tokens: model.vocab_size must be at least this."""
+    dtype: str = "uint8"
+    """Numpy dtype of the tokens on disk."""
     empty_skipped: int = 0
     """Empty documents left out."""
     files: tuple[Path, ...] = field(default_factory=tuple)
@@ -64,14 +82,17 @@ def prepare(options: PrepareOptions) -> PrepareSummary:
     for path in options.inputs:
         if not path.is_file():
             raise DataError(f"--input {path}: file not found")
+    tokenizer = load_tokenizer(options.tokenizer, options.eod_token) if options.tokenizer else None
     summary = PrepareSummary()
-    with IndexedDatasetWriter(options.output_prefix, np.uint8) as writer:
+    if tokenizer is not None:
+        summary.vocab_size, summary.dtype = tokenizer.vocab_size, tokenizer.dtype.name
+    with IndexedDatasetWriter(options.output_prefix, np.dtype(summary.dtype)) as writer:
         for path in options.inputs:
             for text in iter_documents(path, options.json_key, options.split_paragraphs):
                 if not text:
                     summary.empty_skipped += 1
                     continue
-                writer.add_document(encode_document(text, path))
+                writer.add_document(tokenizer.encode(text) if tokenizer else encode_document(text, path))
         if writer.num_documents == 0:
             raise DataError("no non-empty documents in the inputs: nothing to write; check --input and --json-key")
         summary.documents, summary.tokens = writer.num_documents, writer.total_tokens
@@ -143,20 +164,36 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
 
 
-def parse_args(argv: Optional[Sequence[str]]) -> PrepareOptions:
-    parser = _OneLineParser(prog="python -m trainer.data.prepare", description=__doc__.split("\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options, shared by ``runmgr prepare-data`` and ``python -m trainer.data.prepare``."""
     parser.add_argument("--input", action="append", required=True, type=Path,
                         help="text or .jsonl file; repeat for several")
     parser.add_argument("--output-prefix", required=True, type=Path, help="writes PREFIX.bin and PREFIX.idx")
     parser.add_argument("--json-key", default="text", help="JSONL field holding the text (default: text)")
     parser.add_argument("--split-paragraphs", action="store_true",
                         help="text files: one document per blank-line-separated paragraph")
-    args = parser.parse_args(argv)
-    return PrepareOptions(tuple(args.input), args.output_prefix, args.json_key, args.split_paragraphs)
+    parser.add_argument("--tokenizer", default=None, metavar="PATH_OR_NAME",
+                        help="a Hugging Face tokenizer: tokenizer.json, a directory holding one, or a model "
+                             "name already in the local Hugging Face cache (nothing is downloaded); "
+                             "default: UTF-8 byte tokens")
+    parser.add_argument("--eod-token", default=None, metavar="TOKEN",
+                        help="with --tokenizer: the end-of-document token, when tokenizer_config.json "
+                             "names no eos_token")
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    options = parse_args(argv)  # exits 2 with one line on bad usage
+def options_from(args: argparse.Namespace) -> PrepareOptions:
+    return PrepareOptions(tuple(args.input), args.output_prefix, args.json_key, args.split_paragraphs,
+                          args.tokenizer, args.eod_token)
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> PrepareOptions:
+    parser = _OneLineParser(prog="python -m trainer.data.prepare", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    return options_from(parser.parse_args(argv))
+
+
+def run(options: PrepareOptions) -> int:
+    """Write the dataset and print what was written; bad input is one line on stderr, exit 2."""
     try:
         summary = prepare(options)
     except DataError as err:
@@ -167,8 +204,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     files = ", ".join(str(path) for path in summary.files)
     skipped = f" ({summary.empty_skipped} empty skipped)" if summary.empty_skipped else ""
-    print(f"wrote {summary.documents} documents{skipped}, {summary.tokens} tokens (uint8 bytes) to {files}")
+    tokens = "uint8 bytes" if options.tokenizer is None else summary.dtype
+    print(f"wrote {summary.documents} documents{skipped}, {summary.tokens} tokens ({tokens}) to {files}")
+    print(f"vocabulary {summary.vocab_size}: train with data.data_path={options.output_prefix} "
+          f"model.vocab_size={summary.vocab_size} (or larger)")
     return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    return run(parse_args(argv))  # parse_args exits 2 with one line on bad usage
 
 
 if __name__ == "__main__":

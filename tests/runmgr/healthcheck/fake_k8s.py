@@ -26,13 +26,16 @@ def merge_patch(target: Any, patch: Any) -> Any:
 class FakeKubernetes:
     """Start with ``with FakeKubernetes(nodes) as api: ... api.url``."""
 
-    def __init__(self, nodes: dict[str, dict] | None = None, pods: dict[tuple[str, str], str] | None = None):
+    def __init__(self, nodes: dict[str, dict] | None = None, pods: dict[tuple[str, str], str] | None = None,
+                 refuse: int | None = None):
+        """``refuse``: answer every call with this status (403: RBAC forbids it)."""
         self.nodes = {name: {"apiVersion": "v1", "kind": "Node",
                              "metadata": {"name": name, "labels": {}, "resourceVersion": "1", **meta},
                              "spec": spec}
                       for name, (meta, spec) in ((n, (v.get("metadata", {}), v.get("spec", {})))
                                                  for n, v in (nodes or {}).items())}
         self.pods = pods or {}
+        self.refuse = refuse
         self.requests: list[dict] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
 
@@ -70,8 +73,14 @@ class FakeKubernetes:
                 self._reply(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
                                   "reason": "NotFound", "code": 404, "message": f"{self.path} not found"})
 
+            def _refused(self) -> None:
+                self._reply(fake.refuse, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                          "reason": "Forbidden", "code": fake.refuse, "message": "refused"})
+
             def do_GET(self) -> None:
                 fake.requests.append({"method": "GET", "path": self.path})
+                if fake.refuse:
+                    return self._refused()
                 parts = self.path.split("?")[0].strip("/").split("/")
                 if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 4 and parts[3] in fake.nodes:
                     return self._reply(200, fake.nodes[parts[3]])
@@ -88,6 +97,8 @@ class FakeKubernetes:
                 name = self.path.split("?")[0].strip("/").split("/")[-1]
                 fake.requests.append({"method": "PATCH", "path": self.path, "body": body,
                                       "content_type": self.headers.get("Content-Type")})
+                if fake.refuse:
+                    return self._refused()
                 if name not in fake.nodes:
                     return self._not_found()
                 node = fake.nodes[name]

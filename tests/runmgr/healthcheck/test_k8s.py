@@ -4,11 +4,17 @@ nodes that pass again are cleared; nothing else is touched."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 from runmgr.healthcheck.k8s import (
-    HEALTH_LABEL, REASON_ANNOTATION, TAINT_KEY, apply_health_labels, core_api,
+    HEALTH_LABEL, REASON_ANNOTATION, TAINT_KEY, apply_health_labels, core_api, refusal_line,
 )
 from tests.runmgr.healthcheck.fake_k8s import FakeKubernetes
 
+ROOT = Path(__file__).resolve().parents[3]
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
 
@@ -58,3 +64,30 @@ def test_an_unknown_node_is_reported_not_raised():
     with FakeKubernetes({}) as fake:
         actions = apply_health_labels(report, core_api(fake.url), lambda line: None)
     assert actions[0].action == "failed" and "404" in actions[0].error
+
+
+def test_refusals_make_one_line_and_none_when_all_went_through():
+    report = {"check_id": "c", "nodes": [entry("r1", "exclude", ["slow"], node_name="gpu-01"),
+                                         entry("r2", "admit", node_name="gpu-02")]}
+    with FakeKubernetes({"gpu-01": {}, "gpu-02": {}}, refuse=403) as fake:
+        actions = apply_health_labels(report, core_api(fake.url), lambda line: None)
+    line = refusal_line(actions)
+    assert line.startswith("--k8s-label: the Kubernetes API refused every node update(s) (first: node gpu-01: 403")
+    assert "may get and patch nodes" in line and "\n" not in line
+    with FakeKubernetes({"gpu-01": {}, "gpu-02": {}}) as fake:
+        assert refusal_line(apply_health_labels(report, core_api(fake.url), lambda line: None)) is None
+
+
+def test_health_check_fails_when_the_api_refused_every_call(tmp_path):
+    # Before: the check printed its table and exited 0, and no node was marked.
+    with FakeKubernetes({}, refuse=403) as fake:
+        result = subprocess.run([sys.executable, "-m", "runmgr", "health-check", "cluster.local_nodes=1",
+                                 "--k8s-label", "--k8s-host", fake.url],
+                                cwd=tmp_path, capture_output=True, text=True, timeout=180,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert fake.requests and not [r for r in fake.requests if r["method"] == "PATCH"]
+    assert result.returncode == 3, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("runmgr: error:")]
+    assert len(errors) == 1 and "refused every node update(s)" in errors[0] and "403" in errors[0]
+    assert "Traceback" not in result.stderr
+    assert "NODE" in result.stdout  # the check itself is still shown

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from trainer.data.indexed import IndexedDataset
@@ -83,3 +85,77 @@ def test_usage_mistake_is_one_line_exit_2(tmp_path):
     assert result.stderr.strip().splitlines() == [
         "error: the following arguments are required: --output-prefix "
         "(see `python -m trainer.data.prepare --help`)"]
+
+
+# ---- a Hugging Face tokenizer, built here (no download) ------------------------------------------
+
+CORPUS = ["the cat sat on the mat", "the dog sat on the log", "a cat and a dog"]
+
+
+def save_word_tokenizer(directory, eos_in_config: bool = True):
+    """A tiny WordLevel tokenizer trained on CORPUS, saved as save_pretrained would."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.train_from_iterator(CORPUS, trainers.WordLevelTrainer(special_tokens=["<unk>", "<end>"]))
+    directory.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(directory / "tokenizer.json"))
+    if eos_in_config:
+        (directory / "tokenizer_config.json").write_text(json.dumps({"eos_token": {"content": "<end>"}}))
+    return tokenizer
+
+
+def test_a_hugging_face_tokenizer_gives_its_ids_and_eos_and_the_vocab_size(tmp_path):
+    tokenizer = save_word_tokenizer(tmp_path / "tok")
+    (tmp_path / "docs.jsonl").write_text("\n".join(json.dumps({"text": t}) for t in CORPUS[:2]) + "\n")
+    result = subprocess.run([sys.executable, "-m", "runmgr", "prepare-data", "--input", str(tmp_path / "docs.jsonl"),
+                             "--output-prefix", str(tmp_path / "ds"), "--tokenizer", str(tmp_path / "tok")],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    dataset = IndexedDataset(tmp_path / "ds")
+    assert dataset.dtype.name == "uint16"  # Megatron's choice below 65500 tokens of vocabulary
+    end = tokenizer.token_to_id("<end>")
+    for index, text in enumerate(CORPUS[:2]):
+        assert dataset.get(index).tolist() == tokenizer.encode(text).ids + [end]
+    vocab = tokenizer.get_vocab_size()
+    assert f"vocabulary {vocab}: train with data.data_path={tmp_path / 'ds'} model.vocab_size={vocab}" in result.stdout
+
+
+def test_the_tokenizer_file_itself_and_an_explicit_eod_token(tmp_path):
+    tokenizer = save_word_tokenizer(tmp_path / "tok", eos_in_config=False)
+    (tmp_path / "a.txt").write_text("the cat", encoding="utf-8")
+    args = ["--input", str(tmp_path / "a.txt"), "--output-prefix", str(tmp_path / "ds"),
+            "--tokenizer", str(tmp_path / "tok" / "tokenizer.json")]
+    result = run_prepare(*args)
+    assert result.returncode == 2 and "pass --eod-token TOKEN" in result.stderr
+    assert not list(tmp_path.glob("ds*"))
+    assert main([*args, "--eod-token", "<end>"]) == 0
+    assert documents(tmp_path / "ds") == [
+        np.asarray(tokenizer.encode("the cat").ids + [tokenizer.token_to_id("<end>")], np.uint16).tobytes()]
+
+
+def test_a_model_name_is_read_from_the_local_hugging_face_cache(tmp_path, monkeypatch):
+    snapshot = tmp_path / "hub" / "models--acme--tiny" / "snapshots" / "abc123"
+    tokenizer = save_word_tokenizer(snapshot)
+    (tmp_path / "hub" / "models--acme--tiny" / "refs").mkdir()
+    (tmp_path / "hub" / "models--acme--tiny" / "refs" / "main").write_text("abc123")
+    (tmp_path / "a.txt").write_text("a dog", encoding="utf-8")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert main(["--input", str(tmp_path / "a.txt"), "--output-prefix", str(tmp_path / "ds"),
+                 "--tokenizer", "acme/tiny"]) == 0
+    assert IndexedDataset(tmp_path / "ds").get(0).tolist() == tokenizer.encode("a dog").ids + [
+        tokenizer.token_to_id("<end>")]
+
+
+def test_a_name_that_is_neither_a_path_nor_cached_is_one_line_and_nothing_is_fetched(tmp_path):
+    (tmp_path / "a.txt").write_text("x", encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "-m", "runmgr", "prepare-data", "--input", str(tmp_path / "a.txt"),
+         "--output-prefix", str(tmp_path / "ds"), "--tokenizer", "gpt2"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "HF_HUB_CACHE": str(tmp_path / "empty")})
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr
+    assert "--tokenizer gpt2: not a file, a directory, or a model in the Hugging Face cache" in lines[0]
+    assert "nothing is downloaded here" in lines[0] and "save_pretrained(DIR)" in lines[0]
+    assert not list(tmp_path.glob("ds*"))

@@ -1,0 +1,293 @@
+"""Every command line README.md shows, run as written against a small run.
+
+The lines are read from the README itself: its ``sh`` blocks, the first
+column of its commands table, and the ``runmgr ...`` / ``make ...`` commands
+quoted in its prose. Each has a case below; a line without one fails
+:func:`test_every_command_line_of_the_readme_has_a_case`, so a README change
+cannot skip this test.
+
+Placeholders take small values: ``NAME`` is ``demo``, ``RUN`` a 30-step
+demo run without chaos on one local Ray node (``[key=value ...]`` are those
+tiny overrides: the table's launch line *is* that run), ``FILE`` / ``P`` a
+text file and a prefix, or the run's exported metrics for ``watch replay``.
+Optional ``[...]`` parts are run with and without. Decided otherwise, and
+why:
+
+- ``make demo`` / ``make test`` are checked with ``make -n`` (the recipe, and
+  that runmgr parses the lines it would run): the demo trains 200 steps
+  through every fault for minutes and tests/e2e checks what it does; running
+  the suite from inside the suite would recurse.
+- ``kill -9 <a worker pid>`` is not runmgr's: tests/e2e/test_recovery.py
+  kills a worker of a live run and checks the new sub-run.
+- ``--k8s-label`` runs as written with no Kubernetes API in reach (the one
+  line that says so, exit 2): pointed at a real cluster it would label its
+  nodes. tests/runmgr/healthcheck/test_k8s.py runs it against a local fake.
+- ``torchrun ... conf=demo`` trains 4 steps instead of 200.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+RUN = "readme"
+TRAIN_ITERS = 30
+TINY = ["chaos=none", f"training.train_iters={TRAIN_ITERS}", "cluster.local_nodes=1", "checkpoint.save_interval=10"]
+"""The ``[key=value ...]`` of the small run: no faults, 30 steps, one local Ray node."""
+
+
+def normalise(command: str) -> str:
+    return " ".join(command.replace("\\|", "|").split())
+
+
+def readme_command_lines(text: str) -> list[str]:
+    """The README's command lines, in order, each once."""
+    found: list[str] = []
+    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            command = re.split(r"\s{2,}#", line)[0].strip()  # "cmd   # what it does"
+            if command:
+                found.append(command)
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    for row in re.findall(r"^\| `(.+?)` \|", prose, re.M):
+        found.append(row)
+    prose = re.sub(r"^\|.*$", "", prose, flags=re.M)
+    for span in re.findall(r"`([^`]+)`", prose):
+        words = span.split()
+        # `runmgr launch` alone names the command in a sentence; a command line has its arguments.
+        if (words[0] == "runmgr" and len(words) >= 3) or (words[0] == "make" and len(words) >= 2):
+            found.append(span)
+    unique: list[str] = []
+    for command in map(normalise, found):
+        if command not in unique:
+            unique.append(command)
+    return unique
+
+
+@dataclass
+class Context:
+    """Where the commands run: a folder with the repository's conf/ and the small run."""
+
+    cwd: Path
+    text: Path
+    metrics: Path
+    tokenizer: Path
+
+    def runmgr(self, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "runmgr", *args], cwd=self.cwd, capture_output=True,
+                              text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+
+    def ok(self, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+        result = self.runmgr(*args, env=env)
+        assert result.returncode == 0, (args, result.stderr[-3000:])
+        assert "Traceback" not in result.stdout + result.stderr and "\x1b[" not in result.stdout
+        return result
+
+
+def save_tokenizer(directory: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.train_from_iterator(["a small corpus for a small tokenizer"],
+                                  trainers.WordLevelTrainer(special_tokens=["<unk>", "</s>"]))
+    directory.mkdir()
+    tokenizer.save(str(directory / "tokenizer.json"))
+
+
+@pytest.fixture(scope="module")
+def ctx(tmp_path_factory) -> Context:
+    """The table's ``runmgr launch conf=NAME [key=value ...]``, run once: the small run."""
+    cwd = tmp_path_factory.mktemp("readme")
+    (cwd / "conf").symlink_to(ROOT / "conf")
+    (cwd / "notes.txt").write_text("A first paragraph.\n\nA second one.\n", encoding="utf-8")
+    save_tokenizer(cwd / "tokenizer")
+    context = Context(cwd, cwd / "notes.txt", cwd / "metrics.jsonl", cwd / "tokenizer")
+    launched = context.ok("launch", "conf=demo", f"run.name={RUN}", *TINY)
+    assert "finished" in launched.stdout and f"logbook: runmgr logbook show runs/{RUN}" in launched.stdout
+    context.metrics.write_text(context.ok("logbook", "metrics", RUN, "--json").stdout)
+    return context
+
+
+# ---- the cases ----------------------------------------------------------------------------------
+
+
+def make_dry_run(*args: str) -> str:
+    result = subprocess.run(["make", "-n", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def runmgr_lines_parse(recipe: str) -> list[list[str]]:
+    """The runmgr command lines a make recipe would run, parsed by runmgr's own parser."""
+    from runmgr.cli import build_parser, parse_args
+
+    lines = [line.split()[1:] for line in recipe.splitlines() if line.split()[:1] == [".venv/bin/runmgr"]]
+    for argv in lines:
+        parse_args(build_parser(), argv)  # exits 2 on a line it would refuse
+    return lines
+
+
+def case_make_demo(ctx: Context) -> None:
+    lines = runmgr_lines_parse(make_dry_run("demo"))
+    assert [argv[:2] for argv in lines] == [["launch", "conf=demo"], ["logbook", "show"]]
+    assert lines[0][2].startswith("run.name=demo-") and lines[1][2] == lines[0][2].split("=")[1]
+
+
+def case_make_test(ctx: Context) -> None:
+    assert "-m pytest" in make_dry_run("test")
+
+
+def case_make_demo_npu(ctx: Context) -> None:
+    assert '-e ".[test,npu]"' in make_dry_run("demo", "EXTRAS=test,npu")
+
+
+def case_make_demo_no_chaos(ctx: Context) -> None:
+    (launch, _) = runmgr_lines_parse(make_dry_run("demo", "DEMO_ARGS=chaos=none"))
+    assert launch[-1] == "chaos=none"
+
+
+def case_status(ctx: Context) -> None:
+    assert "state finished" in ctx.ok("status", RUN).stdout
+    status = json.loads(ctx.ok("status", RUN, "--json").stdout)
+    assert status["state"] == "finished" and status["step"] == TRAIN_ITERS
+
+
+def case_kill_a_worker(ctx: Context) -> None:
+    assert "def test_a_killed" in (ROOT / "tests" / "e2e" / "test_recovery.py").read_text()
+
+
+def case_launch_again(ctx: Context) -> None:
+    again = ctx.ok("launch", "conf=demo", f"run.name={RUN}", *TINY)  # the fixture ran it once
+    assert f"run {RUN} already finished at step {TRAIN_ITERS}" in again.stdout
+
+
+def case_dry_run(ctx: Context) -> None:
+    assert "verdict" in ctx.ok("launch", "conf=demo", "--dry-run").stdout
+
+
+def case_health_check(ctx: Context) -> None:
+    checked = ctx.runmgr("health-check", "--json", "cluster.local_nodes=1")
+    assert checked.returncode in (0, 1), checked.stderr[-3000:]  # 1: a node excluded
+    assert json.loads(checked.stdout)["summary"]["nodes"] == 1
+    no_api = {"KUBECONFIG": str(ctx.cwd / "no-kubeconfig"), "KUBERNETES_SERVICE_HOST": ""}
+    labelled = ctx.runmgr("health-check", "conf=demo", "--k8s-label", env=no_api)
+    lines = labelled.stderr.strip().splitlines()
+    assert labelled.returncode == 2 and len(lines) == 1 and "no Kubernetes API" in lines[0]
+
+
+def case_watch_replay(ctx: Context) -> None:
+    for extra in ([], ["--json"]):
+        ctx.ok("watch", "replay", str(ctx.metrics), *extra)
+
+
+def case_watch_replay_with_config(ctx: Context) -> None:
+    for extra in ([], ["conf=demo", "watcher.loss_spike.grace_steps=5", "--json"]):
+        ctx.ok("watch", "replay", str(ctx.metrics), *extra)
+
+
+def case_logbook_show(ctx: Context) -> None:
+    text = ctx.ok("logbook", "show", RUN).stdout
+    assert text.startswith(f"{RUN} — run 1") and f"finished at step {TRAIN_ITERS}" in text
+    assert "ETTR" in ctx.ok("logbook", "show", RUN, "--full").stdout
+
+
+def case_logbook_events_json(ctx: Context) -> None:
+    events = [json.loads(line) for line in ctx.ok("logbook", "events", RUN, "--json").stdout.splitlines()]
+    assert events[0]["type"] == "subrun_start" and events[-1]["type"] == "subrun_end"
+
+
+def case_logbook_events(ctx: Context) -> None:
+    lines = ctx.ok("logbook", "events", RUN).stdout.splitlines()
+    assert "start from step 0: launch" in lines[0] and not any(line.startswith("{") for line in lines)
+
+
+def case_logbook_metrics(ctx: Context) -> None:
+    rows = [json.loads(line) for line in ctx.ok("logbook", "metrics", RUN, "--json").stdout.splitlines()]
+    assert [row["step"] for row in rows] == list(range(1, TRAIN_ITERS + 1))
+
+
+def case_logbook_skipped(ctx: Context) -> None:
+    assert "no skip ranges" in ctx.ok("logbook", "skipped", RUN).stdout
+
+
+def case_logbook_list(ctx: Context) -> None:
+    assert ctx.ok("logbook", "list", RUN).stdout.split()[0] == "1.00"
+    assert ctx.ok("logbook", "list").stdout.split()[:4] == [RUN, "1", "sub-runs", "finished"]
+
+
+def case_logbook_any(ctx: Context) -> None:
+    for case in (case_logbook_show, case_logbook_events, case_logbook_metrics, case_logbook_skipped,
+                 case_logbook_list):
+        case(ctx)
+
+
+def case_prepare_data(ctx: Context) -> None:
+    plain = ctx.ok("prepare-data", "--input", str(ctx.text), "--output-prefix", "data/notes")
+    assert "model.vocab_size=256" in plain.stdout and (ctx.cwd / "data" / "notes.idx").is_file()
+    tokens = ctx.ok("prepare-data", "--input", str(ctx.text), "--output-prefix", "data/notes_tok",
+                    "--tokenizer", str(ctx.tokenizer))
+    assert re.search(r"vocabulary \d+: train with data.data_path=data/notes_tok model.vocab_size=\d+", tokens.stdout)
+
+
+def case_version(ctx: Context) -> None:
+    assert ctx.ok("--version").stdout.startswith("runmgr ")
+
+
+def case_torchrun(ctx: Context) -> None:
+    torchrun = Path(sys.executable).parent / "torchrun"
+    result = subprocess.run([str(torchrun), "--nproc_per_node=2", "-m", "trainer", "conf=demo",
+                             "training.train_iters=4"], cwd=ctx.cwd, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+CASES: dict[str, Callable[[Context], None]] = {
+    "make demo": case_make_demo,
+    "make test": case_make_test,
+    ".venv/bin/runmgr status demo-YYYYmmdd-HHMMSS --json": case_status,
+    "kill -9 <a worker pid>": case_kill_a_worker,
+    "runmgr logbook show RUN": case_logbook_show,
+    "runmgr logbook events RUN": case_logbook_events,
+    "runmgr logbook events RUN --json": case_logbook_events_json,
+    "runmgr logbook metrics RUN --json": case_logbook_metrics,
+    "runmgr logbook skipped RUN": case_logbook_skipped,
+    "runmgr logbook list RUN": case_logbook_list,
+    "runmgr launch conf=NAME [key=value ...]": case_launch_again,
+    "runmgr launch conf=NAME --dry-run": case_dry_run,
+    "runmgr status RUN [--json]": case_status,
+    "runmgr health-check [conf=NAME] [--json] [--k8s-label]": case_health_check,
+    "runmgr watch replay FILE [--json]": case_watch_replay,
+    "runmgr watch replay FILE [conf=NAME] [key=value ...] [--json]": case_watch_replay_with_config,
+    "runmgr logbook show|events|metrics|skipped|list RUN": case_logbook_any,
+    "runmgr prepare-data --input FILE --output-prefix P [--tokenizer PATH_OR_NAME]": case_prepare_data,
+    "runmgr --version": case_version,
+    "torchrun --nproc_per_node=2 -m trainer conf=demo": case_torchrun,
+    "make demo EXTRAS=test,npu": case_make_demo_npu,
+    "make demo DEMO_ARGS=chaos=none": case_make_demo_no_chaos,
+}
+"""README line (as :func:`normalise` writes it) -> what runs it."""
+
+LINES = readme_command_lines(README.read_text(encoding="utf-8"))
+
+
+def test_every_command_line_of_the_readme_has_a_case():
+    missing = [line for line in LINES if line not in CASES]
+    assert not missing, f"README.md shows command lines tests/test_readme.py does not run: {missing}"
+    assert len(LINES) >= 15  # the parser still finds the README's commands
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("line", [line for line in LINES if line in CASES])
+def test_the_readme_command_works_as_written(line, ctx):
+    CASES[line](ctx)

@@ -26,7 +26,7 @@ from runmgr.placement import resolve_device_kind
 from runmgr.resume import find_resume_point, listed_checkpoints, resume_at
 from runmgr.stacks import dump_stacks
 from runmgr.chaos.build import Chaos, build_chaos
-from runmgr.healthcheck.devicepoll import DevicePollGroup
+from runmgr.workers.devicepoll import DevicePollGroup
 from runmgr.errors import RunStateError
 from runmgr.rundir import RunDirLock
 from runmgr.status import read_status

@@ -10,11 +10,37 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Mapping, Optional
 
 
 class HealthConfigError(ValueError):
     """The health configuration is wrong; the message names the key and the fix."""
+
+
+class Choice(str, Enum):
+    """A closed set of values for a field: a ``str`` enum so YAML keeps plain
+    strings and OmegaConf (which refuses ``Literal``) names the choices when a
+    value is wrong. Member names are their values (OmegaConf converts by name).
+    trainer/config.py has the same base; health imports nothing from the trainer."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ComputeDtype(Choice):
+    """Element types the compute benchmark multiplies in."""
+
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
+class MismatchAction(Choice):
+    """What a node whose software stack differs from the fleet's majority gets."""
+
+    exclude = "exclude"
+    warn = "warn"
 
 
 @dataclass
@@ -76,7 +102,7 @@ class ComputeChecks:
 
     device: str = "cpu"
     """torch device the benchmark runs on (``cpu``, ``cuda:0``, ``npu:0``)."""
-    dtype: str = "float32"
+    dtype: ComputeDtype = ComputeDtype.float32
     """Matmul dtype: the dtype the run trains in (float32, bfloat16, float16)."""
     matmul_size: int = 1024
     """Side of the square matrices multiplied."""
@@ -142,7 +168,7 @@ class FleetChecks:
         "deepspeed", "megatron_core",
     ])
     """Versions that must agree across the fleet (seed 000: mismatched stacks)."""
-    software_mismatch: str = "exclude"
+    software_mismatch: MismatchAction = MismatchAction.exclude
     """What a node off the majority stack gets: ``exclude`` or ``warn``."""
 
 
@@ -199,6 +225,8 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
         return _convert(next(a for a in args if a is not type(None)), value, where)
     if dataclasses.is_dataclass(hint):
         return _build(hint, value, where)
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        return _choice(hint, value, where)
     if origin is list:
         if not isinstance(value, (list, tuple)):
             raise HealthConfigError(f"{where}: expected a list, got {value!r}")
@@ -208,6 +236,14 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
             raise HealthConfigError(f"{where}: expected a mapping, got {value!r}")
         return {str(k): _convert(args[1], v, f"{where}.{k}") for k, v in value.items()}
     return _scalar(hint, value, where)
+
+
+def _choice(hint: type[Enum], value: Any, where: str) -> Enum:
+    try:
+        return hint(value)
+    except ValueError:
+        choices = ", ".join(str(member.value) for member in hint)
+        raise HealthConfigError(f"{where}: must be one of {choices}, got {value!r}") from None
 
 
 def _scalar(hint: type, value: Any, where: str) -> Any:
@@ -252,10 +288,6 @@ def validate(config: HealthConfig) -> None:
         raise HealthConfigError(
             f"health.fleet.min_nodes: must be >= 3 (two nodes cannot outvote each other), "
             f"got {fleet.min_nodes}")
-    if fleet.software_mismatch not in ("exclude", "warn"):
-        raise HealthConfigError(
-            f"health.fleet.software_mismatch: use 'exclude' or 'warn', got "
-            f"{fleet.software_mismatch!r}")
     both = set(fleet.higher_is_better) & set(fleet.lower_is_better)
     if both:
         raise HealthConfigError(

@@ -57,6 +57,22 @@ def _ray_address_file() -> str:
     return get_ray_address_file(None)
 
 
+def local_node_cpus(cluster: ClusterConfig) -> int:
+    """CPUs each node of a several-node local Ray advertises: one rank's."""
+    return max(1, int(cluster.cpus_per_worker + 0.999))
+
+
+def local_ray_cpus(cluster: ClusterConfig) -> int:
+    """CPUs the local Ray that :func:`connect` starts (cluster.address null)
+    advertises in all: known before it starts, so a launch can be refused
+    first. One node advertises at least what the ranks reserve, so ranks may
+    share this machine's cores."""
+    if cluster.local_nodes > 1:
+        return cluster.local_nodes * local_node_cpus(cluster)
+    needed = int(cluster.num_workers * cluster.cpus_per_worker + 0.999)
+    return cluster.local_num_cpus or max(os.cpu_count() or 1, needed)
+
+
 class LocalCluster:
     """Several Ray nodes on this machine (``cluster.local_nodes`` > 1), one rank
     each, so that a node can be excluded and its ranks moved to a spare."""
@@ -64,7 +80,7 @@ class LocalCluster:
     def __init__(self, cluster: ClusterConfig) -> None:
         from ray.cluster_utils import Cluster
 
-        node_args = {"num_cpus": max(1, int(cluster.cpus_per_worker + 0.999))}
+        node_args = {"num_cpus": local_node_cpus(cluster)}
         head_args = {**node_args, "include_dashboard": False, "_system_config": LOCAL_RAY_SYSTEM_CONFIG}
         self._cluster = Cluster(initialize_head=True, head_node_args=head_args)
         for _ in range(cluster.local_nodes - 1):
@@ -152,8 +168,7 @@ def connect(cluster: ClusterConfig, messages_to: Optional[Path] = None) -> Local
         local = LocalCluster(cluster)
         ray.init(address=local.address, **kwargs)
         return local
-    needed = int(cluster.num_workers * cluster.cpus_per_worker + 0.999)
-    num_cpus = cluster.local_num_cpus or max(os.cpu_count() or 1, needed)
+    num_cpus = local_ray_cpus(cluster)
     # address="local": always a new Ray of our own, never whatever cluster
     # /tmp/ray/ray_current_cluster points at.
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,

@@ -1,5 +1,6 @@
 """``runmgr launch --dry-run``: the resolved plan of a run, and whether the
-cluster in view can hold it, without starting anything.
+cluster in view can hold it and the built-in trainer execute it, without
+starting anything. ``runmgr launch`` refuses a plan whose verdict is no.
 
 Memory per device follows Megatron-LM's accounting (Korthikanti et al. 2022,
 "Reducing Activation Recomputation in Large Transformer Models"):
@@ -17,8 +18,10 @@ Memory per device follows Megatron-LM's accounting (Korthikanti et al. 2022,
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 
+from runmgr.cluster import local_ray_cpus
 from runmgr.config.schema import ClusterConfig, RunConfig
 from runmgr.placement import accelerator_resource, resolve_device_kind
 from trainer.model import parameter_count
@@ -63,10 +66,19 @@ class RunPlan:
     device_kind: str
     cluster: ClusterView
     shortfalls: tuple[str, ...]
+    """What the cluster in view lacks, one line each."""
+    unsupported: str | None = None
+    """The settings the built-in trainer cannot execute (TrainerConfig.unsupported)."""
 
     @property
     def fits(self) -> bool:
+        """The cluster in view can hold the run."""
         return not self.shortfalls
+
+    @property
+    def runnable(self) -> bool:
+        """It fits and the built-in trainer can execute it: launch may start it."""
+        return self.fits and not self.unsupported
 
 
 def memory_per_device(config: RunConfig, parameters: int) -> MemoryEstimate:
@@ -94,24 +106,36 @@ def memory_per_device(config: RunConfig, parameters: int) -> MemoryEstimate:
 
 
 def inspect_cluster(cluster: ClusterConfig) -> ClusterView:
-    """The connected cluster's resources, or this machine's when no address is set."""
+    """The resources of the cluster the run would use: the Ray this process is
+    already connected to; else the cluster at ``cluster.address`` (a short
+    connection); else the local Ray ``launch`` would start on this machine,
+    known without starting it (the CPUs it advertises, this machine's memory
+    and accelerators)."""
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        return _ray_view(sys.modules["ray"].cluster_resources(), "the Ray this process is connected to")
     if cluster.address:
         import ray
 
         from runmgr import cluster as ray_cluster
 
-        ray_cluster.connect(cluster)
+        local = ray_cluster.connect(cluster)
         try:
             res = ray.cluster_resources()
         finally:
-            ray_cluster.disconnect()
-        accels = {k: v for k, v in res.items() if k in ("GPU", "NPU")}
-        return ClusterView(f"Ray cluster at {cluster.address}", res.get("CPU", 0), res.get("memory", 0), accels)
+            ray_cluster.disconnect(local)
+        return _ray_view(res, f"Ray cluster at {cluster.address}")
     from trainer.device import local_accelerators
 
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     accels = {accelerator_resource(kind) or kind: n for kind, n in local_accelerators().items() if n}
-    return ClusterView("this machine (cluster.address is null: a local Ray)", float(os.cpu_count() or 1), float(memory), accels)
+    cores = os.cpu_count() or 1
+    return ClusterView(f"a local Ray on this machine ({cores} cores; cluster.address is null)",
+                       float(local_ray_cpus(cluster)), float(memory), accels)
+
+
+def _ray_view(resources: dict, source: str) -> ClusterView:
+    accels = {k: v for k, v in resources.items() if k in ("GPU", "NPU")}
+    return ClusterView(source, resources.get("CPU", 0), resources.get("memory", 0), accels)
 
 
 def build_plan(config: RunConfig, view: ClusterView) -> RunPlan:
@@ -123,7 +147,7 @@ def build_plan(config: RunConfig, view: ClusterView) -> RunPlan:
     device_kind = resolve_device_kind(config.device, view.accelerators)
     return RunPlan(config, world, dp, config.trainer_config().accumulation_steps(world),
                    t.global_batch_size * config.model.seq_length, params, memory, device_kind, view,
-                   tuple(shortfalls(config, view, device_kind, memory)))
+                   tuple(shortfalls(config, view, device_kind, memory)), config.unsupported())
 
 
 def shortfalls(config: RunConfig, view: ClusterView, device_kind: str, memory: MemoryEstimate) -> list[str]:
@@ -186,4 +210,18 @@ def render_plan(plan: RunPlan) -> str:
         lines.append("  verdict       fits: the cluster in view can hold this run")
     else:
         lines.append("  verdict       CANNOT run on the cluster in view: " + "; ".join(plan.shortfalls))
+    if plan.unsupported:
+        lines.append(f"                and CANNOT be executed: {plan.unsupported}")
     return "\n".join(lines)
+
+
+def refusal(plan: RunPlan, dry_run_command: str) -> str | None:
+    """Why ``launch`` must not start this plan, as one line that ends with
+    how to see the plan; None when it is runnable."""
+    if plan.runnable:
+        return None
+    reasons = [plan.unsupported] if plan.unsupported else []
+    if plan.shortfalls:
+        reasons.insert(0, f"{plan.config.run.name} cannot run on the cluster in view, {plan.cluster.source}: "
+                          + "; ".join(plan.shortfalls))
+    return "; and ".join(reasons) + f"; `{dry_run_command}` shows the plan"

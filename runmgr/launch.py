@@ -18,6 +18,7 @@ from runmgr.controller.judge import ClusterSlots, Judge
 from runmgr.controller.machine import Controller, SubrunIds
 from runmgr.controller.states import Finished, Launching
 from runmgr.dryrun import build_plan, inspect_cluster, render_plan
+from runmgr.refusals import refuse_changed_model_shape, refuse_unrunnable_plan
 from runmgr.healthcheck.gate import preflight_health
 from runmgr.observers.logbook_writer import LogbookObserver, record_stop
 from runmgr.observers.progress import ProgressObserver
@@ -26,7 +27,7 @@ from runmgr.placement import resolve_device_kind
 from runmgr.resume import find_resume_point, listed_checkpoints, resume_at
 from runmgr.stacks import dump_stacks
 from runmgr.chaos.build import Chaos, build_chaos
-from runmgr.healthcheck.devicepoll import DevicePollGroup
+from runmgr.workers.devicepoll import DevicePollGroup
 from runmgr.errors import RunStateError
 from runmgr.rundir import RunDirLock
 from runmgr.status import ENDED_STATES, mark_stopped, read_status
@@ -85,7 +86,12 @@ def launch(conf_name: str, overrides: list[str], dry_run: bool = False, conf_dir
     if dry_run:
         out.write(render_plan(build_plan(config, inspect_cluster(config.cluster))) + "\n")
         return 0
-    ray_cluster.preflight(config.cluster)  # before anything is written
+    # Before anything is written or started: a run that cannot start is one line, exit 2.
+    ray_cluster.preflight(config.cluster)
+    note = refuse_changed_model_shape(config)
+    refuse_unrunnable_plan(config, conf_name, overrides)
+    if note:
+        out.write(note + "\n")
     run_dir = config.run_dir()
     with RunDirLock(run_dir), Logbook.open(run_dir) as book:
         wait_for_lost_workers(run_dir, config.controller.worker_lease_s, out)

@@ -35,9 +35,10 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from trainer.config import CheckpointConfig, TrainerConfig
+from trainer.config import CheckpointConfig, ModelConfig, TrainerConfig
 from trainer.errors import CheckpointError
 from trainer.manifest import (  # noqa: F401  (re-exported API)
+    PARAMETERS_FIELD,
     LatestCheckpoint,
     checkpoint_dir,
     find_latest_verified,
@@ -45,9 +46,11 @@ from trainer.manifest import (  # noqa: F401  (re-exported API)
     prune_checkpoints,
     read_manifest,
     retire_checkpoints_after,
+    shape_mismatch,
     verify_checkpoint,
     write_manifest,
 )
+from trainer.model import build_model
 from trainer.precision import LossScaler
 
 # Fields that may change between sub-runs without changing what is trained.
@@ -66,6 +69,32 @@ def config_hash(config: TrainerConfig) -> str:
             for key in keys:
                 data[section].pop(key, None)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def tensor_shapes(model_state: dict) -> dict[str, list[int]]:
+    """``{name: shape}`` of a model state dict, as the manifest records it."""
+    return {name: list(tensor.shape) for name, tensor in model_state.items()}
+
+
+def config_shapes(cfg: ModelConfig) -> dict[str, list[int]]:
+    """The tensor shapes of the model ``cfg`` builds, from a model on the meta
+    device: no memory, so the driver can check a 175B config before a resume."""
+    with torch.device("meta"):
+        return tensor_shapes(get_model_state_dict(build_model(cfg)))
+
+
+def check_shapes(path: Path, cfg: ModelConfig) -> None:
+    """Raise :class:`CheckpointError` when the checkpoint at ``path`` holds a
+    model of other shapes than ``cfg`` builds (a changed ``model.*`` size);
+    a checkpoint that records no shapes passes (nothing to compare)."""
+    _refuse_other_shapes(path, config_shapes(cfg))
+
+
+def _refuse_other_shapes(path: Path, expected: dict[str, list[int]]) -> None:
+    problem = shape_mismatch(read_manifest(path), expected)
+    if problem:
+        raise CheckpointError(f"cannot resume from {path}: {problem}; set the model as it was, "
+                              "or start a new run in another run.dir")
 
 
 @dataclass(frozen=True)
@@ -123,6 +152,7 @@ def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimiz
     path = Path(path)
     _verify_on_every_rank(path, group)
     state = _training_state(model, optimizer if load_optimizer else None, scaler, 0, 0)
+    _refuse_other_shapes(path, tensor_shapes(state["model"]))  # the same on every rank: all raise
     dcp.load(state, checkpoint_id=str(path), process_group=group)
     if load_optimizer:
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
@@ -175,6 +205,7 @@ class Checkpointer:
             path.mkdir(parents=True)
         dist.barrier(group=self.group)
         state = _training_state(model, optimizer, scaler, step, consumed_samples)
+        fields = {**fields, PARAMETERS_FIELD: tensor_shapes(state["model"])}
         if self.cfg.async_save:
             future = dcp.async_save(state, checkpoint_id=str(path), process_group=self.group)
             self._pending = _PendingSave(step, path, future, fields, started)

@@ -19,12 +19,11 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from trainer import exitcodes
-from trainer.config import TrainerConfig
+from trainer.config import TRAINER_SECTIONS, TrainerConfig
 from trainer.errors import CheckpointError, TrainerConfigError
 from trainer.report import CheckpointReport, Heartbeat, StartReport, StepReport
 
 CONF_DIR_ENV = "RUNMGR_CONF_DIR"
-TRAINER_SECTIONS = ("model", "optim", "precision", "data", "training", "parallel", "checkpoint", "device")
 
 
 def default_conf_dir() -> Path:

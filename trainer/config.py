@@ -8,19 +8,61 @@ no I/O lives in :meth:`TrainerConfig.problems`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from enum import Enum
 from typing import Optional
 
-MODEL_FAMILIES = ("llama", "opt")
-LR_DECAY_STYLES = ("cosine", "linear", "constant")
-DEVICE_KINDS = ("auto", "cpu", "cuda", "npu")
+
+class Choice(str, Enum):
+    """A closed set of values for a config field.
+
+    A ``str`` enum because OmegaConf 2.3 refuses ``Literal`` annotations in
+    structured configs but types enums: YAML and ``key=value`` keep the plain
+    strings, and any other value fails with one line naming the choices
+    ("Invalid value 'x', expected one of [a, b]"). OmegaConf converts by member
+    *name*, so each member's name is its value. A member compares equal to its
+    string and prints as it, so the code can keep comparing with strings.
+    """
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ModelFamily(Choice):
+    """Architecture family of the transformer."""
+
+    llama = "llama"
+    opt = "opt"
+
+
+class RecomputeGranularity(Choice):
+    """Activation recomputation in backward (Megatron's ``--recompute-granularity``)."""
+
+    full = "full"
+
+
+class LrDecayStyle(Choice):
+    """Shape of the learning rate after warmup."""
+
+    cosine = "cosine"
+    linear = "linear"
+    constant = "constant"
+
+
+class DeviceKind(Choice):
+    """What the ranks compute on; trainer/device.py gives each kind its meaning."""
+
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+    npu = "npu"
 
 
 @dataclass
 class ModelConfig:
     """Shape of a decoder-only transformer."""
 
-    family: str = "llama"
+    family: ModelFamily = ModelFamily.llama
     """``llama``: RMSNorm, rotary positions, grouped-query attention, SwiGLU.
     ``opt``: LayerNorm, learned positions, ReLU MLP."""
     num_layers: int = 2
@@ -51,7 +93,7 @@ class ModelConfig:
     """True: separate output projection; False: output shares the embedding."""
     rotary_base: float = 10000.0
     """Base of the rotary frequencies (llama family)."""
-    recompute_granularity: Optional[str] = None
+    recompute_granularity: Optional[RecomputeGranularity] = None
     """None, or ``full``: recompute each block's activations in backward."""
 
 
@@ -63,7 +105,7 @@ class OptimConfig:
     """Peak learning rate, reached at the end of warmup."""
     min_lr: float = 1e-4
     """Learning rate at the end of decay."""
-    lr_decay_style: str = "cosine"
+    lr_decay_style: LrDecayStyle = LrDecayStyle.cosine
     """``cosine``, ``linear`` or ``constant`` decay after warmup."""
     lr_warmup_fraction: Optional[float] = None
     """Warmup length as a fraction of the decay iterations (overrides lr_warmup_iters)."""
@@ -134,17 +176,19 @@ class TrainingConfig:
 
 @dataclass
 class ParallelConfig:
-    """How ranks split the work. The trainer runs data parallel; tensor and
-    pipeline sizes are planned by ``--dry-run`` for large recipes."""
+    """How ranks split the work. The built-in trainer runs plain data parallel
+    (weights and optimizer replicated); the other settings describe large
+    recipes that ``runmgr launch --dry-run`` plans, and the trainer refuses
+    them (:meth:`TrainerConfig.unsupported`)."""
 
     tensor_model_parallel_size: int = 1
-    """Tensor-parallel degree (Megatron)."""
+    """Tensor-parallel degree (Megatron); planning only, the trainer needs 1."""
     pipeline_model_parallel_size: int = 1
-    """Pipeline-parallel degree (Megatron)."""
+    """Pipeline-parallel degree (Megatron); planning only, the trainer needs 1."""
     use_distributed_optimizer: bool = False
-    """Shard optimizer state over data parallel (ZeRO-1)."""
+    """Shard optimizer state over data parallel (ZeRO-1); planning only."""
     use_torch_fsdp2: bool = False
-    """Shard weights, gradients and optimizer state over data parallel (ZeRO-3)."""
+    """Shard weights, gradients and optimizer state over data parallel (ZeRO-3); planning only."""
     dist_timeout_s: float = 60.0
     """Timeout of collectives: a hung peer surfaces as an error after this long."""
 
@@ -165,16 +209,25 @@ class CheckpointConfig:
 
 @dataclass
 class TrainerConfig:
-    """Everything the trainer needs to run."""
+    """Everything the trainer needs to run. Its fields are the trainer's
+    sections of a composed config (:data:`TRAINER_SECTIONS`): adding one here
+    adds it to runmgr's RunConfig and to the trainer's CLI."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
+    """Shape of the transformer (conf/model/*.yaml)."""
     optim: OptimConfig = field(default_factory=OptimConfig)
+    """AdamW and the learning-rate schedule."""
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    """Mixed precision and the fp16 loss scaler."""
     data: DataConfig = field(default_factory=DataConfig)
+    """Where samples come from."""
     training: TrainingConfig = field(default_factory=TrainingConfig)
+    """Batching, length, seed."""
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    """How ranks split the work."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    device: str = "auto"
+    """Where and how often checkpoints are written."""
+    device: DeviceKind = DeviceKind.auto
     """``auto`` (npu, then cuda, then cpu), ``cpu``, ``cuda`` or ``npu``."""
 
     def data_parallel_size(self, world_size: int) -> int:
@@ -186,9 +239,30 @@ class TrainerConfig:
         dp = self.data_parallel_size(world_size)
         return self.training.global_batch_size // (self.training.micro_batch_size * dp)
 
+    def unsupported(self) -> Optional[str]:
+        """One line naming the settings the built-in trainer cannot execute
+        although the config is consistent (``--dry-run`` plans them for a
+        trainer that can), and the values it runs; None when it runs them all."""
+        par = self.parallel
+        settings = (  # (key, value given, the value the trainer runs)
+            ("parallel.tensor_model_parallel_size", par.tensor_model_parallel_size, 1),
+            ("parallel.pipeline_model_parallel_size", par.pipeline_model_parallel_size, 1),
+            ("parallel.use_distributed_optimizer", par.use_distributed_optimizer, False),
+            ("parallel.use_torch_fsdp2", par.use_torch_fsdp2, False),
+        )
+        off = [(key, value, runs) for key, value, runs in settings if value != runs]
+        if not off:
+            return None
+        given = ", ".join(f"{key}={_yaml(value)}" for key, value, _ in off)
+        fix = " ".join(f"{key}={_yaml(runs)}" for key, _, runs in off)
+        return (f"the built-in trainer runs data parallel only (no tensor or pipeline parallelism, no sharding): "
+                f"it cannot execute {given}; set {fix}")
+
     def problems(self, world_size: int) -> list[str]:
         """Every inconsistency of this config for ``world_size`` ranks, as
-        one-line messages naming the key and how to fix it (empty when valid)."""
+        one-line messages naming the key and how to fix it (empty when valid).
+        A consistent config may still be one the built-in trainer cannot run:
+        see :meth:`unsupported`."""
         m, o, p, t, par = self.model, self.optim, self.precision, self.training, self.parallel
         out: list[str] = []
         positives = {
@@ -205,8 +279,6 @@ class TrainerConfig:
         out += [f"{k} must be a positive integer, got {v}" for k, v in positives.items() if v <= 0]
         if out:
             return out
-        if m.family not in MODEL_FAMILIES:
-            out.append(f"model.family must be one of {', '.join(MODEL_FAMILIES)}, got {m.family!r}")
         if m.hidden_size % m.num_attention_heads:
             out.append(f"model.hidden_size ({m.hidden_size}) must be divisible by model.num_attention_heads ({m.num_attention_heads})")
         groups = m.num_query_groups or m.num_attention_heads
@@ -214,10 +286,6 @@ class TrainerConfig:
             out.append(f"model.num_query_groups ({groups}) must divide model.num_attention_heads ({m.num_attention_heads})")
         if m.max_position_embeddings < m.seq_length:
             out.append(f"model.max_position_embeddings ({m.max_position_embeddings}) must be >= model.seq_length ({m.seq_length})")
-        if m.recompute_granularity not in (None, "full"):
-            out.append(f"model.recompute_granularity must be null or 'full', got {m.recompute_granularity!r}")
-        if o.lr_decay_style not in LR_DECAY_STYLES:
-            out.append(f"optim.lr_decay_style must be one of {', '.join(LR_DECAY_STYLES)}, got {o.lr_decay_style!r}")
         if o.lr <= 0 or o.min_lr < 0 or o.min_lr > o.lr:
             out.append(f"optim.lr ({o.lr}) must be > 0 and optim.min_lr ({o.min_lr}) in [0, lr]")
         if not (0 <= o.adam_beta1 < 1 and 0 <= o.adam_beta2 < 1):
@@ -230,8 +298,6 @@ class TrainerConfig:
             out.append(f"optim.lr_warmup_iters must be >= 0, got {o.lr_warmup_iters}")
         if p.bf16 and p.fp16:
             out.append("precision.bf16 and precision.fp16 are both true: choose one")
-        if self.device not in DEVICE_KINDS:
-            out.append(f"device must be one of {', '.join(DEVICE_KINDS)}, got {self.device!r}")
         model_parallel = par.tensor_model_parallel_size * par.pipeline_model_parallel_size
         if world_size % model_parallel:
             out.append(f"world size {world_size} is not divisible by tensor x pipeline parallel size {model_parallel}")
@@ -243,3 +309,14 @@ class TrainerConfig:
                     f"micro_batch_size x data-parallel size ({t.micro_batch_size} x {dp} = {t.micro_batch_size * dp})"
                 )
         return out
+
+
+TRAINER_SECTIONS: tuple[str, ...] = tuple(f.name for f in fields(TrainerConfig))
+"""The top-level keys of a composed config that belong to the trainer (the
+one list: runmgr's RunConfig inherits these fields, the trainer's CLI keeps
+these sections)."""
+
+
+def _yaml(value: object) -> str:
+    """``value`` as a user writes it in YAML or ``key=value``."""
+    return str(value).lower() if isinstance(value, bool) else str(value)

@@ -69,14 +69,10 @@ class NullReporter:
 
 
 def check_config(config: TrainerConfig, world_size: int) -> None:
-    """Raise :class:`TrainerConfigError` with the first problem, if any."""
-    parallel = config.parallel
-    if parallel.tensor_model_parallel_size > 1 or parallel.pipeline_model_parallel_size > 1:
-        raise TrainerConfigError(
-            "this trainer runs data parallel only; set parallel.tensor_model_parallel_size=1 and "
-            "parallel.pipeline_model_parallel_size=1 (larger sizes are for runmgr --dry-run planning)"
-        )
-    problems = config.problems(world_size)
+    """Raise :class:`TrainerConfigError` with the first problem, if any: an
+    inconsistency, or a setting this trainer cannot execute."""
+    unsupported = config.unsupported()
+    problems = ([unsupported] if unsupported else []) + config.problems(world_size)
     if problems:
         raise TrainerConfigError(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
 

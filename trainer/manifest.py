@@ -5,7 +5,10 @@ A checkpoint is ``<save dir>/step_00000120/``: the files of
 torch.distributed.checkpoint plus ``manifest.json``, written last and
 atomically once every rank's part is on disk. The manifest lists every file
 with its size and sha256, so a truncated or altered file is caught before a
-load, with a reason a person understands.
+load, with a reason a person understands. It also records the name and shape
+of every tensor of the model, so that a resume with a changed model shape is
+refused before anything starts, without reading DCP's ``.metadata`` (a
+pickle: a checkpoint folder is data, never code to run).
 """
 
 from __future__ import annotations
@@ -17,10 +20,13 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Union
+from typing import Mapping, Optional, Sequence, Union
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = 1
+PARAMETERS_FIELD = "parameters"
+"""Manifest field: ``{name: shape}`` of every tensor of the saved model's state
+dict. Optional within format 1: checkpoints written before it have none."""
 DCP_METADATA_NAME = ".metadata"
 RETIRED_DIR = "retired"
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
@@ -144,6 +150,38 @@ def verify_checkpoint(path: PathLike, check_hashes: bool = True) -> tuple[bool, 
         if problem:
             break
     return (False, f"{path.name}: {problem}") if problem else (True, "ok")
+
+
+def recorded_shapes(manifest: dict) -> Optional[dict[str, tuple[int, ...]]]:
+    """The model's tensor shapes the manifest records, or None when it
+    predates :data:`PARAMETERS_FIELD`."""
+    shapes = manifest.get(PARAMETERS_FIELD)
+    if not isinstance(shapes, dict):
+        return None
+    return {str(name): tuple(int(n) for n in shape) for name, shape in shapes.items()}
+
+
+def shape_mismatch(manifest: dict, expected: Mapping[str, Sequence[int]]) -> Optional[str]:
+    """One line saying how the model the checkpoint holds differs from
+    ``expected`` (``{name: shape}`` of the model the config builds), or None
+    when they agree or the manifest records no shapes."""
+    saved = recorded_shapes(manifest)
+    if saved is None:
+        return None
+    wanted = {name: tuple(shape) for name, shape in expected.items()}
+    # In the model's order, so the first one named is the first a reader meets.
+    differences = [f"{name} is {_shape(saved[name])} there, {_shape(shape)} here"
+                   for name, shape in wanted.items() if name in saved and saved[name] != shape]
+    differences += [f"{name} is not in the checkpoint" for name in wanted if name not in saved]
+    differences += [f"{name} is only in the checkpoint" for name in saved if name not in wanted]
+    if not differences:
+        return None
+    more = f" (and {len(differences) - 1} more)" if len(differences) > 1 else ""
+    return f"the checkpoint holds a model of another shape than the config builds: {differences[0]}{more}"
+
+
+def _shape(shape: Sequence[int]) -> str:
+    return "[" + ", ".join(str(n) for n in shape) + "]"
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,8 @@ def _make_writable(node) -> None:
 
 
 def config_as_dict(config: RunConfig) -> dict:
-    return OmegaConf.to_container(OmegaConf.structured(config), resolve=True)  # type: ignore[return-value]
+    """Plain data (choices as their strings), as the logbook keeps it."""
+    return OmegaConf.to_container(OmegaConf.structured(config), resolve=True, enum_to_str=True)  # type: ignore[return-value]
 
 
 def _first_line(exc: BaseException) -> str:

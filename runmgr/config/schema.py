@@ -1,6 +1,6 @@
 """The composed configuration of ``runmgr launch``: the trainer's sections
-(model, optim, precision, data, training, parallel, checkpoint, device) plus
-what only the driver needs (run, cluster, controller).
+(every field of :class:`~trainer.config.TrainerConfig`, inherited) plus what
+only the driver needs (run, cluster, controller, and the components' configs).
 
 Every field has a docstring; unknown keys and wrong types fail when the
 composed YAML is merged into :class:`RunConfig`.
@@ -8,27 +8,26 @@ composed YAML is merged into :class:`RunConfig`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
-from trainer.config import (
-    CheckpointConfig,
-    DataConfig,
-    ModelConfig,
-    OptimConfig,
-    ParallelConfig,
-    PrecisionConfig,
-    TrainerConfig,
-    TrainingConfig,
-)
+from trainer.config import TRAINER_SECTIONS, Choice, TrainerConfig
 
 from health.config import HealthConfig, HealthConfigError, validate as validate_health
 from runmgr.chaos.config import ChaosConfig
 from runmgr.config.policy import PolicyConfig
 from runmgr.config.watcher import WatcherConfig
 
-PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+class PlacementStrategy(Choice):
+    """Ray placement-group strategies (the names Ray takes)."""
+
+    PACK = "PACK"
+    SPREAD = "SPREAD"
+    STRICT_PACK = "STRICT_PACK"
+    STRICT_SPREAD = "STRICT_SPREAD"
 
 
 @dataclass
@@ -59,7 +58,7 @@ class ClusterConfig:
     """CPUs reserved per rank."""
     devices_per_worker: int = 0
     """Accelerators (Ray's GPU or NPU resource) reserved per rank."""
-    placement_strategy: str = "PACK"
+    placement_strategy: PlacementStrategy = PlacementStrategy.PACK
     """Ray placement-group strategy for the ranks' bundles."""
     local_nodes: int = 1
     """Local Ray only: Ray nodes started on this machine. With more than one,
@@ -84,21 +83,18 @@ class ControllerConfig:
 
 
 @dataclass
-class RunConfig:
-    """Everything ``runmgr launch`` composes."""
+class RunConfig(TrainerConfig):
+    """Everything ``runmgr launch`` composes: the trainer's sections
+    (inherited from :class:`TrainerConfig`, so a section added there is a
+    section here) and the driver's. Hand the trainer :meth:`trainer_config`,
+    never this object: only that view has the checkpoint directory resolved."""
 
     run: RunSection = field(default_factory=RunSection)
+    """Name, number and directory of the run."""
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    """Where the ranks run (conf/cluster/*.yaml)."""
     controller: ControllerConfig = field(default_factory=ControllerConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    training: TrainingConfig = field(default_factory=TrainingConfig)
-    parallel: ParallelConfig = field(default_factory=ParallelConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    device: str = "auto"
-    """``auto``, ``cpu``, ``cuda`` or ``npu`` (see trainer/device.py)."""
+    """The driver's loop and its budgets."""
     watcher: WatcherConfig = field(default_factory=WatcherConfig)
     """Detector thresholds (conf/watcher/default.yaml)."""
     policy: PolicyConfig = field(default_factory=PolicyConfig)
@@ -120,14 +116,16 @@ class RunConfig:
 
     def trainer_config(self) -> TrainerConfig:
         """The trainer's view, with the checkpoint directory resolved."""
-        checkpoint = CheckpointConfig(**{**vars(self.checkpoint), "save": str(self.checkpoint_dir().resolve())})
-        return TrainerConfig(
-            model=self.model, optim=self.optim, precision=self.precision, data=self.data,
-            training=self.training, parallel=self.parallel, checkpoint=checkpoint, device=self.device,
-        )
+        sections = {name: getattr(self, name) for name in TRAINER_SECTIONS}
+        sections["checkpoint"] = replace(self.checkpoint, save=str(self.checkpoint_dir().resolve()))
+        return TrainerConfig(**sections)
 
-    def problems(self) -> list[str]:
-        """Inconsistencies as one-line messages (empty when valid)."""
+    def problems(self, world_size: Optional[int] = None) -> list[str]:
+        """Inconsistencies as one-line messages (empty when valid), for
+        ``world_size`` ranks (default: cluster.num_workers). A consistent
+        config the built-in trainer cannot execute (tensor parallel, ...) is
+        no problem here, so that ``--dry-run`` plans it: ``launch`` refuses it
+        through the plan's verdict (runmgr/dryrun.py)."""
         out = []
         c = self.cluster
         if c.local_nodes <= 0:
@@ -136,8 +134,6 @@ class RunConfig:
             out.append(f"cluster.num_workers must be a positive integer, got {c.num_workers}")
         if c.cpus_per_worker < 0 or c.devices_per_worker < 0:
             out.append("cluster.cpus_per_worker and cluster.devices_per_worker must be >= 0")
-        if c.placement_strategy not in PLACEMENT_STRATEGIES:
-            out.append(f"cluster.placement_strategy must be one of {', '.join(PLACEMENT_STRATEGIES)}, got {c.placement_strategy!r}")
         if self.controller.poll_interval_s <= 0:
             out.append(f"controller.poll_interval_s must be > 0, got {self.controller.poll_interval_s}")
         if self.controller.worker_lease_s < 20 * self.controller.poll_interval_s:
@@ -155,4 +151,4 @@ class RunConfig:
             out.append(str(exc))
         if out:
             return out
-        return self.trainer_config().problems(self.world_size)
+        return self.trainer_config().problems(self.world_size if world_size is None else world_size)

@@ -19,7 +19,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"policy"}),
     frozenset({"controller", "resume"}),
     frozenset({"workers", "observers", "chaos", "healthcheck", "stacks", "status", "rundir", "cluster", "dryrun",
-               "logbook_samples"}),
+               "refusals", "stopping", "logbook_samples"}),
     frozenset({"launch", "replay", "cli", "__main__"}),
 )
 """Lowest first. A part may import its own layer and the ones below."""
@@ -74,9 +74,14 @@ def test_every_import_inside_runmgr_runs_down_the_layers():
     assert upward == []
 
 
-def test_the_layers_named_in_the_design_are_the_ones_guarded():
+def test_the_layers_written_in_the_design_are_the_ones_guarded():
     design = (ROOT / "docs" / "design.md").read_text()
-    assert "config -> watch -> policy -> controller -> workers" in design
+    section = design[design.index("## Layers"):]
+    section = section[:section.index("\n## ", 1)]
+    assert "config -> watch -> policy -> controller -> workers -> launch, cli" in section
+    for index, parts in enumerate(LAYERS):
+        row = next(line for line in section.splitlines() if line.startswith(f"| {index} |"))
+        assert {part for part in parts if part != "__init__"} <= set(row.replace("`", " ").replace(",", " ").split()), row
 
 
 def test_controller_policy_watch_and_config_name_no_ray():

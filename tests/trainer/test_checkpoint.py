@@ -4,10 +4,12 @@ step even when training goes on, and a load verifies first."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
-from trainer.checkpoint import Checkpointer, config_hash, load_checkpoint
+from trainer.checkpoint import Checkpointer, config_hash, config_shapes, load_checkpoint
 from trainer.config import CheckpointConfig, ModelConfig, OptimConfig, PrecisionConfig, TrainerConfig
 from trainer.distributed import DistEnv, destroy_process_groups, init_process_groups
 from trainer.errors import CheckpointError
@@ -96,6 +98,26 @@ def test_a_checkpoint_that_does_not_verify_is_not_loaded(tmp_path, group):
     with pytest.raises(CheckpointError, match=r"step_00000002: file __0_0.distcp is 100 bytes.*\(truncated\)"):
         load_checkpoint(path, fresh_model, build_optimizer(fresh_model, OptimConfig()), LossScaler(), True, group)
     assert all(torch.equal(v, before[k]) for k, v in fresh_model.state_dict().items())
+
+
+def test_the_manifest_records_the_shapes_a_model_built_on_the_meta_device_predicts(tmp_path, group):
+    model, optimizer = trained()
+    Checkpointer(tmp_path, CheckpointConfig(save=str(tmp_path), async_save=False), 0, group).save(
+        2, model, optimizer, LossScaler(), 16, {})
+    recorded = read_manifest(tmp_path / "step_00000002")["parameters"]
+    assert recorded == {name: list(t.shape) for name, t in model.state_dict().items()}
+    assert config_shapes(MODEL) == recorded
+
+
+def test_a_model_of_another_shape_is_refused_before_anything_is_loaded(tmp_path, group):
+    model, optimizer = trained()
+    Checkpointer(tmp_path, CheckpointConfig(save=str(tmp_path), async_save=False), 0, group).save(
+        2, model, optimizer, LossScaler(), 16, {})
+    wider = build_model(dataclasses.replace(MODEL, hidden_size=32, ffn_hidden_size=64))
+    before = snapshot(wider)
+    with pytest.raises(CheckpointError, match=r"embedding.weight is \[32, 16\] there, \[32, 32\] here \(and \d+ more\)"):
+        load_checkpoint(tmp_path / "step_00000002", wider, build_optimizer(wider, OptimConfig()), LossScaler(), True, group)
+    assert all(torch.equal(v, before[k]) for k, v in wider.state_dict().items())
 
 
 def test_keep_last_prunes_older_checkpoints_but_never_the_resumed_one(tmp_path, group):

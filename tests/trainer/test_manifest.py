@@ -17,7 +17,9 @@ from trainer.manifest import (
     list_checkpoints,
     prune_checkpoints,
     read_manifest,
+    recorded_shapes,
     retire_checkpoints_after,
+    shape_mismatch,
     verify_checkpoint,
 )
 from trainer.manifest import write_manifest
@@ -119,3 +121,22 @@ def test_retire_moves_checkpoints_of_an_abandoned_branch_aside(tmp_path):
     moved = retire_checkpoints_after(tmp_path, 10, tag="12.03")
     assert [p.name for p in moved] == ["step_00000020.by-12.03", "step_00000030.by-12.03"]
     assert find_latest_verified(tmp_path).step == 10
+
+
+def test_a_shape_mismatch_names_the_first_tensor_and_counts_the_rest():
+    manifest = {"parameters": {"embedding.weight": [256, 64], "blocks.0.attn.qkv.weight": [192, 64],
+                               "final_norm.weight": [64]}}
+    same = {"embedding.weight": (256, 64), "blocks.0.attn.qkv.weight": (192, 64), "final_norm.weight": (64,)}
+    assert shape_mismatch(manifest, same) is None
+    wider = {"embedding.weight": [256, 128], "blocks.0.attn.qkv.weight": [384, 128], "final_norm.weight": [128]}
+    message = shape_mismatch(manifest, wider)
+    assert message is not None and "\n" not in message
+    assert "embedding.weight is [256, 64] there, [256, 128] here (and 2 more)" in message
+    deeper = {**same, "blocks.1.attn.qkv.weight": [192, 64]}
+    assert "blocks.1.attn.qkv.weight is not in the checkpoint" in shape_mismatch(manifest, deeper)
+
+
+def test_a_manifest_written_before_shapes_were_recorded_has_nothing_to_compare(tmp_path):
+    path = make_checkpoint(tmp_path, 4)
+    assert recorded_shapes(read_manifest(path)) is None
+    assert shape_mismatch(read_manifest(path), {"weight": [1]}) is None

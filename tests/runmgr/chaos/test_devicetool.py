@@ -9,7 +9,8 @@ from health.parsers import npu_smi
 from runmgr.chaos.build import Chaos, build_chaos
 from runmgr.chaos.devicetool import DeviceTools
 from runmgr.config.compose import load_run_config
-from runmgr.healthcheck.device_readings import npu_readings, tool_runner
+from runmgr.watch.device_readings import npu_readings
+from runmgr.workers.devicepoll import tool_runner
 from runmgr.config.watcher import WatcherConfig
 from runmgr.watch.devices import DeviceDetector
 from runmgr.watch.incidents import DEVICE_FAULT

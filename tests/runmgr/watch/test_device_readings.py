@@ -7,7 +7,8 @@ import stat
 import time
 from pathlib import Path
 
-from runmgr.healthcheck.device_readings import read_devices, tool_runner
+from runmgr.watch.device_readings import read_devices
+from runmgr.workers.devicepoll import tool_runner
 from runmgr.config.watcher import DeviceConfig
 from runmgr.watch.devices import DeviceDetector
 

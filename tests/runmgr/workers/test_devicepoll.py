@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from runmgr.healthcheck.devicepoll import DevicePollGroup
+from runmgr.workers.devicepoll import DevicePollGroup
 from runmgr.config.watcher import DeviceConfig
 from runmgr.watch.devices import DeviceDetector
 

@@ -1,33 +1,44 @@
-"""One light reading of a node's accelerators for the mid-run poll: health
-and ECC counters (and NVIDIA Xid events), as the watcher's
-:class:`~runmgr.watch.observations.DeviceObservation` values.
+"""The watcher's device input: what one poll of a node's vendor tools
+printed, turned into :class:`~runmgr.watch.observations.DeviceObservation`
+values (health and ECC counters, NVIDIA Xid events).
 
-Pure apart from the injected tool runner: the vendor tools are called by name
-(``npu-smi``, ``nvidia-smi``, ``dmesg``) and parsed by :mod:`health.parsers`.
-A node without the tools yields nothing; a tool that hangs or fails yields an
-``UNKNOWN`` health reading that names it.
+Pure: the tools are run by the caller's ``run`` (the mid-run poll's actor,
+runmgr/workers/devicepoll.py, runs them bounded on each node) and read here by
+name (``npu-smi``, ``nvidia-smi``, ``dmesg``) with the pure text parsers of
+:mod:`health.parsers`. A node without the tools yields nothing; a tool that
+hangs or fails yields an ``UNKNOWN`` health reading that names it.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Protocol, Sequence
 
 from health.parsers import npu_smi, nvidia_smi, xid
-from health.probes.bounded import CommandResult, run_tool
 from runmgr.watch.observations import DeviceObservation
 
-Runner = Callable[[str, Sequence[str]], CommandResult]
+
+class ToolAnswer(Protocol):
+    """What came back from one vendor-tool call (health.probes.bounded.CommandResult)."""
+
+    status: str
+    """ok, failed, timeout, or absent (the tool is not installed)."""
+    returncode: Optional[int]
+    stdout: str
+
+    @property
+    def output(self) -> str: ...
+
+    @property
+    def command(self) -> str: ...
+
+
+Runner = Callable[[str, Sequence[str]], ToolAnswer]
+"""Runs a vendor tool by name with its arguments and returns its answer."""
 _HEALTH_ORDER = {"ok": 0, "warning": 1, "unknown": 2, "alarm": 3, "critical": 4}
 _SINCE_BOOT_EXCLUDES = ("aggregate", "isolated", "total")
 
 
-def tool_runner(timeout_s: float, path: Optional[str] = None) -> Runner:
-    def run(name: str, args: Sequence[str]) -> CommandResult:
-        return run_tool(name, args, timeout_s, path=path)
-    return run
-
-
-def tool_trouble(node: str, result: CommandResult, now: float) -> DeviceObservation:
+def tool_trouble(node: str, result: ToolAnswer, now: float) -> DeviceObservation:
     """A tool that timed out or failed: the device state is unknown."""
     what = ("did not answer within its timeout" if result.status == "timeout"
             else f"exited with {result.returncode}: {result.output.strip()[:160]}")

@@ -16,13 +16,22 @@ import time
 from collections import deque
 from typing import Optional, Sequence
 
-from runmgr.healthcheck.device_readings import read_devices, tool_runner
-from runmgr.healthcheck.nodes import SHORT_ID_CHARS
+from health.probes.bounded import CommandResult, run_tool
+from runmgr.controller.judge import node_name
+from runmgr.watch.device_readings import Runner, read_devices
 from runmgr.watch.observations import DeviceObservation
 
 START_TIMEOUT_S = 60.0
 MAX_READINGS = 100_000
 """The collector keeps at most this many undrained readings (the oldest go first)."""
+
+
+def tool_runner(timeout_s: float, path: Optional[str] = None) -> Runner:
+    """Runs a vendor tool on this node, bounded by ``timeout_s`` (a hung driver
+    answers "timeout"); ``path`` replaces $PATH when set (scripted tools)."""
+    def run(name: str, args: Sequence[str]) -> CommandResult:
+        return run_tool(name, args, timeout_s, path=path)
+    return run
 
 
 class ReadingCollector:
@@ -97,7 +106,7 @@ class DevicePollGroup:
         poller = ray.remote(num_cpus=0, max_restarts=0)(DevicePoller)
         self._pollers = [
             poller.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
-            .remote(node_id[:SHORT_ID_CHARS], self.interval_s, self.path, self.tool_timeout_s,
+            .remote(node_name(node_id), self.interval_s, self.path, self.tool_timeout_s,
                     self.read_kernel_log, self._collector)
             for node_id in self.node_ids]
         ray.get([p.ready.remote() for p in self._pollers], timeout=START_TIMEOUT_S)

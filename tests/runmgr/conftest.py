@@ -1,4 +1,5 @@
-"""Fixtures of the healthcheck tests: scripted Ascend tools and one local Ray
+"""Fixtures shared by the runmgr tests: scripted Ascend tools (the health
+check, the watcher's device readings, the mid-run poll) and one local Ray
 shared by the tests that need Ray in this process."""
 
 from __future__ import annotations

@@ -1,0 +1,58 @@
+"""RunConfig is the trainer's sections plus the driver's: a section added to
+TrainerConfig is one edit, and the trainer gets every section back."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from runmgr.config.compose import config_as_dict, load_run_config
+from runmgr.config.schema import PlacementStrategy, RunConfig
+from runmgr.errors import ConfigError
+from trainer.config import TRAINER_SECTIONS, TrainerConfig
+
+
+def test_run_config_holds_every_trainer_section_with_its_type():
+    run_fields = {f.name: f.type for f in dataclasses.fields(RunConfig)}
+    for field in dataclasses.fields(TrainerConfig):
+        assert run_fields[field.name] == field.type, field.name
+
+
+def test_the_trainers_view_carries_every_section_and_resolves_the_checkpoint_dir(tmp_path):
+    config = load_run_config("demo", [f"run.dir={tmp_path}", "chaos=none"])
+    view = config.trainer_config()
+    assert type(view) is TrainerConfig
+    for name in TRAINER_SECTIONS:
+        if name != "checkpoint":
+            assert getattr(view, name) == getattr(config, name), name
+    assert view.checkpoint.save == str((tmp_path / "checkpoints").resolve())
+    assert dataclasses.replace(view.checkpoint, save=None) == config.checkpoint
+
+
+@pytest.mark.parametrize("override, choices", [
+    ("cluster.placement_strategy=pack", "[PACK, SPREAD, STRICT_PACK, STRICT_SPREAD]"),
+    ("device=gpu", "[auto, cpu, cuda, npu]"),
+    ("optim.lr_decay_style=cos", "[cosine, linear, constant]"),
+    ("health.compute.dtype=fp8", "[float32, bfloat16, float16]"),
+    ("health.fleet.software_mismatch=ignore", "[exclude, warn]"),
+])
+def test_a_bad_choice_is_one_line_naming_the_key_and_the_choices(override, choices):
+    with pytest.raises(ConfigError) as caught:
+        load_run_config("demo", [override])
+    message = str(caught.value)
+    assert message.startswith(override.split("=")[0]) and choices in message and "\n" not in message
+
+
+def test_the_logbook_keeps_choices_as_the_strings_of_the_yaml(tmp_path):
+    config = load_run_config("demo", [f"run.dir={tmp_path}", "cluster.placement_strategy=SPREAD"])
+    assert config.cluster.placement_strategy is PlacementStrategy.SPREAD
+    data = config_as_dict(config)
+    assert data["cluster"]["placement_strategy"] == "SPREAD" and type(data["cluster"]["placement_strategy"]) is str
+    assert type(data["device"]) is str and type(data["health"]["compute"]["dtype"]) is str
+
+
+@pytest.mark.parametrize("conf", ["run12", "llama2_70b"])
+def test_recipes_the_built_in_trainer_cannot_execute_still_load_for_planning(conf):
+    config = load_run_config(conf, [])
+    assert config.problems() == [] and "cannot execute parallel.tensor_model_parallel_size=8" in config.unsupported()

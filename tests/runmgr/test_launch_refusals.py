@@ -1,0 +1,148 @@
+"""`runmgr launch` refuses a run that cannot start before it writes or starts
+anything: one line saying why and how to see the plan, exit code 2, no run
+directory (or, for a lineage, its files untouched).
+
+- a plan the cluster in view cannot hold (run12's 992 GPUs on this machine; an
+  existing Ray cluster with too few CPUs);
+- a setting the built-in trainer cannot execute (tensor parallel, ...);
+- a resume whose checkpoint holds a model of other shapes than the config
+  builds (a changed model.hidden_size).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from logbook import Logbook
+from runmgr import cluster as ray_cluster
+from runmgr.config.compose import load_run_config
+from runmgr.config.schema import ClusterConfig
+from runmgr.errors import ConfigError
+from runmgr.launch import launch
+from runmgr.refusals import refuse_changed_model_shape
+from trainer.manifest import MANIFEST_NAME, PARAMETERS_FIELD, list_checkpoints
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ["model.seq_length=32", "model.max_position_embeddings=32", "data.corpus_max_bytes=200000"]
+
+
+def runmgr(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "runmgr", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+
+
+def refused_in_one_line(result: subprocess.CompletedProcess, *expected: str) -> str:
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    for text in expected:
+        assert text in lines[0], lines[0]
+    assert result.stdout == ""  # no health table, no progress: nothing started
+    return lines[0]
+
+
+def files_of(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_run12_on_this_machine_names_the_992_devices_it_lacks_and_how_to_see_the_plan(tmp_path):
+    run_dir = tmp_path / "run12"
+    line = refused_in_one_line(runmgr("launch", "conf=run12", f"run.dir={run_dir}"),
+                               "run12 cannot run on the cluster in view",
+                               "needs 992 GPUs (992 workers x 1 cuda device), the cluster has ",
+                               f"`runmgr launch --dry-run conf=run12 run.dir={run_dir}` shows the plan")
+    assert "cannot execute parallel.tensor_model_parallel_size=8" in line  # the trainer's refusal too
+    assert not run_dir.exists()
+
+
+def test_the_refusal_comes_before_ray_is_started(tmp_path, monkeypatch):
+    def no_ray(cluster):
+        raise AssertionError("Ray was started for a run that cannot run")
+
+    monkeypatch.setattr(ray_cluster, "connect", no_ray)
+    with pytest.raises(ConfigError, match="cannot execute parallel.tensor_model_parallel_size=2"):
+        launch("demo", [f"run.dir={tmp_path / 'run'}", "parallel.tensor_model_parallel_size=2",
+                        "training.global_batch_size=8"])
+    assert not (tmp_path / "run").exists()
+
+
+def test_tensor_parallel_is_refused_by_launch_and_shown_by_the_dry_run(tmp_path):
+    run_dir = tmp_path / "run"
+    overrides = [f"run.dir={run_dir}", "parallel.tensor_model_parallel_size=2", "training.global_batch_size=8"]
+    refused_in_one_line(runmgr("launch", "conf=demo", *overrides),
+                        "the built-in trainer runs data parallel only",
+                        "cannot execute parallel.tensor_model_parallel_size=2; set parallel.tensor_model_parallel_size=1",
+                        "`runmgr launch --dry-run conf=demo")
+    assert not run_dir.exists()
+    plan = runmgr("launch", "--dry-run", "conf=demo", *overrides)
+    assert plan.returncode == 0, plan.stderr
+    assert "TP 2 x PP 1 x DP 1" in plan.stdout and "CANNOT be executed" in plan.stdout
+
+
+@pytest.mark.parametrize("conf", ["run12", "llama2_70b"])
+def test_the_big_recipes_still_dry_run_and_say_the_built_in_trainer_cannot_execute_them(conf):
+    plan = runmgr("launch", "--dry-run", f"conf={conf}")
+    assert plan.returncode == 0, plan.stderr
+    assert "TP 8" in plan.stdout and "CANNOT be executed: the built-in trainer runs data parallel only" in plan.stdout
+
+
+def test_an_existing_cluster_too_small_for_the_plan_is_named_by_its_address(tmp_path):
+    head = ray_cluster.LocalCluster(ClusterConfig(local_nodes=1, cpus_per_worker=1))  # a real Ray of 1 CPU
+    try:
+        run_dir = tmp_path / "run"
+        refused_in_one_line(
+            runmgr("launch", "conf=demo", f"run.dir={run_dir}", f"cluster.address={head.address}",
+                   "cluster.num_workers=2", "health.skip=true"),
+            f"cannot run on the cluster in view, Ray cluster at {head.address}: needs 2 CPUs for 2 workers, "
+            "the cluster has 1")
+        assert not run_dir.exists()
+    finally:
+        head.shutdown()
+
+
+@pytest.fixture(scope="module")
+def trained_lineage(tmp_path_factory) -> Path:
+    """A run directory whose checkpoints the real trainer wrote (one rank, 2 steps)."""
+    run_dir = tmp_path_factory.mktemp("lineage") / "run"
+    command = [sys.executable, "-m", "trainer", "conf=demo", "training.train_iters=2", "checkpoint.save_interval=2",
+               f"checkpoint.save={run_dir / 'checkpoints'}", *SMALL]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr[-3000:]
+    Logbook.open(run_dir).close()  # the lineage's logbook, as a previous launch leaves it
+    return run_dir
+
+
+@pytest.fixture
+def lineage(trained_lineage, tmp_path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(trained_lineage, copy)
+    return copy
+
+
+def test_a_resume_with_a_changed_hidden_size_is_refused_and_the_lineage_is_left_untouched(lineage):
+    before = files_of(lineage)
+    line = refused_in_one_line(runmgr("launch", "conf=demo", f"run.dir={lineage}", "model.hidden_size=64", *SMALL),
+                               f"cannot resume from {lineage / 'checkpoints' / 'step_00000002'}",
+                               "embedding.weight is [256, 128] there, [256, 64] here")
+    assert "set the model as it was" in line
+    assert files_of(lineage) == before  # no sub-run opened, nothing written
+
+
+def test_the_same_model_resumes_and_a_checkpoint_without_shapes_gets_a_note(lineage):
+    config = load_run_config("demo", [f"run.dir={lineage}", *SMALL])
+    assert refuse_changed_model_shape(config) is None
+    manifest_path = list_checkpoints(lineage / "checkpoints")[-1] / MANIFEST_NAME
+    manifest = json.loads(manifest_path.read_text())
+    del manifest[PARAMETERS_FIELD]  # as written before manifests recorded shapes
+    manifest_path.write_text(json.dumps(manifest))
+    changed = load_run_config("demo", [f"run.dir={lineage}", "model.hidden_size=64", *SMALL])
+    note = refuse_changed_model_shape(changed)
+    assert note is not None and "records no model shapes" in note

@@ -24,7 +24,7 @@ from trainer.config import (
 )
 
 from health.config import HealthConfig, HealthConfigError, validate as validate_health
-from runmgr.chaos.config import ChaosConfig
+from runmgr.config.chaos import ChaosConfig
 from runmgr.policy.config import PolicyConfig
 from runmgr.watch.config import WatcherConfig
 

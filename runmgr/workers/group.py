@@ -17,7 +17,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 from runmgr.config.schema import ClusterConfig
 from runmgr.errors import ClusterError
 from runmgr.placement import actor_resources, bundle_for
-from runmgr.workers.actor import RemoteTrainerWorker, WorkerInfo
+from runmgr.workers.actor import RemoteTrainerWorker, WorkerInfo, WrapReporter
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
 from trainer.report import CheckpointReport, Heartbeat, StartReport, StepReport
@@ -81,9 +81,11 @@ class RayWorkerGroup:
     """One actor per rank, placed by a placement group over the cluster."""
 
     def __init__(self, cluster: ClusterConfig, device_kind: str, start_timeout_s: float, lease_s: float,
-                 allowed_node_ids: list[str] | None = None) -> None:
+                 allowed_node_ids: list[str] | None = None, wrap_reporter: WrapReporter | None = None) -> None:
         """``allowed_node_ids``: place ranks only on these Ray nodes (health-check
-        admissions minus excluded nodes); None: anywhere the placement group fits."""
+        admissions minus excluded nodes); None: anywhere the placement group fits.
+        ``wrap_reporter``: what every rank's reports pass through (chaos's pauses)."""
+        self.wrap_reporter = wrap_reporter
         self.cluster = cluster
         self.lease_s = lease_s
         self.allowed_node_ids = allowed_node_ids
@@ -121,7 +123,8 @@ class RayWorkerGroup:
                                f"(free resources: {ray.available_resources()})") from None
         port = ray.get(self._actors[0].reserve_port.remote())
         master = self._infos[0].node_ip
-        self._runs = {a.run.remote(config, plan, master, port): rank for rank, a in enumerate(self._actors)}
+        self._runs = {a.run.remote(config, plan, master, port, self.wrap_reporter): rank
+                      for rank, a in enumerate(self._actors)}
         return self.workers
 
     def _placement(self, world: int) -> list:

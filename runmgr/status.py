@@ -77,6 +77,9 @@ def render_status(status: dict) -> str:
     ]
     for w in status.get("workers", []):
         lines.append(f"  rank {w['rank']:>3}  pid {w['pid']:>7}  node {w['node_ip']}  {w['node'][:12]}")
+    if status.get("paused_ranks"):
+        lines.append(f"paused after step {status.get('step')}: ranks {', '.join(map(str, status['paused_ranks']))} "
+                     f"(chaos pause_at_step; the logbook names the file that releases them)")
     if status.get("last_incident"):
         lines.append(f"last incident: {status['last_incident']}")
     return "\n".join(lines)

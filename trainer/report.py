@@ -7,7 +7,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
-PHASES = ("init", "step", "checkpoint", "eval")
+PAUSED = "paused"
+"""A rank held between two steps by whoever runs the trainer (runmgr's chaos
+pause_at_step); the trainer itself never sends it."""
+PHASES = ("init", "step", "checkpoint", "eval", PAUSED)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,5 @@
 """Chaos: fault schedules injected into a run's real processes and inputs.
 
-The driver calls :func:`runmgr.chaos.build.build_chaos` (kept out of this
-module so that the config schema can import :mod:`runmgr.chaos.config`
-without the rest).
+The schedule is configuration (:mod:`runmgr.config.chaos`); this package
+carries it out. The driver calls :func:`runmgr.chaos.build.build_chaos`.
 """

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from runmgr.chaos import procfault, storage
-from runmgr.chaos.config import CHECKPOINT_FAIL, DEVICE_ECC, HANG_RANK, KILL_WORKER, SLOW_RANK, FaultSpec
 from runmgr.chaos.devicetool import DeviceTools
 from runmgr.chaos.nodes import NodeRunner, RayNodeRunner, raylet_pid, runner_for
+from runmgr.config.chaos import CHECKPOINT_FAIL, DEVICE_ECC, HANG_RANK, KILL_WORKER, SLOW_RANK, FaultSpec
 
 if TYPE_CHECKING:  # the actor module imports ray; chaos only reads the fields
     from runmgr.controller.group import WorkerInfo

@@ -6,6 +6,7 @@
     overrides = chaos.prepare()          # before launch: write garbage data, install tools
     config = load_run_config(conf, user_overrides + overrides)
     observers.append(chaos.injector(on_inject=lambda injection: ...))
+    RayWorkerGroup(..., wrap_reporter=chaos.step_gate())   # each sub-run: the pauses still to come
     DevicePollGroup(..., path=chaos.device_path())   # when chaos.tools_dir is set
 
 ``prepare`` is idempotent: a relaunched driver gets the same overrides (the
@@ -22,15 +23,24 @@ from typing import Callable, Optional
 
 from runmgr.chaos import storage
 from runmgr.chaos.actions import FaultEffects
-from runmgr.chaos.config import DATA_KINDS, DEVICE_ECC, GARBAGE_DATA, LR_BLOWUP, RUNTIME_KINDS, ChaosConfig, FaultSpec
 from runmgr.chaos.devicetool import DeviceTools
 from runmgr.chaos.garbage import SampleWindow, write_garbage_copy
 from runmgr.chaos.injector import ChaosInjector, DataWindow, LrBlowup, OnInject, Schedule
+from runmgr.chaos.pause import PAUSE_SAFETY_S, StepGate, StepPause
 from runmgr.chaos.state import ChaosState
+from runmgr.config.chaos import (
+    DATA_KINDS, DEVICE_ECC, GARBAGE_DATA, LR_BLOWUP, RANK_KINDS, RUNTIME_KINDS, ChaosConfig, FaultSpec,
+)
 from runmgr.config.schema import RunConfig
 
 CHAOS_DIR = "chaos"
-"""Under the run directory: the garbage data copy and the tools directory."""
+"""Under the run directory: the garbage data copy, the tools directory, the pauses' release files."""
+
+
+def release_file(run_dir: Path, label: str) -> Path:
+    """The file whose existence releases the pause ``label`` (``0:pause_at_step@20``)."""
+    name = label.replace(":", "-").replace("@", "-after-step-")
+    return Path(run_dir).resolve() / CHAOS_DIR / f"release-{name}"
 
 
 def fault_windows(label: str, fault: FaultSpec, global_batch_size: int) -> list[DataWindow]:
@@ -84,6 +94,8 @@ class Chaos:
         if not self.enabled:
             return []
         self._undo_stale_mounts(self.state)
+        if self._pauses():
+            (self.run_dir / CHAOS_DIR).mkdir(parents=True, exist_ok=True)  # where a release file goes
         if self.tools_dir is not None:
             DeviceTools(self.tools_dir).install()
         overrides = []
@@ -115,7 +127,18 @@ class Chaos:
         blowups = [LrBlowup(f.label(i), intended, intended * f.factor, f.at_step)
                    for i, f in faults.of_kinds((LR_BLOWUP,))]
         return Schedule(runtime, tuple(self._windows()), blowups[0] if blowups else None,
-                        self.config.training.global_batch_size)
+                        self.config.training.global_batch_size, self._pauses())
+
+    def step_gate(self) -> Optional[StepGate]:
+        """What the next sub-run's ranks must carry out themselves: the pauses that have not
+        fired yet in this lineage (ask again for every sub-run); None when there are none."""
+        pauses = tuple(pause for pause in self._pauses() if not self.state.has_fired(pause.label))
+        return StepGate(pauses) if pauses else None
+
+    def _pauses(self) -> tuple[StepPause, ...]:
+        return tuple(StepPause(f.label(i), f.at_step, str(release_file(self.run_dir, f.label(i))),
+                               f.duration_s or PAUSE_SAFETY_S, f.at_subrun)
+                     for i, f in self.schedule_config.of_kinds(RANK_KINDS))
 
     def _windows(self) -> list[DataWindow]:
         per_step = self.config.training.global_batch_size

@@ -16,11 +16,13 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Callable, Optional
 
 from runmgr.chaos.actions import FaultEffects, ReadOnlyMount, TargetMissing, Undo
-from runmgr.chaos.config import CHECKPOINT_FAIL, LR_BLOWUP, FaultSpec
 from runmgr.chaos.garbage import SampleWindow
+from runmgr.chaos.pause import StepPause, subrun_index
 from runmgr.chaos.state import ChaosState
+from runmgr.config.chaos import CHECKPOINT_FAIL, LR_BLOWUP, PAUSE_AT_STEP, FaultSpec
 from runmgr.controller.states import Failed, Finished, Running, State
 from trainer.data.sampler import SkipSchedule
+from trainer.report import PAUSED, Heartbeat
 
 if TYPE_CHECKING:  # the group module imports ray; the injector only reads the poll
     from runmgr.controller.judge import Judgement
@@ -82,6 +84,8 @@ class Schedule:
     windows: tuple[DataWindow, ...] = ()
     lr_blowup: Optional[LrBlowup] = None
     global_batch_size: int = 1
+    pauses: tuple[StepPause, ...] = ()
+    """Carried out by the ranks themselves; the injector records them when it sees them paused."""
 
 
 def batch_positions(consumed: int, global_batch_size: int, skips: SkipSchedule) -> list[int]:
@@ -94,11 +98,6 @@ def batch_positions(consumed: int, global_batch_size: int, skips: SkipSchedule) 
             positions.append(position)
         position -= 1
     return positions[::-1]
-
-
-def subrun_index(subrun: str) -> int:
-    """``12.03`` -> 3."""
-    return int(subrun.rsplit(".", 1)[-1])
 
 
 class ChaosInjector:
@@ -134,6 +133,8 @@ class ChaosInjector:
         for report in poll.steps:
             self._watch_inputs(state, report)
             self._step = report.step
+        for beat in poll.heartbeats:
+            self._watch_pauses(state, beat)
         now = self.clock()
         for label, fault in self.schedule.runtime:
             if not self.state.has_fired(label) and self._due(fault, state, now):
@@ -205,6 +206,21 @@ class ChaosInjector:
                 LR_BLOWUP, blowup.label, "optim.lr", report.step, state.subrun, report.time,
                 f"LR {report.lr:.3g} at step {report.step} is past the intended peak {blowup.intended_lr:.3g}: "
                 f"the config asks for {blowup.mistaken_lr:.3g} at step {blowup.peak_step}"))
+
+    # --- pauses (carried out by the ranks) ----------------------------------
+
+    def _watch_pauses(self, state: Running, beat: Heartbeat) -> None:
+        if beat.phase != PAUSED:
+            return
+        pending = [p for p in self.schedule.pauses if not self.state.has_fired(p.label)
+                   and p.after_step <= beat.step and p.applies_to(state.subrun)]
+        if not pending:
+            return
+        pause = max(pending, key=lambda p: p.after_step)  # the ranks hold the latest one they passed
+        self._record(Injection(
+            PAUSE_AT_STEP, pause.label, "every rank", beat.step, state.subrun, beat.time,
+            f"the ranks finished step {beat.step} and wait until {pause.release} exists "
+            f"(at most {pause.timeout_s:.0f} s)"))
 
     def _record(self, injection: Injection) -> None:
         self.state.mark_fired(injection.fault, injection.to_dict())

@@ -15,7 +15,7 @@ from typing import Optional
 from trainer.config import TRAINER_SECTIONS, Choice, TrainerConfig
 
 from health.config import HealthConfig, HealthConfigError, validate as validate_health
-from runmgr.chaos.config import ChaosConfig
+from runmgr.config.chaos import ChaosConfig
 from runmgr.config.policy import PolicyConfig
 from runmgr.config.watcher import WatcherConfig
 

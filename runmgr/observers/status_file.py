@@ -10,6 +10,7 @@ from runmgr.controller.states import Failed, Finished, Launching, Restarting, Ru
 from runmgr.status import write_status
 from runmgr.controller.judge import Judgement
 from runmgr.controller.group import GroupPoll
+from trainer.report import PAUSED
 
 STATE_NAMES = {Launching: "launching", Running: "running", Restarting: "restarting", Finished: "finished", Failed: "failed"}
 
@@ -22,13 +23,16 @@ class StatusFileObserver:
         self.status: dict = {
             "run": run_name, "run_dir": str(run_dir), "driver_pid": os.getpid(), "train_iters": train_iters,
             "state": "launching", "subrun": None, "step": start_step, "workers": [], "last_incident": None,
+            "paused_ranks": [],
         }
+        self._phases: dict[int, str] = {}
 
     def on_transition(self, old: State | None, new: State) -> None:
         self.status["state"] = STATE_NAMES[type(new)]
         self.status["subrun"] = new.subrun
         if isinstance(new, Running):
             self.status["workers"] = [w.to_dict() for w in new.workers]
+            self._phases, self.status["paused_ranks"] = {}, []
         elif isinstance(new, Launching):
             self.status["step"] = new.start_step
         elif isinstance(new, Restarting):
@@ -44,6 +48,9 @@ class StatusFileObserver:
         # Written on every poll: updated_at tells a relaunch when the driver was last alive.
         if poll.steps:
             self.status["step"] = poll.steps[-1].step
+        # Ranks held between two steps (chaos's pause_at_step): a test acts once all are.
+        self._phases.update((beat.rank, beat.phase) for beat in poll.heartbeats)
+        self.status["paused_ranks"] = sorted(rank for rank, phase in self._phases.items() if phase == PAUSED)
         self._write()
 
     def _write(self) -> None:

@@ -12,13 +12,17 @@ import socket
 import threading
 import time
 from collections import deque
+from typing import Callable, Optional
 
 import ray
 
 from runmgr.controller.group import WorkerInfo
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
-from trainer.report import CheckpointReport, Heartbeat, StartReport, StepReport
+from trainer.report import CheckpointReport, Heartbeat, Reporter, StartReport, StepReport
+
+WrapReporter = Callable[[Reporter, ResumePlan], Reporter]
+"""What a rank's reports pass through on their way to the driver (chaos's pause at a step)."""
 
 
 class BufferingReporter:
@@ -99,7 +103,8 @@ class TrainerWorker:
             sock.bind(("", 0))
             return sock.getsockname()[1]
 
-    def run(self, config: TrainerConfig, plan: ResumePlan, master_addr: str, master_port: int) -> dict:
+    def run(self, config: TrainerConfig, plan: ResumePlan, master_addr: str, master_port: int,
+            wrap_reporter: Optional[WrapReporter] = None) -> dict:
         # Imported here so that the driver never pays for the trainer's imports.
         import trainer
         from trainer.loop import DistEnv
@@ -107,7 +112,8 @@ class TrainerWorker:
         env = DistEnv(rank=self.rank, world_size=self.world_size, local_rank=0,
                       master_addr=master_addr, master_port=master_port)
         started = time.time()
-        result = trainer.train(config, plan, self.reporter, env)
+        reporter = wrap_reporter(self.reporter, plan) if wrap_reporter is not None else self.reporter
+        result = trainer.train(config, plan, reporter, env)
         return {"rank": self.rank, "seconds": time.time() - started, "result": repr(result)}
 
     def drain(self) -> list[tuple[str, object]]:

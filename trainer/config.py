@@ -27,6 +27,11 @@ class Choice(str, Enum):
     def __str__(self) -> str:
         return self.value
 
+    @classmethod
+    def values(cls) -> tuple[str, ...]:
+        """Every value, in declaration order."""
+        return tuple(member.value for member in cls)
+
 
 class ModelFamily(Choice):
     """Architecture family of the transformer."""

@@ -1,7 +1,8 @@
 """NVIDIA ``nvidia-smi``: ``-q -d ECC`` (Ampere-and-later SRAM/DRAM counters and
 the older single/double-bit layout; volatile vs aggregate; retired pages;
-remapped rows), the ``--query-gpu`` / ``--query-remapped-rows`` CSV, and the
-error texts the tool prints when a GPU or the driver is gone.
+remapped rows; the channel/TPC repair flags of recent drivers), the driver's
+``GPU Recovery Action``, the ``--query-gpu`` / ``--query-remapped-rows`` CSV,
+and the error texts the tool prints when a GPU or the driver is gone.
 
 Judgement follows OPT's health check: any volatile uncorrectable error drains
 the node; many correctable errors only warn; ``N/A`` counts are skipped.
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Union
 
 from health.findings import Finding, fail, warn
-from health.parsers.text import split_key_value, to_bool, to_float, to_int
+from health.parsers.text import NOT_AVAILABLE, split_key_value, to_bool, to_float, to_int
 
 Tree = dict[str, Union[str, "Tree"]]
 _GPU_HEADER = re.compile(r"^GPU\s+([0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
@@ -84,6 +85,10 @@ class GpuEcc:
     remap_pending: Optional[bool] = None
     remap_failure: Optional[bool] = None
     remapped_uncorrectable: Optional[int] = None
+    repair_pending: Optional[bool] = None
+    """A channel or TPC repair waits for the next GPU reset (driver 550 and later)."""
+    unrepairable_memory: Optional[bool] = None
+    """The GPU found memory it can neither remap nor repair (driver 550 and later)."""
 
 
 def _sum(values: list[Optional[int]]) -> Optional[int]:
@@ -123,6 +128,13 @@ def _section(tree: Tree, name: str) -> Tree:
     return {}
 
 
+def _any_flag(block: Tree, *keys: str) -> Optional[bool]:
+    """True if any of ``keys`` says yes, False if one says no and none yes, None if absent."""
+    values = [block.get(key) for key in keys]
+    known = [flag for flag in (to_bool(v) for v in values if isinstance(v, str)) if flag is not None]
+    return any(known) if known else None
+
+
 def ecc_from_query(gpu: GpuQuery) -> GpuEcc:
     """Reduce a ``-q -d ECC`` section to a :class:`GpuEcc`."""
     errors = _section(gpu.tree, "ECC Errors")
@@ -144,7 +156,30 @@ def ecc_from_query(gpu: GpuQuery) -> GpuEcc:
         remap_pending=to_bool(remapped.get("Pending")),
         remap_failure=to_bool(remapped.get("Remapping Failure Occurred")),
         remapped_uncorrectable=to_int(remapped.get("Uncorrectable Error")),
+        repair_pending=_any_flag(errors, "Channel Repair Pending", "TPC Repair Pending"),
+        unrepairable_memory=_any_flag(errors, "Unrepairable Memory"),
     )
+
+
+# What the driver's ``GPU Recovery Action`` asks for (NVML_GPU_RECOVERY_ACTION_*);
+# "None" means the GPU can be used again at once.
+_RECOVERY_ADVICE = {
+    "reset": "stop its processes and reset the GPU (nvidia-smi -r)",
+    "reboot": "reboot the node: the fault may have left the OS inconsistent",
+    "drain p2p": "stop the processes that use peer-to-peer traffic, then query the action again",
+    "drain and reset": "drain its work, then reset the GPU (nvidia-smi -r)",
+}
+
+
+def recovery_findings(gpu: GpuQuery) -> list[Finding]:
+    """A failing finding when the driver asks for a recovery action after a fault."""
+    action = gpu.tree.get("GPU Recovery Action")
+    if not isinstance(action, str) or action.strip().lower() in ("none", *NOT_AVAILABLE):
+        return []
+    advice = _RECOVERY_ADVICE.get(action.strip().lower(), "see the NVIDIA GPU recovery documentation")
+    return [fail("gpu.recovery_action",
+                 f"GPU {gpu.bus_id}: the driver asks for recovery action {action!r} after a fault: "
+                 f"drain the node and {advice}", bus_id=gpu.bus_id, action=action)]
 
 
 def parse_query_csv(text: str, fields: Optional[list[str]] = None) -> list[dict]:
@@ -237,16 +272,22 @@ def ecc_findings(ecc: GpuEcc, correctable_warn: int = 10000, uncorrectable_fail:
                         f"{gpu}: {ecc.volatile_correctable} correctable ECC errors since the "
                         f"driver loaded, above {correctable_warn}: memory is degrading",
                         bus_id=ecc.bus_id, count=ecc.volatile_correctable))
+    if ecc.unrepairable_memory:
+        out.append(fail("gpu.ecc.unrepairable",
+                        f"{gpu}: the GPU reports memory it cannot repair: drain the node and "
+                        "replace the GPU (RMA)", bus_id=ecc.bus_id))
     if ecc.remap_failure:
         out.append(fail("gpu.row_remap.failed",
                         f"{gpu}: row remapping failed, bad memory rows cannot be retired: "
                         "drain the node; RMA the GPU if it repeats after a reset",
                         bus_id=ecc.bus_id))
-    if ecc.remap_pending or ecc.retired_pending:
-        what = "row remap" if ecc.remap_pending else "page retirement"
+    pending = [what for flag, what in ((ecc.remap_pending, "row remap"),
+                                       (ecc.retired_pending, "page retirement"),
+                                       (ecc.repair_pending, "channel/TPC repair")) if flag]
+    if pending:
         out.append(warn("gpu.ecc.reset_pending",
-                        f"{gpu}: a {what} is pending; reset the GPU (or reload the driver) "
-                        "to activate it", bus_id=ecc.bus_id))
+                        f"{gpu}: a {' and a '.join(pending)} is pending; reset the GPU (or reload "
+                        "the driver) to activate it", bus_id=ecc.bus_id))
     return out
 
 

@@ -120,6 +120,7 @@ def probe_nvidia(run: Runner, checks: DeviceChecks) -> Optional[ProbeResult]:
         result.findings += nvidia_smi.ecc_findings(
             nvidia_smi.ecc_from_query(gpu), checks.ecc_correctable_warn,
             checks.ecc_uncorrectable_fail, checks.aggregate_uncorrectable_fail)
+        result.findings += nvidia_smi.recovery_findings(gpu)
     result.findings += _count_findings(len(gpus), checks.expected_devices, "GPUs")
     if checks.read_kernel_log:
         result.findings += _kernel_log_findings(run)

@@ -126,7 +126,10 @@ def benchmark_compute(nodes: Sequence[RayNode], reports: dict[str, NodeReport], 
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    task = ray.remote(num_cpus=0, max_retries=0)(compute_on_this_node)
+    # max_calls=1: the worker exits after the benchmark. Kept alive as an idle
+    # worker it would hold its device context and cached memory (852 MiB on an
+    # H100) beside the run's rank for the whole run.
+    task = ray.remote(num_cpus=0, max_retries=0, max_calls=1)(compute_on_this_node)
     by_host: dict[str, list[RayNode]] = {}
     for node in nodes:
         by_host.setdefault(str(reports[node.node_id].facts.get("node.hostname", node.node_id)), []).append(node)

@@ -1,3 +1,5 @@
+import pytest
+
 from health.findings import Severity
 from health.parsers import nvidia_smi
 
@@ -101,3 +103,62 @@ def test_tool_complaints_become_findings(fixture_text):
     (other,) = nvidia_smi.error_findings("Segmentation fault\n", 139)
     assert other.code == "gpu.smi_failed" and "139" in other.message
     assert nvidia_smi.error_findings("", 0) == []
+
+
+# q_h100_real.txt: `nvidia-smi -q` of a real H100 80GB HBM3 (driver 580.159.04,
+# CUDA 13.0), serial number, UUID and PDI masked.
+H100_REAL = "nvidia_smi/q_h100_real.txt"
+
+
+def test_the_real_h100_query_parses_with_its_sections_apart(fixture_text):
+    header, (gpu,) = nvidia_smi.parse_query(fixture_text(H100_REAL))
+    assert (header["Driver Version"], header["CUDA Version"]) == ("580.159.04", "13.0")
+    assert gpu.bus_id == "00000000:00:06.0"
+    tree = gpu.tree
+    assert tree["Product Name"] == "NVIDIA H100 80GB HBM3"
+    # "Pending" is a key of five sections; each keeps its own.
+    assert tree["MIG Mode"]["Pending"] == "Disabled" and tree["ECC Mode"]["Pending"] == "Enabled"
+    assert tree["Remapped Rows"]["Pending"] == "No"
+    # A header with a trailing space, and a key with a value and deeper lines under it.
+    assert tree["GPU Memory Power Readings"]["Average Power Draw"] == "38.72 W"
+    assert tree["Clocks Event Reasons"]["HW Thermal Slowdown"] == "Not Active"
+    assert tree["FB Memory Usage"]["Total"] == "81559 MiB"
+
+
+def test_the_real_h100_is_clean_and_its_new_flags_are_read(fixture_text):
+    _, (gpu,) = nvidia_smi.parse_query(fixture_text(H100_REAL))
+    ecc = nvidia_smi.ecc_from_query(gpu)
+    assert (ecc.volatile_correctable, ecc.volatile_uncorrectable) == (0, 0)
+    assert (ecc.aggregate_correctable, ecc.aggregate_uncorrectable) == (0, 0)
+    assert ecc.ecc_enabled is True and ecc.sram_threshold_exceeded is False
+    assert (ecc.remap_pending, ecc.remap_failure, ecc.remapped_uncorrectable) == (False, False, 0)
+    assert ecc.retired_pending is None  # "Pending Page Blacklist : N/A" on HBM3
+    assert (ecc.repair_pending, ecc.unrepairable_memory) == (False, False)
+    assert nvidia_smi.ecc_findings(ecc) == [] and nvidia_smi.recovery_findings(gpu) == []
+
+
+def _with(text, key, value):
+    """The real output with one ``key : value`` line changed (the layout kept)."""
+    lines = [line.split(":")[0] + ": " + value if line.strip().startswith(key + " ") else line
+             for line in text.splitlines()]
+    assert lines != text.splitlines(), key
+    return "\n".join(lines)
+
+
+def test_unrepairable_memory_fails_and_a_pending_repair_asks_for_a_reset(fixture_text):
+    text = _with(_with(fixture_text(H100_REAL), "Unrepairable Memory", "Yes"), "TPC Repair Pending", "Yes")
+    result = judged(text)["00000000:00:06.0"]
+    assert result["gpu.ecc.unrepairable"].severity is Severity.FAIL
+    assert "RMA" in result["gpu.ecc.unrepairable"].message
+    assert result["gpu.ecc.reset_pending"].severity is Severity.WARN
+    assert "channel/TPC repair" in result["gpu.ecc.reset_pending"].message
+
+
+@pytest.mark.parametrize("action, advice", [
+    ("Reset", "nvidia-smi -r"), ("Reboot", "reboot the node"), ("Drain P2P", "peer-to-peer"),
+    ("Drain and Reset", "drain its work")])
+def test_a_recovery_action_from_the_driver_fails_the_gpu_with_its_advice(fixture_text, action, advice):
+    _, (gpu,) = nvidia_smi.parse_query(_with(fixture_text(H100_REAL), "GPU Recovery Action", action))
+    (finding,) = nvidia_smi.recovery_findings(gpu)
+    assert finding.code == "gpu.recovery_action" and finding.severity is Severity.FAIL
+    assert repr(action) in finding.message and advice in finding.message

@@ -87,6 +87,27 @@ def test_healthy_nvidia_node_with_clean_kernel_log_passes(scripted_tools, tool_d
     assert [f.code for f in result.findings] == ["gpu.ok"]
 
 
+def test_a_real_h100_node_passes_with_its_inventory(scripted_tools, tool_dir, cat):
+    scripted_tools("nvidia-smi", [('"-q"', cat("nvidia_smi/q_h100_real.txt"))])
+    scripted_tools("dmesg", [('""', cat("xid/dmesg_clean.txt"))])
+    result = probe_devices(DeviceChecks(expected_devices=1), path=str(tool_dir))
+    assert [f.code for f in result.findings] == ["gpu.ok"]
+    assert result.facts == {"accelerator": "cuda", "device_count": 1,
+                            "device_name": "NVIDIA H100 80GB HBM3", "nvidia_driver": "580.159.04"}
+
+
+def test_a_recovery_action_asked_by_the_driver_fails_the_node(scripted_tools, tool_dir, fixture_text, tmp_path):
+    query = tmp_path / "q.txt"
+    query.write_text(fixture_text("nvidia_smi/q_h100_real.txt").replace(
+        "GPU Recovery Action                                : None",
+        "GPU Recovery Action                                : Reboot"))
+    scripted_tools("nvidia-smi", [('"-q"', f"cat '{query}'")])
+    scripted_tools("dmesg", [('""', "true")])
+    result = probe_devices(DeviceChecks(), path=str(tool_dir))
+    assert codes(result, Severity.FAIL) == {"gpu.recovery_action"}
+    assert "gpu.ok" not in codes(result, Severity.OK)
+
+
 def test_a_gpu_fallen_off_the_bus_fails_through_nvidia_smi_itself(scripted_tools, tool_dir, cat):
     scripted_tools("nvidia-smi", [('"-q"', cat("nvidia_smi/lost_gpu.txt") + "; exit 255")])
     scripted_tools("dmesg", [('""', cat("xid/dmesg_clean.txt"))])

@@ -100,8 +100,9 @@ class StorageChecks:
 class ComputeChecks:
     """Matrix-multiply speed and memory bandwidth of one device."""
 
-    device: str = "cpu"
-    """torch device the benchmark runs on (``cpu``, ``cuda:0``, ``npu:0``)."""
+    device: str = "auto"
+    """torch device the benchmark runs on: ``auto`` (the node's accelerator if torch
+    sees one, else the CPU), or one torch spells (``cpu``, ``cuda:0``, ``npu:0``)."""
     dtype: ComputeDtype = ComputeDtype.float32
     """Matmul dtype: the dtype the run trains in (float32, bfloat16, float16)."""
     matmul_size: int = 1024

@@ -46,6 +46,16 @@ def resolve_dtype(name: str) -> torch.dtype:
     return _DTYPES[name]
 
 
+def benchmark_device(device: str) -> torch.device:
+    """``auto``: the accelerator torch sees on this node (a GPU, or an NPU through its
+    plugin), else the CPU; anything else as torch spells it (``cuda:0``)."""
+    if device != "auto":
+        return torch.device(device)
+    if torch.accelerator.is_available():
+        return torch.device(torch.accelerator.current_accelerator().type, 0)
+    return torch.device("cpu")
+
+
 def matmul_tflops(device: str = "cpu", dtype: str = "float32", size: int = 1024,
                   repeats: int = 5, clock: Clock = time.perf_counter) -> float:
     """Best-of-``repeats`` TFLOP/s of a ``size`` x ``size`` matmul (2 n^3 flops)."""
@@ -71,9 +81,9 @@ def memory_gbps(device: str = "cpu", megabytes: float = 64.0, repeats: int = 5,
 def probe_compute(checks: ComputeChecks, clock: Clock = time.perf_counter) -> ProbeResult:
     """Measure both figures; an unusable device fails the node with the reason."""
     try:
-        tflops = matmul_tflops(checks.device, checks.dtype, checks.matmul_size,
-                               checks.repeats, clock)
-        gbps = memory_gbps(checks.device, checks.bandwidth_mb, checks.repeats, clock)
+        device = str(benchmark_device(checks.device))
+        tflops = matmul_tflops(device, checks.dtype, checks.matmul_size, checks.repeats, clock)
+        gbps = memory_gbps(device, checks.bandwidth_mb, checks.repeats, clock)
     # torch reports a broken or unknown device with RuntimeError, and a backend
     # missing from this build (CUDA on a CPU wheel) with AssertionError.
     except (RuntimeError, AssertionError) as exc:
@@ -82,6 +92,6 @@ def probe_compute(checks: ComputeChecks, clock: Clock = time.perf_counter) -> Pr
                                  device=checks.device)])
     figures = {"compute.matmul_tflops": tflops, "compute.memory_gbps": gbps}
     return ProbeResult(
-        [ok("compute.measured", f"{checks.device} {checks.dtype}: {tflops:.3f} TFLOP/s matmul, "
-            f"{gbps:.1f} GB/s copy", device=checks.device, dtype=checks.dtype)],
-        figures, {"compute.device": checks.device, "compute.dtype": checks.dtype})
+        [ok("compute.measured", f"{device} {checks.dtype}: {tflops:.3f} TFLOP/s matmul, "
+            f"{gbps:.1f} GB/s copy", device=device, dtype=checks.dtype)],
+        figures, {"compute.device": device, "compute.dtype": checks.dtype})

@@ -5,7 +5,7 @@ import torch
 
 from health.config import ComputeChecks
 from health.findings import Severity
-from health.probes.compute import ComputeProbeError, matmul_tflops, memory_gbps, probe_compute
+from health.probes.compute import ComputeProbeError, benchmark_device, matmul_tflops, memory_gbps, probe_compute
 
 
 def ticking(step):
@@ -22,13 +22,28 @@ def test_figures_follow_from_the_clock():
         2 * 250_000 * 4 / 0.25 / 1e9)
 
 
+def this_hosts_accelerator() -> str:
+    """What torch itself reports, read apart from the code under test."""
+    if torch.accelerator.is_available():
+        return f"{torch.accelerator.current_accelerator().type}:0"
+    return "cpu"
+
+
 def test_the_real_benchmark_measures_this_cpu():
     torch.set_num_threads(1)
-    result = probe_compute(ComputeChecks(matmul_size=128, repeats=2, bandwidth_mb=4.0))
+    result = probe_compute(ComputeChecks(device="cpu", matmul_size=128, repeats=2, bandwidth_mb=4.0))
     assert result.findings[0].severity is Severity.OK
     assert result.figures["compute.matmul_tflops"] > 0
     assert result.figures["compute.memory_gbps"] > 0
     assert result.facts == {"compute.device": "cpu", "compute.dtype": "float32"}
+
+
+def test_by_default_the_benchmark_runs_on_the_node_s_accelerator_or_its_cpu():
+    assert ComputeChecks().device == "auto"
+    assert str(benchmark_device("auto")) == this_hosts_accelerator()
+    assert str(benchmark_device("cpu")) == "cpu"
+    result = probe_compute(ComputeChecks(matmul_size=64, repeats=1, bandwidth_mb=1.0))
+    assert result.facts["compute.device"] == this_hosts_accelerator()
 
 
 def test_bfloat16_runs_in_that_dtype():

@@ -119,12 +119,13 @@ def test_a_killed_peer_surfaces_as_an_error_on_the_survivor(launch_ranks, tmp_pa
         assert ranks.procs[1].poll() is None, ranks.stderr(1)
         time.sleep(0.05)
     os.kill(ranks.procs[1].pid, signal.SIGKILL)
-    killed_at = time.monotonic()
-    ranks.procs[0].wait(timeout=30)
+    ranks.procs[0].wait(timeout=120)
     assert ranks.procs[0].returncode not in (0, None)
-    assert "RuntimeError" in ranks.stderr(0) or "DistBackendError" in ranks.stderr(0)
-    # Well before the 20 s collective timeout: a dead peer is noticed at once.
-    assert time.monotonic() - killed_at < 10
+    survivor = ranks.stderr(0)
+    assert "RuntimeError" in survivor or "DistBackendError" in survivor
+    # The dead peer is noticed by its closed socket, not by the collective timeout.
+    noticed = ("closed by peer", "reset by peer", "Broken pipe")
+    assert "Timed out" not in survivor and any(text in survivor for text in noticed), survivor[-2000:]
 
 
 # --- In-process, one rank: train() is also what a Ray actor calls in its own process.

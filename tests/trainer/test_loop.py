@@ -113,7 +113,7 @@ def test_resumed_run_reproduces_losses_bit_for_bit(uninterrupted, launch_ranks, 
 def test_a_killed_peer_surfaces_as_an_error_on_the_survivor(launch_ranks, tmp_path):
     config = small_config(tmp_path, training={"train_iters": 500}, checkpoint={"save_interval": 1000})
     ranks = launch_ranks(config)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300  # a limit on waiting, not a claim about speed
     while not [e for e in ranks.events(1, "heartbeat") if e["step"] >= 3]:
         assert time.monotonic() < deadline, "rank 1 never reached step 3"
         assert ranks.procs[1].poll() is None, ranks.stderr(1)

@@ -1,7 +1,6 @@
 """The devices probe against scripted vendor tools put on PATH: the tools print
 the real formats (tests/health/fixtures), with faults in them."""
 
-import time
 
 import pytest
 
@@ -62,10 +61,8 @@ def test_fewer_npus_than_expected_fails(healthy_ascend, tool_dir):
 
 
 def test_a_hung_npu_smi_fails_at_its_timeout_naming_the_command(scripted_tools, tool_dir):
-    scripted_tools("npu-smi", [('"info"', "sleep 30")])
-    start = time.monotonic()
+    scripted_tools("npu-smi", [('"info"', "sleep 100000")])  # hangs for good: returning is the timeout
     result = probe_devices(DeviceChecks(tool_timeout_s=0.5), path=str(tool_dir))
-    assert time.monotonic() - start < 5
     (finding,) = [f for f in result.findings if f.severity is Severity.FAIL]
     assert finding.code == "npu.info.timeout" and "`" in finding.message
     assert "npu-smi info" in finding.evidence["command"]

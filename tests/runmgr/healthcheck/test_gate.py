@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -58,15 +57,14 @@ def test_no_admitted_node_is_one_line_and_skipping_keeps_the_exclusion(local_ray
 
 def test_a_node_whose_probes_hang_is_excluded_at_the_node_deadline(local_ray, tmp_path):
     # A FIFO where the storage probe writes its test file: open() blocks for
-    # ever, and the probe's own timeout (30 s) is longer than the node's (3 s).
+    # ever, and the probe's own timeout (600 s, past the test's limit) is longer than the
+    # node's (3 s): the gate returning at all is the node deadline at work.
     fifo = Path(probe_file_names(str(tmp_path))[0])
     os.mkfifo(fifo)
     try:
-        started = time.monotonic()
         with pytest.raises(NoAdmittedNodesError) as caught:
-            preflight_health(config(tmp_path, tmp_path, "health.storage.timeout_s=30",
+            preflight_health(config(tmp_path, tmp_path, "health.storage.timeout_s=600",
                                     "health.node_timeout_s=3"), io.StringIO())
-        assert time.monotonic() - started < 15
         assert "did not finish within health.node_timeout_s=3" in str(caught.value)
     finally:
         _release(fifo)

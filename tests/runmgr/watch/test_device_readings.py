@@ -4,7 +4,6 @@ tools on PATH), turned into the readings the watcher's device detector eats."""
 from __future__ import annotations
 
 import stat
-import time
 from pathlib import Path
 
 from runmgr.watch.device_readings import read_devices
@@ -46,11 +45,9 @@ def test_an_alarm_row_is_read_as_the_npus_health(ascend):
 
 def test_a_hung_tool_is_an_unknown_reading_within_its_timeout(tmp_path):
     tool = tmp_path / "npu-smi"
-    tool.write_text("#!/bin/sh\nexec sleep 60\n")
+    tool.write_text("#!/bin/sh\nexec sleep 100000\n")  # hangs for good: returning at all is the timeout at work
     tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
-    started = time.monotonic()
     readings = read_devices("n", tool_runner(0.5, str(tmp_path)), now=1.0)
-    assert time.monotonic() - started < 5.0
     assert [(r.kind, r.status, r.device) for r in readings] == [("health", "UNKNOWN", -1)]
     assert "npu-smi info" in readings[0].message
 

@@ -47,6 +47,7 @@ class DeathCategory(Choice):
     memory = "memory"
     device = "device"
     killed = "killed"
+    driver_lost = "driver_lost"
     config = "config"
     bug = "bug"
     unknown = "unknown"

@@ -22,6 +22,7 @@ from runmgr.refusals import refuse_changed_model_shape, refuse_unrunnable_plan
 from runmgr.healthcheck.gate import preflight_health
 from runmgr.observers.logbook_writer import LogbookObserver, record_stop
 from runmgr.observers.progress import ProgressObserver
+from runmgr.observers.retention import RetentionObserver, rollback_reach_steps, trainer_keeps_everything
 from runmgr.observers.status_file import StatusFileObserver
 from runmgr.placement import resolve_device_kind
 from runmgr.resume import find_resume_point, listed_checkpoints, resume_at
@@ -137,11 +138,13 @@ def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, 
     import ray
 
     device_kind = resolve_device_kind(config.device, ray.cluster_resources())
-    trainer_config = replace(config.trainer_config(), device=device_kind)
+    trainer_config = replace(trainer_keeps_everything(config.trainer_config()), device=device_kind)
     run_dir = config.run_dir()
     checkpoint_dir = config.checkpoint_dir()
     observers = [
         LogbookObserver(book, config_as_dict(config)),
+        # After the logbook: a checkpoint is deleted only once a newer one is recorded.
+        RetentionObserver(checkpoint_dir, config.checkpoint.keep_last, rollback_reach_steps(config)),
         StatusFileObserver(run_dir, config.run.name, config.training.train_iters, initial.start_step),
         ProgressObserver(config.training.train_iters, out),
     ]

@@ -2,7 +2,10 @@
 
 Every rank writes its part of ``<save dir>/step_00000120/``; rank 0 writes
 ``manifest.json`` last, once DCP's own finish step proves all parts are on
-disk, then prunes old checkpoints. With ``async_save`` the write runs in a
+disk (the commit), then prunes old checkpoints when ``keep_last`` asks it to
+(the trainer alone; under runmgr the driver decides what is kept, after its
+logbook recorded a newer checkpoint, and hands the trainer ``keep_last=0``).
+With ``async_save`` the write runs in a
 background thread on a process group of its own (on the default group it
 deadlocks against the training collectives: ENVIRONMENT.md); DCP copies the
 state before ``async_save`` returns, so training may change the weights
@@ -190,6 +193,13 @@ class Checkpointer:
     def in_flight(self) -> bool:
         return self._pending is not None
 
+    @property
+    def written(self) -> bool:
+        """A save is in flight and all its files are written on this rank: the
+        next :meth:`wait` commits it without waiting."""
+        pending = self._pending
+        return pending is not None and (pending.future is None or pending.future.done())
+
     def save(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, scaler: LossScaler,
              consumed_samples: int, fields: dict) -> list[SavedCheckpoint]:
         """Checkpoint the current state as ``step``; ``fields`` go into the
@@ -216,9 +226,7 @@ class Checkpointer:
 
     def poll(self) -> Optional[SavedCheckpoint]:
         """Finalize the save in flight if its files are all written (cheap; call each step)."""
-        if self._pending is None or (self._pending.future is not None and not self._pending.future.done()):
-            return None
-        return self._finalize()
+        return self._finalize() if self.written else None
 
     def wait(self) -> Optional[SavedCheckpoint]:
         """Block until the save in flight is written, then finalize it."""
@@ -234,5 +242,6 @@ class Checkpointer:
         if self.rank != 0:
             return None
         write_manifest(pending.path, {**pending.fields, "step": pending.step, "time": self.clock()})
-        prune_checkpoints(self.save_dir, self.cfg.keep_last, protect=self.protect)
+        if self.cfg.keep_last > 0:  # 0: keep every one (under runmgr: the driver decides)
+            prune_checkpoints(self.save_dir, self.cfg.keep_last, protect=self.protect)
         return SavedCheckpoint(pending.step, pending.path, self.clock() - pending.started)

@@ -207,7 +207,9 @@ class CheckpointConfig:
     save_interval: int = 10
     """Save every this many steps (and at the end)."""
     keep_last: int = 3
-    """Verified checkpoints kept; older ones are deleted."""
+    """Verified checkpoints kept; older ones are deleted (0: keep every one). The
+    trainer alone deletes them after each save; under runmgr only the driver
+    deletes, once its logbook has recorded a newer one, and the trainer none."""
     async_save: bool = True
     """Write in the background on a process group of its own."""
 
@@ -279,9 +281,10 @@ class TrainerConfig:
             "parallel.tensor_model_parallel_size": par.tensor_model_parallel_size,
             "parallel.pipeline_model_parallel_size": par.pipeline_model_parallel_size,
             "checkpoint.save_interval": self.checkpoint.save_interval,
-            "checkpoint.keep_last": self.checkpoint.keep_last,
         }
         out += [f"{k} must be a positive integer, got {v}" for k, v in positives.items() if v <= 0]
+        if self.checkpoint.keep_last < 0:
+            out.append(f"checkpoint.keep_last must be >= 0 (0 keeps every checkpoint), got {self.checkpoint.keep_last}")
         if out:
             return out
         if m.hidden_size % m.num_attention_heads:

@@ -197,11 +197,17 @@ def _report_saved(session: _Session, saved: list[Optional[SavedCheckpoint]]) -> 
 
 
 def _checkpoint_phase(session: _Session, step: int) -> None:
-    """Finalize a finished background save; start a new one when due."""
+    """Commit a finished background save; start a new one when due. Every
+    commit and every save is announced by a ``checkpoint`` beat first: whoever
+    runs the trainer may stop the rank there (runmgr's worker does when its
+    driver is gone), so that nothing more is written or committed."""
     checkpointer, ctx = session.checkpointer, session.ctx
     if checkpointer is None:
         return
-    _report_saved(session, [checkpointer.poll()])
+    if checkpointer.written:
+        if ctx.dist_env.rank == 0:  # rank 0 alone commits (writes the manifest)
+            session.reporter.heartbeat(Heartbeat(ctx.dist_env.rank, "checkpoint", step, time.time()))
+        _report_saved(session, [checkpointer.wait()])
     if step % ctx.config.checkpoint.save_interval and step != ctx.config.training.train_iters:
         return
     session.reporter.heartbeat(Heartbeat(ctx.dist_env.rank, "checkpoint", step, time.time()))

@@ -207,14 +207,17 @@ def find_latest_verified(save_dir: PathLike) -> LatestCheckpoint:
     return LatestCheckpoint(path=None, step=None, manifest=None, rejected=rejected)
 
 
-def prune_checkpoints(save_dir: PathLike, keep_last: int, protect: tuple[PathLike, ...] = ()) -> list[Path]:
+def prune_checkpoints(save_dir: PathLike, keep_last: int, protect: tuple[PathLike, ...] = (),
+                      up_to_step: Optional[int] = None) -> list[Path]:
     """Delete checkpoints older than the newest ``keep_last`` complete ones
     (complete = manifest present, files of the right size), never the
     ``protect``-ed ones (the one a run resumed from). Unfinished directories
     older than the newest complete checkpoint are leftovers of crashed saves
-    and go too. Returns what was deleted."""
+    and go too. With ``up_to_step`` (runmgr's driver: the newest checkpoint its
+    logbook recorded) only the checkpoints at or before it count and may go;
+    newer ones are not looked at. Returns what was deleted."""
     protected = {Path(p).resolve() for p in protect}
-    entries = list_checkpoints(save_dir)
+    entries = [p for p in list_checkpoints(save_dir) if up_to_step is None or (step_of(p) or 0) <= up_to_step]
     complete = [p for p in entries if verify_checkpoint(p, check_hashes=False)[0]]
     kept = set(complete[-keep_last:])
     newest_complete = (step_of(complete[-1]) or 0) if complete else -1

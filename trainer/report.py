@@ -105,7 +105,11 @@ class Heartbeat:
 
 class Reporter(Protocol):
     """Receives the trainer's reports; implementations must be cheap and must
-    not raise into the training loop."""
+    not raise into the training loop, except from ``heartbeat`` to stop the
+    rank on purpose: the trainer beats before every step, before it starts a
+    checkpoint and (rank 0) before it commits one, so an exception raised
+    there ends ``train`` with it before anything more is trained, written or
+    committed (runmgr's worker does this when its driver is gone)."""
 
     def started(self, report: StartReport) -> None: ...
 

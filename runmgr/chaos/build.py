@@ -136,8 +136,8 @@ class Chaos:
         return StepGate(pauses) if pauses else None
 
     def _pauses(self) -> tuple[StepPause, ...]:
-        return tuple(StepPause(f.label(i), f.at_step, str(release_file(self.run_dir, f.label(i))),
-                               f.duration_s or PAUSE_SAFETY_S, f.at_subrun)
+        return tuple(StepPause.of_kind(f.kind, f.label(i), f.at_step, str(release_file(self.run_dir, f.label(i))),
+                                       f.duration_s or PAUSE_SAFETY_S, f.at_subrun)
                      for i, f in self.schedule_config.of_kinds(RANK_KINDS))
 
     def _windows(self) -> list[DataWindow]:

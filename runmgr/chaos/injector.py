@@ -19,7 +19,7 @@ from runmgr.chaos.actions import FaultEffects, ReadOnlyMount, TargetMissing, Und
 from runmgr.chaos.garbage import SampleWindow
 from runmgr.chaos.pause import StepPause, subrun_index
 from runmgr.chaos.state import ChaosState
-from runmgr.config.chaos import CHECKPOINT_FAIL, LR_BLOWUP, PAUSE_AT_STEP, FaultSpec
+from runmgr.config.chaos import CHECKPOINT_FAIL, LR_BLOWUP, FaultSpec
 from runmgr.controller.states import Failed, Finished, Running, State
 from trainer.data.sampler import SkipSchedule
 from trainer.report import PAUSED, Heartbeat
@@ -217,10 +217,14 @@ class ChaosInjector:
         if not pending:
             return
         pause = max(pending, key=lambda p: p.after_step)  # the ranks hold the latest one they passed
+        if pause.in_checkpoint:
+            target, what = "rank 0", (f"rank 0 holds before committing the checkpoint of step {pause.after_step} "
+                                      f"(its files written, its manifest not)")
+        else:
+            target, what = "every rank", f"the ranks finished step {beat.step}"
         self._record(Injection(
-            PAUSE_AT_STEP, pause.label, "every rank", beat.step, state.subrun, beat.time,
-            f"the ranks finished step {beat.step} and wait until {pause.release} exists "
-            f"(at most {pause.timeout_s:.0f} s)"))
+            pause.kind, pause.label, target, beat.step, state.subrun, beat.time,
+            f"{what} and wait until {pause.release} exists (at most {pause.timeout_s:.0f} s)"))
 
     def _record(self, injection: Injection) -> None:
         self.state.mark_fired(injection.fault, injection.to_dict())

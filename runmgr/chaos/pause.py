@@ -1,4 +1,6 @@
 """pause_at_step: every rank finishes step N, then waits for its release.
+pause_in_checkpoint: rank 0 holds inside the write of checkpoint N, its files
+written and its manifest (the commit) not yet, until its release.
 
 A test (or a person) reaches a moment of a run through the run's own state
 instead of racing it: the ranks stop between step N and step N+1, the driver
@@ -14,6 +16,11 @@ reporter their actor hands to the trainer: the trainer calls
 trainer knows nothing of it; while paused, the rank keeps beating (phase
 ``paused``), so no watcher takes the pause for a hang.
 
+A checkpoint hold waits in the ``checkpoint`` beat rank 0 sends before it
+commits a checkpoint (trainer/loop.py): the first one after step N is the one
+before checkpoint N's commit (with asynchronous saves). The other ranks go on
+into the next step and wait there for rank 0, silent in a collective.
+
 Each pause acts once per lineage: the driver hands a sub-run only the pauses
 that have not fired yet (:meth:`runmgr.chaos.build.Chaos.step_gate`).
 """
@@ -25,6 +32,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
+from runmgr.config.chaos import PAUSE_AT_STEP, PAUSE_IN_CHECKPOINT, FaultKind
 from trainer.plan import ResumePlan
 from trainer.report import PAUSED, CheckpointReport, Heartbeat, Reporter, StartReport, StepReport
 
@@ -53,9 +61,30 @@ class StepPause:
     """The longest they wait."""
     at_subrun: Optional[int] = None
     """Only in sub-runs <run>.NN with NN >= at_subrun (None: any)."""
+    in_checkpoint: bool = False
+    """pause_in_checkpoint: rank 0 holds before committing checkpoint ``after_step``."""
+
+    @classmethod
+    def of_kind(cls, kind: FaultKind, label: str, after_step: int, release: str, timeout_s: float,
+                at_subrun: Optional[int]) -> "StepPause":
+        return cls(label, after_step, release, timeout_s, at_subrun, in_checkpoint=kind == PAUSE_IN_CHECKPOINT)
+
+    @property
+    def kind(self) -> FaultKind:
+        return PAUSE_IN_CHECKPOINT if self.in_checkpoint else PAUSE_AT_STEP
 
     def applies_to(self, subrun: str) -> bool:
         return self.at_subrun is None or subrun_index(subrun) >= self.at_subrun
+
+    def due(self, beat: Heartbeat) -> bool:
+        """Whether ``beat`` is the one this pause holds."""
+        if self.in_checkpoint:
+            return beat.phase == "checkpoint" and beat.rank == 0 and beat.step > self.after_step
+        return beat.phase == "step" and beat.step > self.after_step
+
+    def held_at(self, beat: Heartbeat) -> int:
+        """The last step finished while held."""
+        return beat.step if self.in_checkpoint else beat.step - 1
 
 
 @dataclass(frozen=True)
@@ -91,7 +120,7 @@ class PausingReporter:
         self.reporter.checkpoint(report)
 
     def heartbeat(self, beat: Heartbeat) -> None:
-        due = [pause for pause in self.pending if beat.phase == "step" and beat.step > pause.after_step]
+        due = [pause for pause in self.pending if pause.due(beat)]
         for pause in due:
             self.pending.remove(pause)
             self._hold(pause, beat)
@@ -102,5 +131,5 @@ class PausingReporter:
         """Beat ``paused`` (at the last finished step) until released or timed out."""
         deadline = self.clock() + pause.timeout_s
         while not os.path.exists(pause.release) and self.clock() < deadline:
-            self.reporter.heartbeat(Heartbeat(beat.rank, PAUSED, beat.step - 1, self.clock()))
+            self.reporter.heartbeat(Heartbeat(beat.rank, PAUSED, pause.held_at(beat), self.clock()))
             self.sleep(self.beat_every_s)

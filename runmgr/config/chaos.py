@@ -26,6 +26,7 @@ class FaultKind(str, Enum):
     device_ecc = "device_ecc"
     checkpoint_fail = "checkpoint_fail"
     pause_at_step = "pause_at_step"
+    pause_in_checkpoint = "pause_in_checkpoint"
     garbage_data = "garbage_data"
     recurring_instability = "recurring_instability"
     lr_blowup = "lr_blowup"
@@ -43,13 +44,14 @@ SLOW_RANK = FaultKind.slow_rank
 DEVICE_ECC = FaultKind.device_ecc
 CHECKPOINT_FAIL = FaultKind.checkpoint_fail
 PAUSE_AT_STEP = FaultKind.pause_at_step
+PAUSE_IN_CHECKPOINT = FaultKind.pause_in_checkpoint
 GARBAGE_DATA = FaultKind.garbage_data
 RECURRING_INSTABILITY = FaultKind.recurring_instability
 LR_BLOWUP = FaultKind.lr_blowup
 
 RUNTIME_KINDS = (KILL_WORKER, HANG_RANK, SLOW_RANK, DEVICE_ECC, CHECKPOINT_FAIL)
 """Faults the driver acts out on the live processes of a sub-run when it sees their step."""
-RANK_KINDS = (PAUSE_AT_STEP,)
+RANK_KINDS = (PAUSE_AT_STEP, PAUSE_IN_CHECKPOINT)
 """Faults the ranks act out themselves, exactly at their step (the driver hands them over)."""
 DATA_KINDS = (GARBAGE_DATA, RECURRING_INSTABILITY)
 INPUT_KINDS = (GARBAGE_DATA, RECURRING_INSTABILITY, LR_BLOWUP)
@@ -79,6 +81,7 @@ FIELDS_OF_KIND: dict[FaultKind, frozenset[str]] = {
     DEVICE_ECC: frozenset({"rank", "node", "duration_s"}),
     CHECKPOINT_FAIL: frozenset({"rank", "duration_s"}),
     PAUSE_AT_STEP: frozenset({"duration_s"}),
+    PAUSE_IN_CHECKPOINT: frozenset({"duration_s"}),
     GARBAGE_DATA: frozenset({"steps"}),
     RECURRING_INSTABILITY: frozenset({"steps", "repeats", "every_steps"}),
     LR_BLOWUP: frozenset({"factor"}),
@@ -94,15 +97,18 @@ class FaultSpec:
 
     kind: FaultKind
     """What the fault does: kill_worker, hang_rank, slow_rank, device_ecc, checkpoint_fail,
-    pause_at_step, garbage_data, recurring_instability or lr_blowup."""
+    pause_at_step, pause_in_checkpoint, garbage_data, recurring_instability or lr_blowup."""
     at_step: int = 1
     """Runtime faults: fire at the first step >= at_step the driver sees. pause_at_step: every
-    rank finishes step at_step and waits before the next. Data faults: the first step of the
+    rank finishes step at_step and waits before the next. pause_in_checkpoint: rank 0 holds
+    inside the write of the checkpoint of step at_step, its files written and its manifest (the
+    commit) not yet (asynchronous saves; the other ranks wait for it in the next step's
+    collective). Data faults: the first step of the
     garbage window, counted as in an uninterrupted run (window = stream positions
     [(at_step-1) x global batch, ...)); skip ranges before it make the run reach it earlier.
     lr_blowup: the step at which the mistaken LR peaks."""
     at_subrun: Optional[int] = None
-    """Runtime faults and pause_at_step: act only in sub-run <run>.NN with NN >= at_subrun (None: any)."""
+    """Runtime faults and pauses: act only in sub-run <run>.NN with NN >= at_subrun (None: any)."""
     after_seconds: Optional[float] = None
     """Runtime faults: also wait until the sub-run's workers have been up this long."""
     rank: int = 0
@@ -112,7 +118,7 @@ class FaultSpec:
     duration_s: Optional[float] = None
     """slow_rank: how long the straggling lasts (default 20 s). hang_rank: a safety net that
     resumes the process after this long if nobody killed it (default 600 s), so a lost
-    driver never leaves a stopped orphan. pause_at_step: the longest the ranks wait for their
+    driver never leaves a stopped orphan. Pauses: the longest the ranks wait for their
     release (default 600 s). device_ecc / checkpoint_fail: how long the fault lasts (None:
     device_ecc for the rest of the run, checkpoint_fail until the sub-run ends)."""
     factor: float = 3.0

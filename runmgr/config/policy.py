@@ -140,7 +140,8 @@ def _default_death_actions() -> dict[DeathCategory, DeathAction]:
     category = DeathCategory
     return {category.hardware: exclude, category.node: exclude, category.network: restart,
             category.storage: exclude, category.io: restart, category.memory: restart, category.device: restart,
-            category.killed: restart, category.config: abort, category.bug: abort, category.unknown: restart}
+            category.killed: restart, category.driver_lost: restart, category.config: abort, category.bug: abort,
+            category.unknown: restart}
 
 
 @dataclass(frozen=True)

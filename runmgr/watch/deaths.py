@@ -49,6 +49,11 @@ class _Signature:
 
 
 _SIGNATURES = (
+    # First: a worker that stopped itself says so in its own words (runmgr/workers/lease.py).
+    _Signature("driver_lost", "driver_lost", "the worker stopped itself: its driver fell silent past the lease",
+               "the driver's host (load, disk, its link to the workers); raise controller.worker_lease_s if the "
+               "driver is often busy that long", (
+                   r"\bDriverLostError\b", r"runmgr worker \d+ \(rank \d+\) stopped itself")),
     _Signature("npu_hbm_ecc", "hardware", "Ascend HBM multi-bit ECC error (507054)",
                "the NPU's HBM: npu-smi info -t ecc -i N; isolate the device", (
                    r"\b507054\b", r"hbm Multi-bit ECC", r"HBM MULTI BIT ECC")),

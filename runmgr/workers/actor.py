@@ -2,7 +2,9 @@
 process and buffers the trainer's reports until the driver drains them.
 
 The actor is threaded (``max_concurrency=2``): one thread trains, the other
-answers ``drain`` so reports stream while a step runs.
+answers ``drain`` so reports stream while a step runs. A daemon thread of its
+own watches the driver (runmgr/workers/lease.py): the worker trains only
+while its driver lives.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Callable, Optional
 import ray
 
 from runmgr.controller.group import WorkerInfo
+from runmgr.workers.lease import DriverIdentity, DriverLease, SelfStop, ray_job_alive
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
 from trainer.report import CheckpointReport, Heartbeat, Reporter, StartReport, StepReport
@@ -26,11 +29,14 @@ WrapReporter = Callable[[Reporter, ResumePlan], Reporter]
 
 
 class BufferingReporter:
-    """Collects reports thread-safely; the driver takes them with ``take``."""
+    """Collects reports thread-safely; the driver takes them with ``take``.
+    Every heartbeat first passes ``gate``, which may stop the training there
+    (:meth:`runmgr.workers.lease.SelfStop.gate`)."""
 
-    def __init__(self, max_items: int = 100_000) -> None:
+    def __init__(self, max_items: int = 100_000, gate: Callable[[Heartbeat], None] = lambda beat: None) -> None:
         self._items: deque[tuple[str, object]] = deque(maxlen=max_items)
         self._lock = threading.Lock()
+        self.gate = gate
 
     def started(self, report: StartReport) -> None:
         self._push("started", report)
@@ -42,6 +48,7 @@ class BufferingReporter:
         self._push("checkpoint", report)
 
     def heartbeat(self, beat: Heartbeat) -> None:
+        self.gate(beat)
         self._push("heartbeat", beat)
 
     def _push(self, kind: str, item: object) -> None:
@@ -55,43 +62,17 @@ class BufferingReporter:
         return items
 
 
-# Exit code of a worker that stopped itself because its driver went silent.
-EXIT_DRIVER_LOST = 75
-
-
-class DriverLease:
-    """The driver renews the lease with every drain; a worker whose driver has
-    been silent for ``lease_s`` ends its own process, so a driver killed with
-    kill -9 leaves no orphan training (and writing checkpoints) on its own."""
-
-    def __init__(self, lease_s: float, clock=time.monotonic) -> None:
-        self.lease_s = lease_s
-        self.clock = clock
-        self._renewed = clock()
-
-    def renew(self) -> None:
-        self._renewed = self.clock()
-
-    def expired(self) -> bool:
-        return self.clock() - self._renewed > self.lease_s
-
-    def watch(self, check_every_s: float = 0.5) -> None:
-        """Run in a daemon thread: exit the process once the lease expires."""
-        while not self.expired():
-            time.sleep(check_every_s)
-        print(f"runmgr worker {os.getpid()}: no word from the driver for {self.lease_s:.0f} s; stopping", flush=True)
-        os._exit(EXIT_DRIVER_LOST)
-
-
 class TrainerWorker:
     """A rank. Created by :class:`RayWorkerGroup` inside a placement group."""
 
-    def __init__(self, rank: int, world_size: int, lease_s: float) -> None:
+    def __init__(self, rank: int, world_size: int, lease_s: float, driver: Optional[DriverIdentity] = None) -> None:
+        """``driver``: who drives this worker (None: unknown, the lease alone decides)."""
         self.rank = rank
         self.world_size = world_size
-        self.reporter = BufferingReporter()
-        self.lease = DriverLease(lease_s)
-        threading.Thread(target=self.lease.watch, name="driver-lease", daemon=True).start()
+        self.lease = DriverLease(lease_s, driver, job_alive=ray_job_alive)
+        self.self_stop = SelfStop(self.lease, rank)
+        self.reporter = BufferingReporter(gate=self.self_stop.gate)
+        threading.Thread(target=self.self_stop.watch, name="driver-lease", daemon=True).start()
 
     def describe(self) -> WorkerInfo:
         context = ray.get_runtime_context()
@@ -113,7 +94,11 @@ class TrainerWorker:
                       master_addr=master_addr, master_port=master_port)
         started = time.time()
         reporter = wrap_reporter(self.reporter, plan) if wrap_reporter is not None else self.reporter
-        result = trainer.train(config, plan, reporter, env)
+        self.self_stop.idle.clear()
+        try:
+            result = trainer.train(config, plan, reporter, env)
+        finally:
+            self.self_stop.idle.set()
         return {"rank": self.rank, "seconds": time.time() - started, "result": repr(result)}
 
     def drain(self) -> list[tuple[str, object]]:

@@ -24,6 +24,7 @@ from runmgr.errors import ClusterError
 from runmgr.placement import actor_resources, bundle_for
 from runmgr.policy.capacity import slots_of
 from runmgr.workers.actor import RemoteTrainerWorker, WrapReporter
+from runmgr.workers.lease import DriverIdentity
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
 
@@ -63,6 +64,7 @@ class RayWorkerGroup:
         self.admitted_node_ids = admitted_node_ids
         self.device_kind = device_kind
         self.start_timeout_s = start_timeout_s
+        self._driver = DriverIdentity.of_this_process()  # so that a worker tells a silent driver from a dead one
         self._pg = None
         self._actors: list = []
         self._infos: list[WorkerInfo] = []
@@ -83,7 +85,7 @@ class RayWorkerGroup:
             RemoteTrainerWorker.options(
                 **actor_resources(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker),
                 scheduling_strategy=strategy,
-            ).remote(rank, world, self.lease_s)
+            ).remote(rank, world, self.lease_s, self._driver)
             for rank, strategy in enumerate(strategies)
         ]
         try:

@@ -134,6 +134,16 @@ def test_keep_last_prunes_older_checkpoints_but_never_the_resumed_one(tmp_path, 
     assert find_latest_verified(tmp_path).step == 4
 
 
+def test_keep_last_zero_deletes_nothing(tmp_path, group):
+    """What runmgr hands the trainer: its driver decides what is kept."""
+    model, optimizer = trained(1)
+    checkpointer = Checkpointer(tmp_path, CheckpointConfig(save=str(tmp_path), keep_last=0, async_save=True), 0, group)
+    for step in (1, 2, 3):
+        checkpointer.save(step, model, optimizer, LossScaler(), 8 * step, {})
+    checkpointer.wait()
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_00000001", "step_00000002", "step_00000003"]
+
+
 def test_config_hash_ignores_run_length_and_checkpoint_placement():
     base = TrainerConfig()
     longer = TrainerConfig()

@@ -85,3 +85,10 @@ def test_settings_the_trainer_cannot_execute_are_named_with_their_fix(parallel, 
 
 def test_a_data_parallel_config_is_executable():
     assert TrainerConfig().unsupported() is None
+
+
+def test_keep_last_zero_keeps_every_checkpoint_and_a_negative_one_is_refused():
+    keep_all = TrainerConfig(checkpoint=dataclasses.replace(TrainerConfig().checkpoint, keep_last=0))
+    assert keep_all.problems(1) == []
+    negative = TrainerConfig(checkpoint=dataclasses.replace(TrainerConfig().checkpoint, keep_last=-1))
+    assert negative.problems(1) == ["checkpoint.keep_last must be >= 0 (0 keeps every checkpoint), got -1"]

@@ -186,6 +186,29 @@ def test_reset_optimizer_keeps_weights_and_starts_adam_afresh(three_steps):
     assert reporter.steps[0].lr == pytest.approx(lr_at(4, config.optim, 5) / 4)
 
 
+class StopAtCheckpoint(ListReporter):
+    """Stops the rank (raises) at the first ``checkpoint`` beat after ``step``, as
+    runmgr's worker does when its driver is gone."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__()
+        self.after = step
+
+    def heartbeat(self, beat) -> None:
+        if beat.phase == "checkpoint" and beat.step > self.after:
+            raise RuntimeError("driver gone")
+        super().heartbeat(beat)
+
+
+def test_a_rank_stopped_at_the_beat_before_a_commit_commits_nothing(tmp_path, restore_torch_globals):
+    config = one_rank_config(tmp_path, training={"train_iters": 6})  # saves at 3 and 6
+    with pytest.raises(RuntimeError, match="driver gone"):
+        train(config, ResumePlan(), StopAtCheckpoint(3), DistEnv())
+    # Checkpoint 3's files were written; the rank stopped before its manifest (the commit).
+    assert (tmp_path / "step_00000003").is_dir() and find_latest_verified(tmp_path).path is None
+    assert not (tmp_path / "step_00000006").exists()
+
+
 def test_resume_from_a_checkpoint_that_does_not_verify_is_refused(three_steps):
     (three_steps / "manifest.json").unlink()
     config = one_rank_config(three_steps.parent, training={"train_iters": 4})

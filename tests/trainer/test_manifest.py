@@ -115,6 +115,15 @@ def test_prune_keeps_the_newest_complete_ones_and_the_protected_one(tmp_path):
     assert in_flight.exists() and not crashed.exists()
 
 
+def test_prune_up_to_a_step_looks_no_further(tmp_path):
+    """runmgr's driver prunes up to the newest checkpoint its logbook recorded."""
+    for step in (10, 20, 30):
+        make_checkpoint(tmp_path, step)
+    deleted = prune_checkpoints(tmp_path, keep_last=1, up_to_step=20)
+    assert [p.name for p in deleted] == ["step_00000010"]
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_00000020", "step_00000030"]
+
+
 def test_retire_moves_checkpoints_of_an_abandoned_branch_aside(tmp_path):
     for step in (10, 20, 30):
         make_checkpoint(tmp_path, step)

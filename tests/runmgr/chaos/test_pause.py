@@ -9,6 +9,7 @@ from pathlib import Path
 from runmgr.chaos.build import build_chaos, release_file
 from runmgr.chaos.injector import Injection
 from runmgr.chaos.pause import PausingReporter, StepGate, StepPause
+from runmgr.config.chaos import PAUSE_IN_CHECKPOINT
 from runmgr.config.compose import load_run_config
 from runmgr.workers.group import GroupPoll
 from tests.runmgr.chaos.conftest import running
@@ -159,3 +160,32 @@ def test_a_schedule_without_pauses_hands_the_ranks_nothing(tmp_path):
     config = load_run_config("demo", [f"run.dir={tmp_path}", "chaos=kill_worker"])
     assert build_chaos(config).step_gate() is None
     assert not list(tmp_path.iterdir())
+
+
+def test_a_checkpoint_hold_waits_in_rank_0_s_beat_before_the_commit_of_its_checkpoint(tmp_path):
+    """pause_in_checkpoint: not the beat that starts checkpoint 2, not another rank's,
+    but rank 0's first checkpoint beat after step 2: the one before 2's commit."""
+    recorder = Recorder()
+    held = StepPause.of_kind(PAUSE_IN_CHECKPOINT, "0:pause_in_checkpoint@2", 2, str(tmp_path / "release"), 600.0, None)
+    time = FakeTime(on_sleep=lambda sleeps: sleeps == 2 and Path(held.release).touch())
+    reporter = PausingReporter(recorder, [held], time.clock, time.sleep)
+    for beat in (Heartbeat(0, "checkpoint", 2, 1.0), Heartbeat(0, "step", 3, 1.0), Heartbeat(1, "checkpoint", 3, 1.0)):
+        reporter.heartbeat(beat)
+    assert time.sleeps == 0
+    reporter.heartbeat(Heartbeat(0, "checkpoint", 3, 1.0))
+    assert recorder.seen[-3:] == [("beat", 3, PAUSED)] * 2 + [("beat", 3, "checkpoint")]
+
+
+def test_the_injector_records_a_checkpoint_hold_as_such(tmp_path):
+    faults = "[{kind: pause_in_checkpoint, at_step: 20}]"
+    chaos = build_chaos(load_run_config("demo", [f"run.dir={tmp_path}", f"chaos.faults={faults}"]))
+    [held] = chaos.step_gate().pauses
+    assert held.in_checkpoint and held.kind == PAUSE_IN_CHECKPOINT
+    seen: list[Injection] = []
+    injector = chaos.injector(seen.append)
+    state = running([])
+    injector.on_transition(None, state)
+    injector.on_poll(state, GroupPoll(heartbeats=[Heartbeat(0, PAUSED, 21, 2.0)]))
+    [injection] = seen
+    assert (injection.kind, injection.target, injection.step) == ("pause_in_checkpoint", "rank 0", 21)
+    assert "before committing the checkpoint of step 20" in injection.detail

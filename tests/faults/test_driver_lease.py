@@ -1,0 +1,73 @@
+"""The driver lease on real processes (issue 9, item 2): a driver starved of
+CPU for a whole run keeps its workers; a driver killed with kill -9 loses them
+within the lease. A starved driver is not a dead one: a worker stops only when
+its driver's process is gone (or, for a driver on another machine, when Ray no
+longer counts its job alive).
+
+The run trains beside four busy loops on this machine's cores, with a lease of
+one second; at step 10 the driver gets no CPU at all (SIGSTOP) for three
+leases; at step 30 it is killed with kill -9."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from runmgr.chaos.build import release_file
+from runmgr.chaos.state import ChaosState
+from tests.e2e.harness import LaunchedRun, pid_gone, runmgr_json_lines
+
+pytestmark = pytest.mark.slow
+
+LEASE_S = 1.0
+MARGIN_S = 10.0
+PAUSES = {10: "0:pause_at_step@10", 30: "1:pause_at_step@30"}
+EXTRA = [f"controller.worker_lease_s={LEASE_S}", "controller.poll_interval_s=0.05",
+         "chaos.faults=[{kind: pause_at_step, at_step: 10}, {kind: pause_at_step, at_step: 30}]"]
+
+
+@pytest.fixture
+def busy_cpu():
+    """Four plain busy loops (not niced) for the whole test."""
+    loops = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(4)]
+    yield
+    for loop in loops:
+        loop.kill()
+        loop.wait()
+
+
+def wait_paused(run: LaunchedRun, step: int) -> dict:
+    """Every rank finished ``step`` and waits; the lineage recorded the pause."""
+    status = run.wait_for(lambda s: s["state"] == "running" and bool(s["workers"])
+                          and s.get("paused_ranks") == sorted(w["rank"] for w in s["workers"])
+                          and ChaosState(run.run_dir).has_fired(PAUSES[step]),
+                          timeout=600, what=f"every rank paused after step {step}")
+    assert status["step"] == step, status
+    return status
+
+
+def test_a_starved_driver_keeps_its_workers_and_a_killed_one_loses_them_within_the_lease(tmp_path, busy_cpu):
+    run = LaunchedRun(tmp_path / "starved", extra=EXTRA).start()
+    workers = wait_paused(run, 10)["workers"]
+
+    os.kill(run.proc.pid, signal.SIGSTOP)  # no CPU at all: the driver drains nobody ...
+    try:
+        time.sleep(3 * LEASE_S)  # ... for three leases (the scenario, not a wait for a result)
+    finally:
+        os.kill(run.proc.pid, signal.SIGCONT)
+    release_file(run.run_dir, PAUSES[10]).touch()
+
+    status = wait_paused(run, 30)
+    assert status["subrun"] == "1.00" and status["workers"] == workers, "the starved driver lost its workers"
+    run.kill_driver()
+    assert all(pid_gone(w["pid"], timeout=LEASE_S + MARGIN_S) for w in workers), "workers outlived the driver"
+    release_file(run.run_dir, PAUSES[30]).touch()
+
+    events = runmgr_json_lines("logbook", "events", str(run.run_dir), "--json")
+    assert [e for e in events if e["type"] == "incident"] == []
+    assert {e["subrun"] for e in events} == {"1.00"}

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 
+import pytest
+
 from health.parsers import npu_smi
 from runmgr.chaos.build import Chaos, build_chaos
 from runmgr.chaos.devicetool import DeviceTools
@@ -15,6 +17,15 @@ from runmgr.config.watcher import WatcherConfig
 from runmgr.watch.devices import DeviceDetector
 from runmgr.watch.incidents import DEVICE_FAULT
 from tests.runmgr.chaos.conftest import poll_of, running, step_report, worker_of
+
+
+@pytest.fixture(autouse=True)
+def no_ray_cluster(monkeypatch):
+    """These tests stand for nodes of this host with made-up ids and no Ray cluster;
+    a Ray another test left running in this process must not be asked about them."""
+    import ray
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
 
 NODE_A, NODE_B = "a" * 56, "b" * 56
 

@@ -168,5 +168,6 @@ def test_a_relaunch_while_the_disk_is_still_full_is_one_line_and_exit_2(story):
 def test_a_relaunch_after_space_is_freed_resumes_bit_for_bit(story, reference_losses):
     assert story.resumed_code == 0, story.resumed_output[-3000:]
     start = next(e for e in story.events if e["type"] == "subrun_start" and e["subrun"] == "1.01")
+    assert start["cause"].startswith("relaunch: sub-run 1.00 ended as failed at step 15")  # not "abandoned"
     assert start["start_step"] == 10 and start["start_checkpoint"].endswith("step_00000010")
     assert story.losses == reference_losses  # exact float equality, every step

@@ -80,7 +80,7 @@ class DiskReserve:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
             try:
-                os.posix_fallocate(fd, 0, self.size)  # real blocks: a sparse file would reserve nothing
+                _allocate(fd, self.size)
             finally:
                 os.close(fd)
         except OSError as error:
@@ -92,6 +92,18 @@ class DiskReserve:
     def release(self) -> None:
         """Give the room back (to record an end, or at the driver's exit)."""
         self.path.unlink(missing_ok=True)
+
+
+def _allocate(fd: int, size: int) -> None:
+    """Real blocks for ``size`` bytes: a sparse file would reserve nothing."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as error:
+        if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # a file system without fallocate: write zeros
+            raise
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, bytes(size))
+        os.fsync(fd)
 
 
 def end_on_full_disk(book: Logbook, run_dir: Path, reserve: DiskReserve, error: BaseException) -> str:
@@ -108,5 +120,5 @@ def end_on_full_disk(book: Logbook, run_dir: Path, reserve: DiskReserve, error: 
         if not is_disk_full(again):
             raise
         return f"{what}, and its end could not be recorded (the next launch records it as abandoned); {advice}"
-    where = f"sub-run {ended[0]} ended as failed at step {ended[1]}" if ended else "no sub-run had started"
+    where = f"sub-run {ended[0]} ended as failed at step {ended[1]}" if ended else "no sub-run was open"
     return f"{what}: {where}; {advice}"

@@ -111,7 +111,7 @@ class FullDiskStory:
 
 
 @pytest.fixture(scope="module")
-def story(tmp_path_factory, reference_losses) -> FullDiskStory:
+def story(tmp_path_factory) -> FullDiskStory:
     base = tmp_path_factory.mktemp("diskfull")
     ns = TmpfsNamespace(base / "disk")
     try:

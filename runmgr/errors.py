@@ -15,3 +15,12 @@ class ClusterError(UserError):
 
 class RunStateError(UserError):
     """A run directory that is missing, locked by a live driver, or unreadable."""
+
+
+class ClusterLostError(ClusterError):
+    """The Ray cluster's head stopped answering during the run: no sub-run can go
+    on or start on it, so the controller ends the run instead of retrying."""
+
+
+class DiskFullError(RunStateError):
+    """The disk holding the run directory has no room left for the run's records."""

@@ -29,7 +29,9 @@ from runmgr.resume import find_resume_point, listed_checkpoints, resume_at
 from runmgr.stacks import dump_stacks
 from runmgr.chaos.build import Chaos, build_chaos
 from runmgr.workers.devicepoll import DevicePollGroup
-from runmgr.errors import RunStateError
+from runmgr.diskspace import DISK_WRITE_ERRORS, DiskReserve, end_on_full_disk, is_disk_full
+from runmgr.diskspace import refusal as disk_refusal
+from runmgr.errors import DiskFullError, RunStateError
 from runmgr.rundir import RunDirLock
 from runmgr.status import ENDED_STATES, mark_stopped, read_status
 from runmgr.stopping import StopRequest, stop_on_signals
@@ -94,31 +96,50 @@ def launch(conf_name: str, overrides: list[str], dry_run: bool = False, conf_dir
     if note:
         out.write(note + "\n")
     run_dir = config.run_dir()
-    with RunDirLock(run_dir), Logbook.open(run_dir) as book:
-        wait_for_lost_workers(run_dir, config.controller.worker_lease_s, out)
-        chaos = build_chaos(config)
-        chaos_overrides = chaos.prepare()  # faulty inputs (garbage data, a bad LR) for this lineage
-        if chaos_overrides:
-            config = load_run_config(conf_name, [*overrides, *chaos_overrides], conf_dir)
-        ids = SubrunIds(config.run.number, len(book.lineage()))
-        initial = initial_state(config, book, ids)
-        if initial is None:
-            out.write(f"run {config.run.name} already finished at step {config.training.train_iters}; "
-                      f"`runmgr logbook show {run_dir}` shows it\n")
-            return 0
-        local_nodes = ray_cluster.connect(config.cluster, messages_to=run_dir / ray_cluster.RAY_MESSAGES_FILE)
-        try:
-            with stop_on_signals() as stop:  # Ctrl-C or SIGTERM: a clean stop, recorded as such
-                gate = preflight_health(config, out)  # no admitted node: one line, exit 2
-                # The sub-run's start records the health verdicts (excluded nodes, report path).
-                initial = replace(initial, evidence={**initial.evidence, "health": gate.evidence()})
-                final = drive(config, book, ids, initial, out, admitted_node_ids=gate.admitted_node_ids, chaos=chaos)
-        except KeyboardInterrupt:
-            if not stop.requested:
-                raise
-            return stopped(book, run_dir, stop, out)
-        finally:
-            ray_cluster.disconnect(local_nodes)
+    try:
+        with RunDirLock(run_dir), DiskReserve(run_dir) as reserve, Logbook.open(run_dir) as book:
+            try:
+                return run_lineage(config, conf_name, overrides, conf_dir, book, out)
+            except DISK_WRITE_ERRORS as error:
+                if not is_disk_full(error):
+                    raise
+                out.write("\n" + end_on_full_disk(book, run_dir, reserve, error) + "\n")
+                return 1
+    except DISK_WRITE_ERRORS as error:  # the lock or the logbook could not even be opened
+        if not is_disk_full(error):
+            raise
+        raise DiskFullError(disk_refusal(run_dir, error)) from None
+
+
+def run_lineage(config: RunConfig, conf_name: str, overrides: list[str], conf_dir: Path | None, book: Logbook,
+                out: TextIO) -> int:
+    """With the run directory locked and its logbook open: the next sub-runs of its lineage."""
+    run_dir = config.run_dir()
+    wait_for_lost_workers(run_dir, config.controller.worker_lease_s, out)
+    chaos = build_chaos(config)
+    chaos_overrides = chaos.prepare()  # faulty inputs (garbage data, a bad LR) for this lineage
+    if chaos_overrides:
+        config = load_run_config(conf_name, [*overrides, *chaos_overrides], conf_dir)
+    ids = SubrunIds(config.run.number, len(book.lineage()))
+    initial = initial_state(config, book, ids)
+    if initial is None:
+        out.write(f"run {config.run.name} already finished at step {config.training.train_iters}; "
+                  f"`runmgr logbook show {run_dir}` shows it\n")
+        return 0
+    connection = ray_cluster.connect(config.cluster, messages_to=run_dir / ray_cluster.RAY_MESSAGES_FILE,
+                                     head_lost_after_s=config.controller.cluster_lost_timeout_s)
+    try:
+        with stop_on_signals() as stop:  # Ctrl-C or SIGTERM: a clean stop, recorded as such
+            gate = preflight_health(config, out)  # no admitted node: one line, exit 2
+            # The sub-run's start records the health verdicts (excluded nodes, report path).
+            initial = replace(initial, evidence={**initial.evidence, "health": gate.evidence()})
+            final = drive(config, book, ids, initial, out, admitted_node_ids=gate.admitted_node_ids, chaos=chaos)
+    except KeyboardInterrupt:
+        if not stop.requested:
+            raise
+        return stopped(book, run_dir, stop, out)
+    finally:
+        ray_cluster.disconnect(connection)  # no process of a local Ray is left, even without its head
     out.write(f"logbook: runmgr logbook show {run_dir}\n")
     return 0 if isinstance(final, Finished) else 1
 

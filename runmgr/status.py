@@ -23,9 +23,13 @@ def write_status(run_dir: Path, status: dict) -> None:
     """Replace the status file atomically (a reader never sees half a file)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=".status.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(status, f, indent=1, sort_keys=True)
-    os.replace(tmp, run_dir / STATUS_FILE)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(status, f, indent=1, sort_keys=True)
+        os.replace(tmp, run_dir / STATUS_FILE)
+    except OSError:
+        os.unlink(tmp)  # a full disk leaves no half-written temp file behind
+        raise
 
 
 def resolve_run_dir(run: str, runs_root: Path = Path("runs")) -> Path:
@@ -49,11 +53,12 @@ def read_status(run_dir: Path) -> dict:
     return status
 
 
-def mark_stopped(run_dir: Path, reason: str) -> None:
-    """Record in the status file that the driver stopped on request, its workers stopped."""
+def mark_stopped(run_dir: Path, reason: str, state: str = "stopped") -> None:
+    """Record in the status file that the driver stopped on request (``failed``:
+    it had to stop, e.g. on a full disk), its workers stopped."""
     path = run_dir / STATUS_FILE
     status = json.loads(path.read_text()) if path.is_file() else {"run_dir": str(run_dir)}
-    status.update(state="stopped", workers=[], last_incident=reason, updated_at=time.time())
+    status.update(state=state, workers=[], last_incident=reason, updated_at=time.time())
     write_status(run_dir, status)
 
 

@@ -8,6 +8,7 @@ composed YAML is merged into :class:`RunConfig`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
@@ -80,6 +81,16 @@ class ControllerConfig:
     worker_lease_s: float = 10.0
     """A worker that has not heard from its driver for this long stops itself
     (no orphans after a driver crash); a relaunch waits this long for them."""
+    cluster_lost_timeout_s: float = 20.0
+    """The Ray cluster's head (its GCS) silent for this long ends the sub-run as
+    failed, with one line (a local head whose process exited: at once). Below
+    Ray's own 60 s (``gcs_rpc_server_reconnect_timeout_s``), after which Ray
+    ends the driver itself and nothing is recorded."""
+
+
+RAY_GCS_RECONNECT_TIMEOUT_S = 60.0
+"""Ray's default ``gcs_rpc_server_reconnect_timeout_s``: how long a driver waits for a
+GCS that is gone before Ray ends its process."""
 
 
 @dataclass
@@ -139,6 +150,11 @@ class RunConfig(TrainerConfig):
         if self.controller.worker_lease_s < 20 * self.controller.poll_interval_s:
             out.append(f"controller.worker_lease_s ({self.controller.worker_lease_s}) must be at least 20 x "
                        f"controller.poll_interval_s ({self.controller.poll_interval_s}) so a busy driver is not taken for dead")
+        lost_s = self.controller.cluster_lost_timeout_s
+        if not (math.isfinite(lost_s) and 0 < lost_s < RAY_GCS_RECONNECT_TIMEOUT_S):
+            out.append(f"controller.cluster_lost_timeout_s must be a number of seconds > 0 and below "
+                       f"{RAY_GCS_RECONNECT_TIMEOUT_S:.0f} (Ray ends a driver whose head stays silent that long), "
+                       f"got {lost_s}")
         if self.run.number < 0:
             out.append(f"run.number must be >= 0, got {self.run.number}")
         if not self.run.name or "/" in self.run.name:

@@ -19,7 +19,7 @@ from runmgr.controller.judge import Judge, Judgement
 from runmgr.controller.states import (
     ALLOWED, Failed, Finished, Launching, Restarting, Running, State, is_terminal,
 )
-from runmgr.errors import ClusterError
+from runmgr.errors import ClusterError, ClusterLostError
 from runmgr.policy.decision import ABORT
 from runmgr.policy.plan_update import next_plan
 from runmgr.resume import ResumePoint
@@ -130,6 +130,9 @@ class Controller:
         self._group = self.make_group()
         try:
             workers = self._group.start(self.trainer_config, state.plan)
+        except ClusterLostError as exc:  # no retry can place ranks on a cluster without its head
+            self._stop_group()
+            return Failed(state.subrun, str(exc), self.last_step)
         except ClusterError as exc:
             self._stop_group()
             return self._launch_failed(state, str(exc))
@@ -148,7 +151,11 @@ class Controller:
 
     def _watch(self, state: Running) -> State:
         assert self._group is not None
-        poll = self._group.poll(self.poll_interval_s)
+        try:
+            poll = self._group.poll(self.poll_interval_s)
+        except ClusterLostError as exc:
+            self._stop_group()
+            return Failed(state.subrun, str(exc), self.last_step)
         if poll.steps:
             self.last_step = max(self.last_step, poll.steps[-1].step)
         for observer in self.observers:

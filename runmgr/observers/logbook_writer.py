@@ -29,15 +29,16 @@ def describe_start(start) -> str:
             f"eps {first.get('eps')}, lr scale {start.lr_scale:g}, clip {start.clip_grad:g}, {state}")
 
 
-def record_stop(book: Logbook, reason: str) -> tuple[str, int] | None:
-    """End the open sub-run as ``stopped`` (a person asked for it), at the
-    furthest step recorded; (sub-run, step), or None when none was open."""
+def record_stop(book: Logbook, reason: str, end_state: str = "stopped") -> tuple[str, int] | None:
+    """End the open sub-run as ``stopped`` (a person asked for it; ``failed`` when
+    the driver had to stop it, e.g. on a full disk), at the furthest step
+    recorded; (sub-run, step), or None when none was open."""
     lineage = book.lineage()
     if not lineage or not lineage[-1].is_open:
         return None
     subrun = lineage[-1].id
     step = book.reached_step(subrun)
-    book.end_subrun(subrun, "stopped", step, reason)
+    book.end_subrun(subrun, end_state, step, reason)
     return subrun, step
 
 

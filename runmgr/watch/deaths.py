@@ -79,7 +79,10 @@ _SIGNATURES = (
     _Signature("io_refused", "io", "the file system refused a write (read-only, full, or I/O error)",
                "the checkpoint path's file system: mount flags (ro), free space (df), dmesg for I/O errors", (
                    r"\[Errno 30\]", r"Read-only file system", r"\bEROFS\b", r"\[Errno 28\]",
-                   r"No space left on device", r"\bENOSPC\b", r"\[Errno 5\] Input/output error")),
+                   r"No space left on device", r"\bENOSPC\b", r"\[Errno 5\] Input/output error",
+                   # torch.save's zip writer on a full disk: its write came up short.
+                   r"unexpected pos \d+ vs \d+", r"PytorchStreamWriter failed writing file",
+                   r"database or disk is full")),
     _Signature("startup_config", "config", "the trainer refused its configuration or plan",
                "the error line: fix the config (or the plan's checkpoint) and launch again", (
                    r"\bTrainerConfigError\b", r"\bDataError\b", r"size mismatch for \S+: copying a param",

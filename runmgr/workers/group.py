@@ -17,6 +17,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
+from runmgr import cluster as ray_cluster
 from runmgr.config.schema import ClusterConfig
 from runmgr.controller.group import GroupPoll, WorkerFailure, WorkerInfo
 from runmgr.controller.judge import node_name
@@ -76,6 +77,7 @@ class RayWorkerGroup:
         return list(self._infos)
 
     def start(self, config: TrainerConfig, plan: ResumePlan) -> list[WorkerInfo]:
+        ray_cluster.check_head()  # placing ranks needs the head: without it Ray waits until it ends the driver
         world = plan.data_parallel_size or self.cluster.num_workers
         if self.admitted_node_ids is not None or plan.avoid_nodes:
             strategies = self._pinned_strategies(world, plan.avoid_nodes)
@@ -89,7 +91,8 @@ class RayWorkerGroup:
             for rank, strategy in enumerate(strategies)
         ]
         try:
-            self._infos = ray.get([a.describe.remote() for a in self._actors], timeout=self.start_timeout_s)
+            self._infos = ray_cluster.get_while_head_lives([a.describe.remote() for a in self._actors],
+                                                           self.start_timeout_s)
         except GetTimeoutError:
             self.shutdown()
             raise ClusterError(f"{world} workers did not start within {self.start_timeout_s:.0f} s "
@@ -105,7 +108,7 @@ class RayWorkerGroup:
         bundle = bundle_for(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
         self._pg = placement_group([dict(bundle) for _ in range(world)], strategy=self.cluster.placement_strategy)
         try:
-            ray.get(self._pg.ready(), timeout=self.start_timeout_s)
+            ray_cluster.get_while_head_lives([self._pg.ready()], self.start_timeout_s)
         except GetTimeoutError:
             self.shutdown()
             raise ClusterError(
@@ -134,6 +137,8 @@ class RayWorkerGroup:
         self._collect_outcomes(done, result)
         if result.failures:
             self._settle_failures(result)
+        if self._runs:  # ranks still training need the cluster; ranks that all returned are judged as they ended
+            ray_cluster.check_head()
         self._drain(result)
         return result
 
@@ -186,7 +191,8 @@ class RayWorkerGroup:
             ray.kill(actor, no_restart=True)
         self._actors, self._runs, self._drains = [], {}, {}
         if self._pg is not None:
-            remove_placement_group(self._pg)
+            if not ray_cluster.head_lost():  # removing it asks the head, and would wait for Ray's 60 s
+                remove_placement_group(self._pg)
             self._pg = None
 
 

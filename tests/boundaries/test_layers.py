@@ -19,7 +19,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"policy"}),
     frozenset({"controller", "resume"}),
     frozenset({"workers", "observers", "chaos", "healthcheck", "stacks", "status", "rundir", "cluster", "dryrun",
-               "refusals", "stopping", "logbook_samples"}),
+               "refusals", "stopping", "logbook_samples", "reaper", "headwatch", "diskspace"}),
     frozenset({"launch", "replay", "cli", "__main__"}),
 )
 """Lowest first. A part may import its own layer and the ones below."""

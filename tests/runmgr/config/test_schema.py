@@ -56,3 +56,18 @@ def test_the_logbook_keeps_choices_as_the_strings_of_the_yaml(tmp_path):
 def test_recipes_the_built_in_trainer_cannot_execute_still_load_for_planning(conf):
     config = load_run_config(conf, [])
     assert config.problems() == [] and "cannot execute parallel.tensor_model_parallel_size=8" in config.unsupported()
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "-5", "60", "600"])
+def test_a_cluster_lost_timeout_that_ray_would_beat_or_never_ends_is_refused(value):
+    # Ray ends a driver whose head stays silent for 60 s: runmgr must notice first.
+    with pytest.raises(ConfigError) as caught:
+        load_run_config("demo", [f"controller.cluster_lost_timeout_s={value}"])
+    message = str(caught.value)
+    assert message.startswith("controller.cluster_lost_timeout_s must be") and "\n" not in message
+    if value not in ("nan", "inf", "-inf"):
+        assert "> 0 and below 60" in message
+
+
+def test_the_cluster_lost_timeout_defaults_below_rays_own():
+    assert 0 < load_run_config("demo", []).controller.cluster_lost_timeout_s < 60

@@ -134,3 +134,16 @@ def test_a_refused_checkpoint_write_is_io_and_restarts_rather_than_blaming_a_nod
     cause = classify(text)
     assert cause.category == "io" and "Read-only" in cause.line
     assert PolicyConfig().death_actions["io"] == "restart"
+
+
+@pytest.mark.parametrize("text", [
+    # torch.save's zip writer on a full checkpoint directory (seen as "unknown" before)
+    "RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598",
+    "RuntimeError: [enforce fail at inline_container.cc:603] . PytorchStreamWriter failed writing file "
+    "data/0: file write failed",
+    "OSError: [Errno 28] No space left on device: '/runs/demo/checkpoints/step_00000020/__1_0.distcp'",
+    "sqlite3.OperationalError: database or disk is full",
+])
+def test_a_full_disk_is_an_io_failure_not_an_unknown_one(text):
+    cause = classify(text)
+    assert (cause.name, cause.category) == ("io_refused", "io"), cause

@@ -44,6 +44,7 @@ class DeathCategory(Choice):
     network = "network"
     storage = "storage"
     io = "io"
+    checkpoint = "checkpoint"
     memory = "memory"
     device = "device"
     killed = "killed"
@@ -83,6 +84,9 @@ class DeathAction(Choice):
     exclude_node = "exclude_node"
     restart = "restart"
     abort = "abort"
+    reject_checkpoint = "reject_checkpoint"
+    """Only for the ``checkpoint`` category: restart from the newest verified
+    checkpoint older than the one the trainer found unusable."""
 
 
 class SlowdownAction(Choice):

@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     get_model_state_dict,
     get_state_dict,
@@ -39,7 +40,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from trainer.config import CheckpointConfig, ModelConfig, TrainerConfig
-from trainer.errors import CheckpointError
+from trainer.errors import BadCheckpointError, CheckpointError
 from trainer.manifest import (  # noqa: F401  (re-exported API)
     PARAMETERS_FIELD,
     LatestCheckpoint,
@@ -50,11 +51,13 @@ from trainer.manifest import (  # noqa: F401  (re-exported API)
     read_manifest,
     retire_checkpoints_after,
     shape_mismatch,
+    step_of,
     verify_checkpoint,
     write_manifest,
 )
 from trainer.model import build_model
 from trainer.precision import LossScaler
+from trainer.safe_load import SafeFileSystemReader, SafeLoadPlanner
 
 # Fields that may change between sub-runs without changing what is trained.
 _VOLATILE_FIELDS = {"checkpoint": None, "device": None, "training": ("train_iters", "log_interval"),
@@ -144,29 +147,59 @@ def _verify_on_every_rank(path: Path, group: Optional[dist.ProcessGroup]) -> Non
     failures = [(rank, text) for rank, text in enumerate(reasons) if text is not None]
     if failures:
         rank, text = failures[0]
-        raise CheckpointError(f"cannot resume from {path}: {text} (seen by rank {rank}); "
-                              "pick another checkpoint or delete this one")
+        raise BadCheckpointError(path, step_of(path), f"{text} (seen by rank {rank})")
+
+
+def _read_into(state: dict, path: Path, group: Optional[dist.ProcessGroup]) -> None:
+    """DCP's load of ``path`` into ``state``, reading its pickles as data only
+    (:mod:`trainer.safe_load`); what DCP finds wrong names the checkpoint."""
+    try:
+        dcp.load(state, storage_reader=SafeFileSystemReader(path), planner=SafeLoadPlanner(), process_group=group)
+    except CheckpointException as error:  # every rank's failure, gathered by DCP
+        raise BadCheckpointError(path, step_of(path),
+                                 f"torch.distributed.checkpoint cannot load it: {_first_failure(error)}") from None
+
+
+def _first_failure(error: CheckpointException) -> str:
+    if not error.failures:
+        return str(error).splitlines()[0]
+    rank = min(error.failures)
+    exception, _trace = error.failures[rank]
+    return f"{type(exception).__name__}: {exception} (rank {rank})"
+
+
+def _refuse_inconsistent(path: Path, manifest: dict, trainer_state: dict) -> None:
+    """The counters the data hold must be the manifest's: a checkpoint whose files
+    are another step's (or another run's) verifies, but is not what it says."""
+    for name in ("step", "consumed_samples"):
+        saved, listed = int(trainer_state[name]), manifest.get(name)
+        if listed is not None and saved != listed:
+            raise BadCheckpointError(path, manifest["step"],
+                                     f"its data hold {name} {saved}, its manifest says {listed}")
 
 
 def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scaler: LossScaler,
                     load_optimizer: bool, group: Optional[dist.ProcessGroup]) -> LoadedCheckpoint:
     """Verify then load ``path`` into the model (and optimizer and scaler).
-    Raises :class:`CheckpointError` when it does not verify."""
+    Raises :class:`BadCheckpointError` when it does not verify or its data
+    disagree with its manifest, :class:`CheckpointError` when it holds a model
+    of other shapes than ``model``."""
     path = Path(path)
     _verify_on_every_rank(path, group)
     state = _training_state(model, optimizer if load_optimizer else None, scaler, 0, 0)
     _refuse_other_shapes(path, tensor_shapes(state["model"]))  # the same on every rank: all raise
-    dcp.load(state, checkpoint_id=str(path), process_group=group)
+    manifest = read_manifest(path)
+    # The counters first: DCP loads in place, and a checkpoint unlike its manifest must change nothing.
+    counters = {"trainer": state.pop("trainer")}
+    _read_into(counters, path, group)
+    _refuse_inconsistent(path, manifest, counters["trainer"])
+    _read_into(state, path, group)
     if load_optimizer:
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     else:
         set_model_state_dict(model, state["model"])
-    scaler.load_state_dict(state["trainer"]["scaler"])
-    manifest = read_manifest(path)
-    step = int(state["trainer"]["step"])
-    if step != manifest["step"]:
-        raise CheckpointError(f"{path.name}: saved step {step} differs from the manifest's {manifest['step']}")
-    return LoadedCheckpoint(path, step, int(state["trainer"]["consumed_samples"]), manifest)
+    scaler.load_state_dict(counters["trainer"]["scaler"])
+    return LoadedCheckpoint(path, manifest["step"], int(counters["trainer"]["consumed_samples"]), manifest)
 
 
 @dataclass

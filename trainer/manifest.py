@@ -7,8 +7,11 @@ atomically once every rank's part is on disk. The manifest lists every file
 with its size and sha256, so a truncated or altered file is caught before a
 load, with a reason a person understands. It also records the name and shape
 of every tensor of the model, so that a resume with a changed model shape is
-refused before anything starts, without reading DCP's ``.metadata`` (a
-pickle: a checkpoint folder is data, never code to run).
+refused before anything starts from the manifest alone.
+
+DCP's ``.metadata`` is a pickle. A checkpoint folder is data, never code to
+run: a verification in full reads it through an allow-list of DCP's own
+classes (:mod:`trainer.safe_load`), and so does the trainer's load.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
@@ -118,38 +122,76 @@ def _manifest_problem(path: Path, manifest: dict) -> Optional[str]:
 
 def _file_problem(path: Path, entry: dict, check_hashes: bool) -> Optional[str]:
     target = path / entry["name"]
-    if not target.is_file():
+    try:
+        problem = _size_problem(target, entry)
+        if problem is None and check_hashes:
+            problem = _hash_problem(target, entry)
+    except OSError as error:  # unreadable (permissions, an I/O error): a reason, not a traceback
+        return f"file {entry['name']} cannot be read ({error.strerror or error})"
+    return problem
+
+
+_NOT_REGULAR = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
+                stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
+
+
+def _size_problem(target: Path, entry: dict) -> Optional[str]:
+    try:
+        status = target.stat()
+    except FileNotFoundError:
         return f"file {entry['name']} is missing"
-    size = target.stat().st_size
-    if size != entry["size"]:
-        kind = "truncated" if size < entry["size"] else "larger than written"
-        return f"file {entry['name']} is {size} bytes, manifest says {entry['size']} ({kind})"
-    if check_hashes:
-        digest = sha256_of(target)
-        if digest != entry["sha256"]:
-            return f"file {entry['name']} has sha256 {digest[:12]}..., manifest says {entry['sha256'][:12]}... (corrupted)"
+    if not stat.S_ISREG(status.st_mode):  # never opened: a FIFO would block the reader for ever
+        kind = _NOT_REGULAR.get(stat.S_IFMT(status.st_mode), "something else")
+        return f"file {entry['name']} is {kind}, not a regular file"
+    if status.st_size != entry["size"]:
+        kind = "truncated" if status.st_size < entry["size"] else "larger than written"
+        return f"file {entry['name']} is {status.st_size} bytes, manifest says {entry['size']} ({kind})"
+    return None
+
+
+def _hash_problem(target: Path, entry: dict) -> Optional[str]:
+    digest = sha256_of(target)
+    if digest != entry["sha256"]:
+        return f"file {entry['name']} has sha256 {digest[:12]}..., manifest says {entry['sha256'][:12]}... (corrupted)"
     return None
 
 
 def verify_checkpoint(path: PathLike, check_hashes: bool = True) -> tuple[bool, str]:
     """``(True, "ok")`` when the checkpoint is complete and intact, else
     ``(False, reason)`` with the reason prefixed by the directory name.
-    ``check_hashes=False`` checks presence and sizes only (cheap)."""
+    ``check_hashes=False`` checks presence and sizes only (cheap); in full,
+    the checksums too, and DCP's ``.metadata`` is read as data (an allow-list
+    of DCP's own classes: :mod:`trainer.safe_load`), so a pickle that asks to
+    run anything is rejected here, before any load."""
     path = Path(path)
+    try:
+        problem = _checkpoint_problem(path, check_hashes)
+    except OSError as error:  # the directory itself cannot be listed or stat-ed
+        problem = f"cannot be read ({error.strerror or error})"
+    return (False, f"{path.name}: {problem}") if problem else (True, "ok")
+
+
+def _checkpoint_problem(path: Path, check_hashes: bool) -> Optional[str]:
     if not path.is_dir():
-        return False, f"{path.name}: directory does not exist"
+        return "directory does not exist"
     if not (path / MANIFEST_NAME).is_file():
-        return False, f"{path.name}: no {MANIFEST_NAME} (the save did not finish)"
+        return f"no {MANIFEST_NAME} (the save did not finish)"
     try:
         manifest = read_manifest(path)
     except (OSError, ValueError) as error:
-        return False, f"{path.name}: {MANIFEST_NAME} cannot be read ({error})"
+        return f"{MANIFEST_NAME} cannot be read ({error})"
     problem = _manifest_problem(path, manifest)
-    for entry in manifest["files"] if problem is None else ():
+    if problem:
+        return problem
+    for entry in manifest["files"]:
         problem = _file_problem(path, entry, check_hashes)
         if problem:
-            break
-    return (False, f"{path.name}: {problem}") if problem else (True, "ok")
+            return problem
+    if not check_hashes:
+        return None
+    from trainer.safe_load import metadata_problem  # torch: only for a verification in full
+
+    return metadata_problem(path / DCP_METADATA_NAME)
 
 
 def recorded_shapes(manifest: dict) -> Optional[dict[str, tuple[int, ...]]]:

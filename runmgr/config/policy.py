@@ -139,9 +139,9 @@ def _default_death_actions() -> dict[DeathCategory, DeathAction]:
     exclude, restart, abort = DeathAction.exclude_node, DeathAction.restart, DeathAction.abort
     category = DeathCategory
     return {category.hardware: exclude, category.node: exclude, category.network: restart,
-            category.storage: exclude, category.io: restart, category.memory: restart, category.device: restart,
-            category.killed: restart, category.driver_lost: restart, category.config: abort, category.bug: abort,
-            category.unknown: restart}
+            category.storage: exclude, category.io: restart, category.checkpoint: DeathAction.reject_checkpoint,
+            category.memory: restart, category.device: restart, category.killed: restart,
+            category.driver_lost: restart, category.config: abort, category.bug: abort, category.unknown: restart}
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,9 @@ class PolicyConfig:
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     death_actions: dict[DeathCategory, DeathAction] = field(default_factory=_default_death_actions)
     """Remedy per worker-death category: exclude_node, restart or abort. exclude_node falls
-    back to restart when the node is unknown."""
+    back to restart when the node is unknown. ``checkpoint`` (the trainer found the checkpoint
+    it resumed from unusable) may also be reject_checkpoint: restart from the newest verified
+    checkpoint older than that one; no other category names a checkpoint to reject."""
     slowdown_action: SlowdownAction = SlowdownAction.ignore
     """ignore (record it) or restart a job that runs well below its own throughput baseline."""
 
@@ -162,6 +164,11 @@ class PolicyConfig:
         missing = [c for c in DeathCategory.values() if c not in self.death_actions]
         if missing:
             return [f"death_actions must name every category ({', '.join(DeathCategory.values())}); missing {missing[0]}"]
+        misplaced = [c for c, action in self.death_actions.items()
+                     if action == DeathAction.reject_checkpoint and c != DeathCategory.checkpoint]
+        if misplaced:
+            return [f"death_actions.{misplaced[0]}: reject_checkpoint is only for the checkpoint category "
+                    f"(a {misplaced[0]} failure names no checkpoint); use exclude_node, restart or abort"]
         return []
 
 

@@ -3,8 +3,10 @@ slowdowns, and sub-runs whose workers could not be started.
 
 All restart from the newest verified checkpoint at restart time (no margin:
 nothing is wrong with the weights), spend the restart budget and pass the
-storm breaker. Hardware takes the node out first (OPT drained nodes with ECC
-errors, lost GPUs and bad links), within the exclusion budget. When the nodes
+storm breaker; a checkpoint the trainer found unusable is rejected instead:
+the restart starts from the newest verified checkpoint older than it.
+Hardware takes the node out first (OPT drained nodes with ECC errors, lost
+GPUs and bad links), within the exclusion budget. When the nodes
 left hold fewer ranks, the decision resizes data parallel; a failed launch is
 retried after a wait within its own budget.
 """
@@ -15,8 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional
 
+from runmgr.choices import DeathAction, RestartPoint
 from runmgr.policy.capacity import Capacity, fit_world
-from runmgr.policy.checkpoints import VerifiedCheckpoint, newest
+from runmgr.policy.checkpoints import VerifiedCheckpoint, newest, newest_at_or_before
 from runmgr.config.policy import PolicyConfig
 from runmgr.policy.decision import (
     ABORT, DUMP_AND_RESTART, EXCLUDE_NODE, IGNORE, RESTART, RETRY_LAUNCH, Action, Decision,
@@ -67,8 +70,29 @@ def _death(incident: Incident, ctx: FaultContext) -> Decision:
                                f"(policy.death_actions.{category} = abort); a human must look at {hint}")
     if action == EXCLUDE_NODE and incident.nodes:
         return _exclude(incident, ctx, incident.nodes)
+    if action == DeathAction.reject_checkpoint and incident.evidence.get("checkpoint_step", -1) >= 0:
+        return _reject_checkpoint(incident, ctx)
     return _restart(incident, ctx, RESTART,
                     f"restart the workers ({category} failure, on the same or replacement workers)")
+
+
+def _reject_checkpoint(incident: Incident, ctx: FaultContext) -> Decision:
+    """The trainer found the checkpoint the incident names unusable: restarting from it
+    would fail the same way, so restart from the newest verified one older than it
+    (within the restart budget and the storm breaker), or from initialisation while the
+    run is young (as a rollback would)."""
+    bad, bad_step = incident.evidence["checkpoint"], int(incident.evidence["checkpoint_step"])
+    older = newest_at_or_before(ctx.checkpoints, bad_step - 1)
+    scratch = ctx.config.rollback.from_scratch_within_steps
+    if older is None and bad_step > scratch:
+        return Decision(ABORT, (
+            f"{_context(incident)}: checkpoint {bad} is unusable and no verified checkpoint is older; starting "
+            f"again from initialisation would lose {bad_step} steps (policy.rollback.from_scratch_within_steps "
+            f"is {scratch}). A human must look at the run's checkpoints"))
+    where = (f"the newest verified checkpoint before it (step {older.step})" if older
+             else "initialisation (no verified checkpoint before it)")
+    return _restart(incident, ctx, RESTART, f"reject checkpoint {bad} and restart the workers",
+                    origin=_Origin(older, RestartPoint.step, where))
 
 
 def _straggler(incident: Incident, ctx: FaultContext) -> Decision:
@@ -133,8 +157,18 @@ def _origin(start: Optional[VerifiedCheckpoint]) -> str:
     return f"the newest verified checkpoint at restart time (step {start.step} now)"
 
 
+@dataclass(frozen=True)
+class _Origin:
+    """Where a restart starts, when not from the newest verified checkpoint at restart time."""
+
+    checkpoint: Optional[VerifiedCheckpoint]
+    """None: from initialisation."""
+    point: RestartPoint
+    words: str
+
+
 def _restart(incident: Incident, ctx: FaultContext, action: Action, what: str,
-             exclude: tuple[str, ...] = ()) -> Decision:
+             exclude: tuple[str, ...] = (), origin: Optional[_Origin] = None) -> Decision:
     history, config, checkpoints = ctx.history, ctx.config, ctx.checkpoints
     used, limit = history.fault_restarts(), config.restarts.max_restarts
     if used >= limit:
@@ -153,11 +187,13 @@ def _restart(incident: Incident, ctx: FaultContext, action: Action, what: str,
                                     f"nodes or bring lost ones back (excluded: "
                                     f"{', '.join((*history.excluded_nodes(), *exclude)) or 'none'})"))
         size, resize_note = resize.size, (f"; {resize.note}" if resize.note else "")
-    start = newest(checkpoints)
+    if origin is None:
+        start = newest(checkpoints)
+        origin = _Origin(start, RestartPoint.newest_at_restart, _origin(start))
     return Decision(
-        action, f"{_context(incident)} -> {what}{resize_note}, from {_origin(start)} (restart {used + 1} of {limit})",
-        restart_from_step=start.step if start else None, restart_point="newest_at_restart", exclude_nodes=exclude,
-        dump_stacks=action == DUMP_AND_RESTART, data_parallel_size=size,
+        action, f"{_context(incident)} -> {what}{resize_note}, from {origin.words} (restart {used + 1} of {limit})",
+        restart_from_step=origin.checkpoint.step if origin.checkpoint else None, restart_point=origin.point,
+        exclude_nodes=exclude, dump_stacks=action == DUMP_AND_RESTART, data_parallel_size=size,
     )
 
 

@@ -3,8 +3,9 @@
 The signatures are the real messages of the runtimes (FORMATS.md: HCCL
 EI0006/EI0002/watchdog, NCCL watchdog and errors, CUDA errors and Xids, Ascend
 UCE 507053 and HBM multi-bit ECC 507054, ESTALE/ENOTCONN on the checkpoint
-path, out of memory, a killed process, a plain Python bug). They are tried in
-order, most specific first: a CUDA "out of memory" is memory, not a CUDA
+path, a checkpoint the trainer found unusable (its path in the evidence), out
+of memory, a killed process, a plain Python bug). They are tried in order,
+most specific first: a CUDA "out of memory" is memory, not a CUDA
 error; Ray's "actor died" text lists "OOM killer" among *possible* causes,
 so it is a kill, not an OOM.
 """
@@ -83,10 +84,14 @@ _SIGNATURES = (
                    # torch.save's zip writer on a full disk: its write came up short.
                    r"unexpected pos \d+ vs \d+", r"PytorchStreamWriter failed writing file",
                    r"database or disk is full")),
+    _Signature("bad_checkpoint", "checkpoint", "the checkpoint it resumed from is unusable",
+               "the checkpoint named in the line (it verified, yet its data disagree with its manifest or ask "
+               "to run code): it is rejected and the run goes on from the one before it", (
+                   r"\bBadCheckpointError: checkpoint ",)),
     _Signature("startup_config", "config", "the trainer refused its configuration or plan",
                "the error line: fix the config (or the plan's checkpoint) and launch again", (
                    r"\bTrainerConfigError\b", r"\bDataError\b", r"size mismatch for \S+: copying a param",
-                   r"Size mismatch between saved")),
+                   r"Size mismatch between saved", r"\bCheckpointError\b")),
     _Signature("oom", "memory", "out of memory",
                "memory per device: micro batch, recompute, or the host's RAM", (
                    r"CUDA out of memory", r"NPU out of memory", r"\bOutOfMemoryError\b", r"\bout of memory\b",
@@ -141,6 +146,8 @@ PEER_ECHO_CAUSES = frozenset({
 side of a collective. When ranks fail together, these lose the root-cause ranking
 to a dead process or a real error (FORMATS.md 1.6 and 2.4; MEGATRON.md)."""
 
+_BAD_CHECKPOINT = re.compile(r"BadCheckpointError: checkpoint (\S.*?)(?: \(step (\d+)\))? is unusable: ")
+"""trainer.errors.BadCheckpointError's message: the checkpoint's path and step come first."""
 _COMPILED = tuple((sig, tuple(re.compile(p, re.MULTILINE) for p in sig.patterns)) for sig in _SIGNATURES)
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?[0-9A-Fa-f:.]+\): (\d+),")
 _EXCEPTION_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*)$", re.MULTILINE)
@@ -197,9 +204,23 @@ class DeathDetector:
         self._seen.add(key)
         where = f"rank {exit.rank}" + (f" on {exit.node}" if exit.node else "")
         quoted = f': "{cause.line}"' if cause.line else ""
+        evidence = {"cause": cause.name, "category": cause.category, "hint": cause.hint, "line": cause.line,
+                    "exit_code": exit.exit_code, **named_checkpoint(cause, exit.text)}
         return [Incident(
             kind=WORKER_DEATH, time=now, subrun=exit.subrun, description=f"{where} died: {cause.label}{quoted}",
+            # A bad checkpoint's trouble starts at its step (the policy restarts before it).
+            onset_step=evidence.get("checkpoint_step"),
             ranks=(exit.rank,) if exit.rank >= 0 else (), nodes=(exit.node,) if exit.node else (),
-            evidence={"cause": cause.name, "category": cause.category, "hint": cause.hint, "line": cause.line,
-                      "exit_code": exit.exit_code},
+            evidence=evidence,
         )]
+
+
+def named_checkpoint(cause: DeathCause, text: str) -> dict:
+    """``{"checkpoint": path, "checkpoint_step": step}`` when the trainer died of a
+    checkpoint it found unusable (what its BadCheckpointError names; the step only
+    when the directory tells one), else nothing."""
+    found = _BAD_CHECKPOINT.search(text) if cause.category == DeathCategory.checkpoint else None
+    if found is None:
+        return {}
+    step = {"checkpoint_step": int(found.group(2))} if found.group(2) else {}
+    return {"checkpoint": found.group(1), **step}

@@ -5,6 +5,8 @@ step even when training goes on, and a load verifies first."""
 from __future__ import annotations
 
 import dataclasses
+import pickle
+import shutil
 
 import pytest
 import torch
@@ -12,7 +14,8 @@ import torch
 from trainer.checkpoint import Checkpointer, config_hash, config_shapes, load_checkpoint
 from trainer.config import CheckpointConfig, ModelConfig, OptimConfig, PrecisionConfig, TrainerConfig
 from trainer.distributed import DistEnv, destroy_process_groups, init_process_groups
-from trainer.errors import CheckpointError
+from tests.faults.checkpoint_damage import craft_metadata, rewrite_manifest
+from trainer.errors import BadCheckpointError, CheckpointError
 from trainer.manifest import find_latest_verified, list_checkpoints, read_manifest
 from trainer.model import build_model
 from trainer.optim import build_optimizer, effective_settings
@@ -98,6 +101,48 @@ def test_a_checkpoint_that_does_not_verify_is_not_loaded(tmp_path, group):
     with pytest.raises(CheckpointError, match=r"step_00000002: file __0_0.distcp is 100 bytes.*\(truncated\)"):
         load_checkpoint(path, fresh_model, build_optimizer(fresh_model, OptimConfig()), LossScaler(), True, group)
     assert all(torch.equal(v, before[k]) for k, v in fresh_model.state_dict().items())
+
+
+def saved_at(tmp_path, group, *steps):
+    """Checkpoints of a model trained to each of ``steps`` (one run)."""
+    model, optimizer = trained(0)
+    checkpointer = Checkpointer(tmp_path, CheckpointConfig(save=str(tmp_path), async_save=False), 0, group)
+    for step in steps:
+        model(torch.randint(0, 32, (2, 8))).logsumexp(-1).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        checkpointer.save(step, model, optimizer, LossScaler(), 8 * step, {"consumed_samples": 8 * step})
+    return [tmp_path / f"step_{step:08d}" for step in steps]
+
+
+def test_a_checkpoint_whose_data_disagree_with_its_manifest_is_refused_naming_it(tmp_path, group):
+    first, second = saved_at(tmp_path, group, 1, 2)
+    for data in second.iterdir():
+        if data.name != "manifest.json":
+            data.unlink()
+    for data in first.iterdir():
+        if data.name != "manifest.json":
+            shutil.copy2(data, second / data.name)  # step 1's data under step 2's manifest ...
+    rewrite_manifest(second)  # ... which vouches for them: it verifies
+    fresh_model = build_model(MODEL)
+    before = snapshot(fresh_model)
+    with pytest.raises(BadCheckpointError) as refused:
+        load_checkpoint(second, fresh_model, build_optimizer(fresh_model, OptimConfig()), LossScaler(), True, group)
+    assert str(refused.value) == f"checkpoint {second} (step 2) is unusable: its data hold step 1, its manifest says 2"
+    assert all(torch.equal(v, before[k]) for k, v in fresh_model.state_dict().items())
+    # Raised in a Ray actor, it reaches the driver pickled, with its message whole.
+    assert str(pickle.loads(pickle.dumps(refused.value))) == str(refused.value)
+
+
+def test_a_crafted_metadata_is_refused_before_the_load_and_runs_nothing(tmp_path, group):
+    (path,) = saved_at(tmp_path, group, 2)
+    marker = tmp_path / "code-ran"
+    craft_metadata(path, marker)
+    fresh_model = build_model(MODEL)
+    with pytest.raises(BadCheckpointError, match=rf"checkpoint {path} \(step 2\) is unusable: step_00000002: file "
+                                                 r"\.metadata is not plain DCP metadata: it asks for io\.open"):
+        load_checkpoint(path, fresh_model, build_optimizer(fresh_model, OptimConfig()), LossScaler(), True, group)
+    assert not marker.exists()
 
 
 def test_the_manifest_records_the_shapes_a_model_built_on_the_meta_device_predicts(tmp_path, group):

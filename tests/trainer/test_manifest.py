@@ -5,12 +5,14 @@ checkpoints are real torch.distributed.checkpoint directories."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-import torch
-import torch.distributed.checkpoint as dcp
 
+from tests.faults.checkpoint_damage import craft_metadata, reader_prefix, small_checkpoint
 from trainer.manifest import (
     checkpoint_dir,
     find_latest_verified,
@@ -22,18 +24,10 @@ from trainer.manifest import (
     shape_mismatch,
     verify_checkpoint,
 )
-from trainer.manifest import write_manifest
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
-
-
-def make_checkpoint(save_dir: Path, step: int, manifest: bool = True) -> Path:
-    path = checkpoint_dir(save_dir, step)
-    state = {"model": {"weight": torch.full((64, 64), float(step))}, "step": torch.tensor(step)}
-    dcp.save(state, checkpoint_id=str(path), no_dist=True)
-    if manifest:
-        write_manifest(path, {"step": step, "consumed_samples": 8 * step})
-    return path
 
 
 def data_file(path: Path) -> Path:
@@ -41,7 +35,7 @@ def data_file(path: Path) -> Path:
 
 
 def test_a_complete_checkpoint_verifies_and_its_manifest_lists_every_file(tmp_path):
-    path = make_checkpoint(tmp_path, 120)
+    path = small_checkpoint(tmp_path, 120)
     assert verify_checkpoint(path) == (True, "ok")
     manifest = read_manifest(path)
     assert manifest["step"] == 120 and manifest["consumed_samples"] == 960
@@ -50,7 +44,7 @@ def test_a_complete_checkpoint_verifies_and_its_manifest_lists_every_file(tmp_pa
 
 
 def test_a_truncated_file_is_rejected_with_sizes(tmp_path):
-    path = make_checkpoint(tmp_path, 120)
+    path = small_checkpoint(tmp_path, 120)
     target = data_file(path)
     size = target.stat().st_size
     target.write_bytes(target.read_bytes()[:1000])
@@ -60,7 +54,7 @@ def test_a_truncated_file_is_rejected_with_sizes(tmp_path):
 
 
 def test_an_altered_byte_is_rejected_by_its_checksum(tmp_path):
-    path = make_checkpoint(tmp_path, 120)
+    path = small_checkpoint(tmp_path, 120)
     target = data_file(path)
     data = bytearray(target.read_bytes())
     data[len(data) // 2] ^= 0xFF
@@ -71,27 +65,64 @@ def test_an_altered_byte_is_rejected_by_its_checksum(tmp_path):
 
 
 def test_missing_manifest_metadata_or_garbled_manifest_are_rejected(tmp_path):
-    unfinished = make_checkpoint(tmp_path, 10, manifest=False)
+    unfinished = small_checkpoint(tmp_path, 10, manifest=False)
     assert verify_checkpoint(unfinished) == (False, "step_00000010: no manifest.json (the save did not finish)")
-    no_metadata = make_checkpoint(tmp_path, 20)
+    no_metadata = small_checkpoint(tmp_path, 20)
     (no_metadata / ".metadata").unlink()
     assert verify_checkpoint(no_metadata) == (False, "step_00000020: file .metadata is missing")
-    garbled = make_checkpoint(tmp_path, 30)
+    garbled = small_checkpoint(tmp_path, 30)
     (garbled / "manifest.json").write_text('{"step": 30, "files": [')
     ok, reason = verify_checkpoint(garbled)
     assert not ok and reason.startswith("step_00000030: manifest.json cannot be read")
-    moved = make_checkpoint(tmp_path, 40)
+    moved = small_checkpoint(tmp_path, 40)
     manifest = json.loads((moved / "manifest.json").read_text())
     (moved / "manifest.json").write_text(json.dumps({**manifest, "step": 41}))
     assert verify_checkpoint(moved) == (False, "step_00000040: manifest says step 41 but the directory is step_00000040")
 
 
+def verified_by_another_process(path: Path, prefix: list[str]) -> list:
+    """verify_checkpoint(path) in a child process started under ``prefix``."""
+    code = ("import json, sys; from trainer.manifest import verify_checkpoint; "
+            "print(json.dumps(verify_checkpoint(sys.argv[1])))")
+    out = subprocess.run([*prefix, sys.executable, "-c", code, str(path)], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr  # a reason, not a traceback
+    return json.loads(out.stdout)
+
+
+def test_a_shard_that_cannot_be_read_is_rejected_with_a_reason(tmp_path):
+    path = small_checkpoint(tmp_path, 20)
+    data_file(path).chmod(0)
+    assert verified_by_another_process(path, reader_prefix()) == [
+        False, f"step_00000020: file {data_file(path).name} cannot be read (Permission denied)"]
+
+
+def test_a_shard_replaced_by_a_directory_or_a_fifo_is_rejected_without_opening_it(tmp_path):
+    as_directory, as_fifo = small_checkpoint(tmp_path, 10), small_checkpoint(tmp_path, 20)
+    name = data_file(as_directory).name
+    (as_directory / name).unlink()
+    (as_directory / name).mkdir()
+    (as_fifo / name).unlink()
+    os.mkfifo(as_fifo / name)  # opening it to hash would wait for a writer forever
+    assert verify_checkpoint(as_directory) == (False, f"step_00000010: file {name} is a directory, not a regular file")
+    assert verify_checkpoint(as_fifo) == (False, f"step_00000020: file {name} is a FIFO, not a regular file")
+
+
+def test_a_crafted_metadata_is_rejected_without_running_it(tmp_path):
+    path, marker = small_checkpoint(tmp_path, 20), tmp_path / "code-ran"
+    craft_metadata(path, marker)  # sizes and hashes vouch for it
+    ok, reason = verify_checkpoint(path)
+    assert not ok and not marker.exists()
+    assert reason.startswith("step_00000020: file .metadata is not plain DCP metadata: it asks for io.open, ")
+    assert verify_checkpoint(path, check_hashes=False) == (True, "ok")  # the cheap check does not read it
+
+
 def test_find_latest_verified_falls_back_past_broken_ones(tmp_path):
     for step in (10, 20):
-        make_checkpoint(tmp_path, step)
-    corrupted = make_checkpoint(tmp_path, 30)
+        small_checkpoint(tmp_path, step)
+    corrupted = small_checkpoint(tmp_path, 30)
     data_file(corrupted).write_bytes(b"")
-    make_checkpoint(tmp_path, 40, manifest=False)
+    small_checkpoint(tmp_path, 40, manifest=False)
     latest = find_latest_verified(tmp_path)
     assert latest.step == 20 and latest.path == checkpoint_dir(tmp_path, 20)
     assert latest.manifest["consumed_samples"] == 160
@@ -105,9 +136,9 @@ def test_find_latest_verified_in_an_empty_or_missing_directory(tmp_path):
 
 
 def test_prune_keeps_the_newest_complete_ones_and_the_protected_one(tmp_path):
-    paths = {step: make_checkpoint(tmp_path, step) for step in (10, 20, 30, 40)}
-    crashed = make_checkpoint(tmp_path, 25, manifest=False)
-    in_flight = make_checkpoint(tmp_path, 50, manifest=False)
+    paths = {step: small_checkpoint(tmp_path, step) for step in (10, 20, 30, 40)}
+    crashed = small_checkpoint(tmp_path, 25, manifest=False)
+    in_flight = small_checkpoint(tmp_path, 50, manifest=False)
     deleted = prune_checkpoints(tmp_path, keep_last=2, protect=(paths[10],))
     assert sorted(p.name for p in deleted) == ["step_00000020", "step_00000025"]
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step_00000010", "step_00000030", "step_00000040",
@@ -118,7 +149,7 @@ def test_prune_keeps_the_newest_complete_ones_and_the_protected_one(tmp_path):
 def test_prune_up_to_a_step_looks_no_further(tmp_path):
     """runmgr's driver prunes up to the newest checkpoint its logbook recorded."""
     for step in (10, 20, 30):
-        make_checkpoint(tmp_path, step)
+        small_checkpoint(tmp_path, step)
     deleted = prune_checkpoints(tmp_path, keep_last=1, up_to_step=20)
     assert [p.name for p in deleted] == ["step_00000010"]
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step_00000020", "step_00000030"]
@@ -126,7 +157,7 @@ def test_prune_up_to_a_step_looks_no_further(tmp_path):
 
 def test_retire_moves_checkpoints_of_an_abandoned_branch_aside(tmp_path):
     for step in (10, 20, 30):
-        make_checkpoint(tmp_path, step)
+        small_checkpoint(tmp_path, step)
     moved = retire_checkpoints_after(tmp_path, 10, tag="12.03")
     assert [p.name for p in moved] == ["step_00000020.by-12.03", "step_00000030.by-12.03"]
     assert find_latest_verified(tmp_path).step == 10
@@ -146,6 +177,6 @@ def test_a_shape_mismatch_names_the_first_tensor_and_counts_the_rest():
 
 
 def test_a_manifest_written_before_shapes_were_recorded_has_nothing_to_compare(tmp_path):
-    path = make_checkpoint(tmp_path, 4)
+    path = small_checkpoint(tmp_path, 4)
     assert recorded_shapes(read_manifest(path)) is None
     assert shape_mismatch(read_manifest(path), {"weight": [1]}) is None

@@ -25,6 +25,9 @@ def test_a_custom_ladder_is_typed():
     assert config.instability.ladder[1].rewarmup_iters == 2000
 
 
+DEFAULT_DEATH_ACTIONS = {str(category): str(action) for category, action in PolicyConfig().death_actions.items()}
+
+
 @pytest.mark.parametrize("data,message", [
     ({"instability": {"ladder": [{"action": "pray"}]}}, "ladder[0].action: 'pray' is not one of rollback_skip, lower_lr"),
     ({"instability": {"ladder": [{"action": "lower_lr", "lr_factor": 1.0}]}}, "needs lr_factor < 1"),
@@ -35,6 +38,8 @@ def test_a_custom_ladder_is_typed():
     ({"slowdown_action": "panic"}, "slowdown_action: 'panic' is not one of ignore, restart"),
     ({"death_actions": {"gremlins": "restart"}}, "death_actions.gremlins: 'gremlins' is not one of hardware"),
     ({"death_actions": {"bug": "pray"}}, "death_actions.bug: 'pray' is not one of exclude_node, restart, abort"),
+    ({"death_actions": {**DEFAULT_DEATH_ACTIONS, "io": "reject_checkpoint"}},
+     "death_actions.io: reject_checkpoint is only for the checkpoint category"),
     ({"restarts": {"launch_retry_wait_s": float("nan")}}, "launch_retry_wait_s must be a finite number"),
     ({"rollback": {"margin": 5}}, "policy.rollback: unknown key 'margin'"),
     ({"restarts": {"max_restarts": 2.5}}, "policy.restarts.max_restarts: expected a whole number"),

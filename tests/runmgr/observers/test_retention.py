@@ -14,7 +14,7 @@ from runmgr.controller.group import GroupPoll
 from runmgr.controller.states import Launching, Running
 from runmgr.observers.retention import RetentionObserver, rollback_reach_steps, trainer_keeps_everything
 from tests.runmgr.controller.fakes import step_report
-from tests.trainer.test_manifest import make_checkpoint
+from tests.faults.checkpoint_damage import small_checkpoint
 from trainer.manifest import list_checkpoints
 from trainer.plan import ResumePlan
 from trainer.report import CheckpointReport
@@ -36,10 +36,10 @@ def recorded(save_dir: Path, step: int, last_step: int | None = None) -> GroupPo
 
 def test_after_recording_a_checkpoint_the_driver_keeps_the_newest_ones_up_to_it_and_nothing_newer_is_touched(tmp_path):
     for step in (10, 20, 30, 40):
-        make_checkpoint(tmp_path, step)
-    make_checkpoint(tmp_path, 25, manifest=False)  # a save that never finished
-    make_checkpoint(tmp_path, 50)  # committed, not recorded yet (the driver has not drained it)
-    make_checkpoint(tmp_path, 60, manifest=False)  # in flight
+        small_checkpoint(tmp_path, step)
+    small_checkpoint(tmp_path, 25, manifest=False)  # a save that never finished
+    small_checkpoint(tmp_path, 50)  # committed, not recorded yet (the driver has not drained it)
+    small_checkpoint(tmp_path, 60, manifest=False)  # in flight
     retention = RetentionObserver(tmp_path, keep_last=2, rollback_reach=0)
     retention.on_poll(RUNNING, recorded(tmp_path, 40))
     assert steps_on_disk(tmp_path) == ["30", "40", "50", "60"]
@@ -48,7 +48,7 @@ def test_after_recording_a_checkpoint_the_driver_keeps_the_newest_ones_up_to_it_
 
 def test_the_newest_recorded_checkpoint_stays_whatever_is_newer_on_disk(tmp_path):
     for step in (10, 20, 30):
-        make_checkpoint(tmp_path, step)
+        small_checkpoint(tmp_path, step)
     retention = RetentionObserver(tmp_path, keep_last=1, rollback_reach=0)
     retention.on_poll(RUNNING, recorded(tmp_path, 20))  # 30 was committed by ranks the driver has not heard
     assert steps_on_disk(tmp_path) == ["20", "30"]
@@ -56,7 +56,7 @@ def test_the_newest_recorded_checkpoint_stays_whatever_is_newer_on_disk(tmp_path
 
 def test_the_checkpoint_a_rollback_decided_now_goes_back_to_is_kept(tmp_path):
     for step in (10, 20, 30, 40, 50):
-        make_checkpoint(tmp_path, step)
+        small_checkpoint(tmp_path, step)
     # Recorded up to step 52; a spike with its onset up to 25 steps back rolls back a
     # further 10: to the newest checkpoint at or before step 17.
     retention = RetentionObserver(tmp_path, keep_last=1, rollback_reach=35)
@@ -66,14 +66,14 @@ def test_the_checkpoint_a_rollback_decided_now_goes_back_to_is_kept(tmp_path):
 
 def test_keep_last_zero_keeps_every_checkpoint(tmp_path):
     for step in (10, 20, 30):
-        make_checkpoint(tmp_path, step)
+        small_checkpoint(tmp_path, step)
     RetentionObserver(tmp_path, keep_last=0, rollback_reach=0).on_poll(RUNNING, recorded(tmp_path, 30))
     assert steps_on_disk(tmp_path) == ["10", "20", "30"]
 
 
 def test_a_rollback_counts_recorded_steps_from_where_the_new_subrun_starts(tmp_path):
     for step in (10, 20, 30):
-        make_checkpoint(tmp_path, step)
+        small_checkpoint(tmp_path, step)
     retention = RetentionObserver(tmp_path, keep_last=1, rollback_reach=15)
     retention.on_poll(RUNNING, GroupPoll(steps=[step_report(s) for s in range(1, 61)]))
     retention.on_transition(RUNNING, Launching("1.01", ResumePlan(subrun="1.01"), 20, "rollback"))

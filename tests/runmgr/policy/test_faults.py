@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from runmgr.policy.checkpoints import VerifiedCheckpoint
-from runmgr.config.policy import HardwareConfig, PolicyConfig, RestartConfig
+from runmgr.config.policy import HardwareConfig, PolicyConfig, RestartConfig, RollbackConfig
 from runmgr.policy.decision import ABORT, DUMP_AND_RESTART, EXCLUDE_NODE, IGNORE, RESTART
 from runmgr.policy.history import History
 from runmgr.policy.ladder import decide
@@ -128,3 +128,48 @@ def test_a_slowdown_is_recorded_by_default():
     decision = decide(slow, History(), PolicyConfig(), CHECKPOINTS)
     assert decision.action == IGNORE and "40% below" in decision.reason
     assert decide(slow, History(), PolicyConfig(slowdown_action=RESTART), CHECKPOINTS).action == RESTART
+
+
+def bad_checkpoint(step, subrun="12.01"):
+    path = f"/runs/12/checkpoints/step_{step:08d}"
+    return Incident(kind=WORKER_DEATH, time=0.0, description="rank 0 died", subrun=subrun, onset_step=step,
+                    ranks=(0,), nodes=("node-2",),
+                    evidence={"cause": "bad_checkpoint", "category": "checkpoint", "hint": "the checkpoint",
+                              "checkpoint": path, "checkpoint_step": step})
+
+
+def test_a_bad_checkpoint_is_rejected_for_the_newest_verified_one_before_it():
+    decision = decide(bad_checkpoint(600), History(), PolicyConfig(), CHECKPOINTS)
+    assert (decision.action, decision.restart_point, decision.restart_from_step) == (RESTART, "step", 400)
+    assert "reject checkpoint /runs/12/checkpoints/step_00000600" in decision.reason
+    assert "from the newest verified checkpoint before it (step 400) (restart 1 of 20)" in decision.reason
+
+
+def test_rejections_step_back_one_checkpoint_each_until_the_storm_breaker_stops_them():
+    checkpoints = (VerifiedCheckpoint(200), VerifiedCheckpoint(400), VerifiedCheckpoint(600), VerifiedCheckpoint(800))
+    decisions = run([bad_checkpoint(step, f"12.{n:02d}") for n, step in enumerate((800, 600, 400, 200))],
+                    checkpoints=checkpoints)
+    assert [d.restart_from_step for d in decisions[:3]] == [600, 400, 200]
+    assert decisions[3].action == ABORT and "restart storm" in decisions[3].reason
+
+
+def test_a_bad_first_checkpoint_restarts_from_initialisation_only_while_the_run_is_young():
+    young = decide(bad_checkpoint(400), History(), PolicyConfig(), CHECKPOINTS)
+    assert (young.action, young.restart_point, young.restart_from_step) == (RESTART, "step", None)
+    assert "initialisation (no verified checkpoint before it)" in young.reason
+    old = PolicyConfig(rollback=RollbackConfig(from_scratch_within_steps=300))
+    refused = decide(bad_checkpoint(400), History(), old, CHECKPOINTS)
+    assert refused.action == ABORT and "would lose 400 steps" in refused.reason
+
+
+def test_a_checkpoint_death_that_names_no_checkpoint_is_a_plain_restart():
+    unnamed = Incident(kind=WORKER_DEATH, time=0.0, description="rank 0 died", subrun="12.01", ranks=(0,),
+                       evidence={"cause": "bad_checkpoint", "category": "checkpoint"})
+    decision = decide(unnamed, History(), PolicyConfig(), CHECKPOINTS)
+    assert (decision.action, decision.restart_point, decision.restart_from_step) == (RESTART, "newest_at_restart", 600)
+
+
+def test_a_rejection_spends_the_restart_budget():
+    config = PolicyConfig(restarts=RestartConfig(max_restarts=1))
+    decisions = run([death("killed", "killed"), bad_checkpoint(600)], config=config)
+    assert decisions[1].action == ABORT and "restart budget is spent" in decisions[1].reason

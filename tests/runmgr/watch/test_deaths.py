@@ -147,3 +147,38 @@ def test_a_refused_checkpoint_write_is_io_and_restarts_rather_than_blaming_a_nod
 def test_a_full_disk_is_an_io_failure_not_an_unknown_one(text):
     cause = classify(text)
     assert (cause.name, cause.category) == ("io_refused", "io"), cause
+
+
+# What the driver gets when the trainer refuses its checkpoint: the last lines of Ray's
+# text for the actor's exception (runmgr/workers/group.py), then where the worker ran.
+BAD_CHECKPOINT = (
+    '  File "/work/trainer/checkpoint.py", line 171, in _refuse_inconsistent\n'
+    '    raise BadCheckpointError(path, manifest["step"], f"its data hold {name} {saved}, ...")\n'
+    "trainer.errors.BadCheckpointError: checkpoint /runs/demo/checkpoints/step_00000020 (step 20) is unusable: "
+    "its data hold step 10, its manifest says 20 (pid 4242 on 10.0.0.7)")
+
+
+def test_a_checkpoint_the_trainer_refuses_is_a_bad_checkpoint_naming_its_path_and_step():
+    cause = classify(BAD_CHECKPOINT)
+    assert (cause.name, cause.category) == ("bad_checkpoint", "checkpoint")
+    assert cause.line.startswith("trainer.errors.BadCheckpointError: checkpoint /runs/demo/")
+    (incident,) = DeathDetector().update(WorkerExit(0, "node-0", BAD_CHECKPOINT, 5.0, subrun="1.01"), 5.0)
+    assert incident.evidence["checkpoint"] == "/runs/demo/checkpoints/step_00000020"
+    assert incident.evidence["checkpoint_step"] == 20 and incident.onset_step == 20
+    assert "its data hold step 10, its manifest says 20" in incident.description
+
+
+def test_a_checkpoint_of_another_model_shape_is_a_config_error_not_a_bad_checkpoint():
+    text = ("trainer.errors.CheckpointError: cannot resume from /runs/demo/checkpoints/step_00000020: the checkpoint "
+            "holds a model of another shape than the config builds: embedding.weight is [256, 64] there, "
+            "[256, 128] here")
+    cause = classify(text)
+    assert (cause.name, cause.category) == ("startup_config", "config")
+    (incident,) = DeathDetector().update(WorkerExit(0, "node-0", text, 5.0, subrun="1.01"), 5.0)
+    assert "checkpoint" not in incident.evidence and incident.onset_step is None
+
+
+def test_a_bad_checkpoint_outside_the_step_directories_names_its_path_but_no_step():
+    text = "trainer.errors.BadCheckpointError: checkpoint /data/warm start is unusable: file .metadata is missing"
+    (incident,) = DeathDetector().update(WorkerExit(0, "node-0", text, 5.0, subrun="1.01"), 5.0)
+    assert incident.evidence["checkpoint"] == "/data/warm start" and "checkpoint_step" not in incident.evidence

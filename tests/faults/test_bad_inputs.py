@@ -12,6 +12,7 @@ import concurrent.futures
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from logbook import LOGBOOK_FILENAME
 from tests.faults.test_damaged_logbook import garble, write_lineage
 
 ROOT = Path(__file__).resolve().parents[2]
+CASE_TIMEOUT_S = 120  # a refusal takes about a second; this bounds a loaded machine
 NAN_INF = [f"{key}={value}" for key, value in [
     ("optim.lr", "nan"), ("optim.lr", "inf"), ("optim.adam_eps", "nan"), ("optim.min_lr", "nan"),
     ("optim.clip_grad", "nan"), ("optim.weight_decay", "-inf"), ("optim.adam_beta2", "nan"),
@@ -50,9 +52,13 @@ NAMES_AND_PATHS = ["run.name=..", "run.name=.", "run.name=a\nb", "run.name=a/b",
                    "run.name=.hidden", "run.dir=/proc/x", "run.dir={ws}/afile", "checkpoint.save=/proc/x",
                    "data.data_path=/nonexistent/x", "cluster.address=foo"]
 
+SHORT_RUN = ["chaos=none", "health.skip=true", "cluster.local_nodes=1", "training.train_iters=2"]
+"""Before each bad setting (the last one given wins): should runmgr ever accept it, the run it
+starts is short and its case fails on the exit code instead of timing out."""
+
 CASES: dict[str, list[str]] = {
-    **{f"launch {o}": ["launch", "conf=demo", o] for o in NAN_INF + NEGATIVE_OR_ZERO + WRONG_TYPES_AND_KEYS
-       + NAMES_AND_PATHS},
+    **{f"launch {o}": ["launch", "conf=demo", *SHORT_RUN, o] for o in NAN_INF + NEGATIVE_OR_ZERO
+       + WRONG_TYPES_AND_KEYS + NAMES_AND_PATHS},
     "launch --dry-run optim.lr=nan": ["launch", "--dry-run", "conf=demo", "optim.lr=nan"],
     "launch conf=nope": ["launch", "conf=nope"],
     "launch without conf": ["launch", "optim.lr=1"],
@@ -130,9 +136,18 @@ def snapshot(ws: Path) -> dict[str, str]:
 
 
 def run_case(ws: Path, argv: list[str]) -> subprocess.CompletedProcess:
+    """The command in its own session, so that whatever it started goes with it on a timeout."""
     env = {k: v for k, v in os.environ.items() if k != "RUNMGR_CONF_DIR"}  # the repository's conf/ by default
-    return subprocess.run([sys.executable, "-m", "runmgr", *[a.replace("{ws}", str(ws)) for a in argv]],
-                          cwd=ws, env=env, capture_output=True, text=True, timeout=120)
+    args = [sys.executable, "-m", "runmgr", *[a.replace("{ws}", str(ws)) for a in argv]]
+    proc = subprocess.Popen(args, cwd=ws, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=CASE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        err += f"\n(test: still running after {CASE_TIMEOUT_S} s: accepted and started?)"
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
 @pytest.fixture(scope="module")
@@ -177,9 +192,10 @@ def test_a_reader_that_went_away_is_no_error(tmp_path, steps):
                                      for s in range(1, steps + 1)])
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader has gone already: every write to the pipe fails
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # stdout buffered, as for a user
     try:
         proc = subprocess.run([sys.executable, "-m", "runmgr", "logbook", "metrics", str(tmp_path)], cwd=ROOT,
-                              stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+                              env=env, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
     finally:
         os.close(write_end)
     assert proc.returncode == 141 and proc.stderr == "", proc.stderr

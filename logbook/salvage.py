@@ -23,9 +23,9 @@ import shutil
 import sqlite3
 import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from contextlib import nullcontext
 from typing import Callable, ContextManager, Iterable
 
 from logbook.errors import LogbookError
@@ -154,13 +154,15 @@ def _refuse_newer(connection: sqlite3.Connection, original: Path) -> None:
                            f"({SCHEMA_VERSION}): salvage it with a newer runmgr")
 
 
-def _columns() -> dict[str, list[str]]:
-    """Every history table and its columns, from the schema this runmgr writes."""
+def _columns() -> dict[str, dict[str, bool]]:
+    """Every history table, parents first, and its columns (name -> NOT NULL),
+    from the schema this runmgr writes."""
     with sqlite3.connect(":memory:") as schema:
         ensure_schema(schema, lambda: 0.0, where=":memory:")
         names = [n for (n,) in schema.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
                                                "AND name NOT LIKE 'sqlite_%' AND name != 'schema_version'")]
-        return {n: [c[1] for c in schema.execute(f"PRAGMA table_info({n})")] for n in names}
+        # table_info rows: (cid, name, type, notnull, default, pk)
+        return {n: {c[1]: bool(c[3]) for c in schema.execute(f"PRAGMA table_info({n})")} for n in names}
 
 
 def _fallback_top(connection: sqlite3.Connection) -> int:
@@ -172,8 +174,9 @@ def _fallback_top(connection: sqlite3.Connection) -> int:
     return page_count * page_size // 8
 
 
-def _read_table(connection: sqlite3.Connection, table: str, columns: list[str], fallback_top: int,
+def _read_table(connection: sqlite3.Connection, table: str, columns: dict[str, bool], fallback_top: int,
                 counts: TableSalvage) -> list[dict]:
+    """The rows of ``table`` that can be read, whole, in rowid order."""
     select = f"SELECT {', '.join(columns)} FROM {table} WHERE rowid >= ? AND rowid < ? ORDER BY rowid"
     try:
         top = connection.execute(f"SELECT MAX(rowid) FROM {table}").fetchone()[0] or 0
@@ -195,11 +198,14 @@ def _read_table(connection: sqlite3.Connection, table: str, columns: list[str], 
     for low in range(1, top + 1, CHUNK_ROWS):
         read(low, min(low + CHUNK_ROWS, top + 1))
     counts.read = len(rows)
-    return [dict(zip(columns, values)) for values in rows if _whole(dict(zip(columns, values)))]
+    named = (dict(zip(columns, values)) for values in rows)
+    return [row for row in named if _whole(row, columns)]
 
 
-def _whole(row: dict) -> bool:
-    """False for a row whose JSON columns do not parse (garbage read as a row)."""
+def _whole(row: dict, columns: dict[str, bool]) -> bool:
+    """False for garbage read as a row: a NOT NULL column empty, or JSON that does not parse."""
+    if any(row[name] is None for name, not_null in columns.items() if not_null):
+        return False
     try:
         for name in JSON_COLUMNS.intersection(row):
             if row[name] is not None:

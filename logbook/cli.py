@@ -5,10 +5,12 @@ which the CLI prints as one line and maps to exit status 2."""
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from pathlib import Path
-from typing import TextIO
+from typing import Callable, ContextManager, TextIO
 
 from logbook.errors import LogbookError
+from logbook.salvage import salvage
 from logbook.render import chronicle, incident_description, run_title
 from logbook.schema import LOGBOOK_FILENAME
 from logbook.store import Logbook
@@ -82,7 +84,9 @@ def metrics_jsonl(run_dir: str | Path, out: TextIO, kept: bool = True) -> int:
 
 
 def list_runs(runs_root: str | Path, out: TextIO) -> int:
-    """One line per run directory under ``runs_root``: name, sub-runs, last state, last step."""
+    """One line per run directory under ``runs_root``: name, sub-runs, last state, last step.
+    A logbook that cannot be read is a line saying why (and how to salvage it);
+    the exit status is then 1, as ``ls`` says some entries could not be read."""
     root = Path(runs_root)
     if not root.is_dir():
         raise LogbookError(
@@ -94,13 +98,19 @@ def list_runs(runs_root: str | Path, out: TextIO) -> int:
         out.write(f"no runs under {root}\n")
         return 0
     name_width = max(len(p.name) for p in run_dirs)
+    unreadable = 0
     for run_dir in run_dirs:
-        with Logbook.open(run_dir, create=False) as book:
-            summary = book.summary()
+        try:
+            with Logbook.open(run_dir, create=False) as book:
+                summary = book.summary()
+        except LogbookError as err:  # one damaged run hides none of the others
+            unreadable += 1
+            out.write(f"{run_dir.name:<{name_width}}  unreadable: {err}\n")
+            continue
         state = summary["last_state"] or ("open" if summary["subruns"] else "empty")
         out.write(f"{run_dir.name:<{name_width}}  {summary['subruns']:>3} sub-runs  "
                   f"{state:<10}  step {summary['last_step']}\n")
-    return 0
+    return 1 if unreadable else 0
 
 
 def list_subruns(run_dir: str | Path, out: TextIO) -> int:
@@ -116,6 +126,14 @@ def list_subruns(run_dir: str | Path, out: TextIO) -> int:
         took = duration(subrun.ended_at - subrun.started_at) if subrun.ended_at is not None else "-"
         out.write(f"{subrun.id:<6} {clock_text(subrun.started_at, with_date=True)}  {steps:<14} "
                   f"{state:<10} {took:>8}  {value_text(subrun.cause, 60)}\n")
+    return 0
+
+
+def salvage_logbook(run_dir: str | Path, out: TextIO, hold: Callable[[], ContextManager] = nullcontext) -> int:
+    """Replace a damaged logbook by its readable rows (logbook/salvage.py);
+    ``hold`` keeps drivers out of the run directory while the files are swapped."""
+    report = salvage(run_dir, hold)
+    out.write("\n".join(report.lines()) + f"\n`runmgr logbook show {run_dir}` reads the salvaged logbook\n")
     return 0
 
 

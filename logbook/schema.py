@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 from logbook.errors import LogbookError
 
@@ -89,6 +89,24 @@ def connect(path: Path) -> sqlite3.Connection:
     connection.execute("PRAGMA synchronous=FULL")
     connection.execute("PRAGMA foreign_keys=ON")
     return connection
+
+
+def damage(connection: sqlite3.Connection) -> Optional[str]:
+    """What SQLite finds wrong with the file's pages (its first complaint, one
+    line), or None when they hold together. ``quick_check`` reads every page
+    once: milliseconds for a demo's logbook, about a second for 100 MB."""
+    try:
+        rows = connection.execute("PRAGMA quick_check(1)").fetchall()
+    except sqlite3.DatabaseError as err:
+        return str(err)
+    found = " ".join(str(rows[0][0]).split()) if rows else "no answer from quick_check"
+    return None if found == "ok" else found
+
+
+def damaged_message(path: Path, problem: str) -> str:
+    """The one line that names a damaged logbook and the way forward."""
+    return (f"the logbook {path} is damaged ({problem}): `runmgr logbook salvage {path.parent}` copies every "
+            f"readable row into a new logbook and keeps the damaged file beside it")
 
 
 def current_version(connection: sqlite3.Connection) -> int:

@@ -22,7 +22,7 @@ from logbook.configdiff import config_diff
 from logbook.errors import LogbookError
 from logbook.ids import format_subrun_id, next_index, parse_subrun_id
 from logbook.records import METRIC_COLUMNS, SubRun, metric_values, normalise_metric_row, to_json
-from logbook.schema import LOGBOOK_FILENAME, connect, ensure_schema
+from logbook.schema import LOGBOOK_FILENAME, connect, damage, damaged_message, ensure_schema
 
 _INSERT_METRICS = (
     f"INSERT OR IGNORE INTO metrics ({', '.join(METRIC_COLUMNS)}) "
@@ -59,11 +59,21 @@ class Logbook:
                 f"no logbook at {run_dir}: run `runmgr launch conf=... run.name={run_dir.name}` "
                 "first, or pass a run directory"
             )
+        existed = path.is_file()
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
             connection = connect(path)
-            ensure_schema(connection, clock, where=str(run_dir))
         except (sqlite3.DatabaseError, OSError) as err:
+            raise LogbookError(f"cannot open the logbook {path}: {err} (is it a runmgr logbook?)") from None
+        # A damaged file is named before anything reads (or writes) it: one line, and the salvage command.
+        problem = damage(connection) if existed else None
+        if problem is not None:
+            connection.close()
+            raise LogbookError(damaged_message(path, problem))
+        try:
+            ensure_schema(connection, clock, where=str(run_dir))
+        except sqlite3.DatabaseError as err:
+            connection.close()
             raise LogbookError(f"cannot open the logbook {path}: {err} (is it a runmgr logbook?)") from None
         return cls(connection, run_dir, clock)
 

@@ -27,10 +27,25 @@ def _split_conf(items: list[str]) -> tuple[str, list[str]]:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from runmgr.launch import launch
-
     conf, overrides = _split_conf(args.items)
+    if not args.dry_run:
+        refuse_bad_launch(conf, overrides, args.config_dir)
+    from runmgr.launch import launch  # torch and Ray: only for a launch that passed the checks
+
     return launch(conf, overrides, dry_run=args.dry_run, conf_dir=args.config_dir)
+
+
+def refuse_bad_launch(conf: str, overrides: list[str], conf_dir: Path | None) -> None:
+    """What a launch can refuse from its config and the run directory alone,
+    checked before torch and Ray are imported (seconds sooner) and before
+    anything is written: the config, the data path, the directories, the logbook."""
+    from runmgr.config.compose import load_run_config
+    from runmgr.rundir import check_run_dir
+    from trainer.data import check_data_path
+
+    config = load_run_config(conf, overrides, conf_dir)
+    check_data_path(config.data)
+    check_run_dir(config)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -50,6 +65,8 @@ def cmd_logbook(args: argparse.Namespace) -> int:
     if not args.run:
         raise UserError(f"`runmgr logbook {args.action}` needs a run name or directory, e.g. runs/demo")
     run_dir = resolve_run_dir(args.run)
+    if args.action == "salvage":
+        return _salvage(run_dir, logbook_cli)
     if args.action == "show":
         return logbook_cli.show(run_dir, sys.stdout, full=args.full)
     if args.action == "events":
@@ -70,6 +87,19 @@ def _list(run: str | None, logbook_cli) -> int:
     if Path(run).is_dir() and not logbook_cli.is_run_dir(run):
         return logbook_cli.list_runs(Path(run), sys.stdout)
     return logbook_cli.list_subruns(resolve_run_dir(run), sys.stdout)
+
+
+def _salvage(run_dir: Path, logbook_cli) -> int:
+    """``salvage``: refused on a logbook that opens; the files are swapped
+    holding the run directory's lock, so that no driver starts meanwhile."""
+    from logbook import Logbook, LogbookError
+    from runmgr.rundir import RunDirLock
+
+    try:
+        Logbook.open(run_dir, create=False).close()
+    except LogbookError:
+        return logbook_cli.salvage_logbook(run_dir, sys.stdout, hold=lambda: RunDirLock(run_dir))
+    raise UserError(f"the logbook of {run_dir} opens and reads whole: nothing to salvage")
 
 
 def cmd_watch_replay(args: argparse.Namespace) -> int:
@@ -123,7 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     status.set_defaults(func=cmd_status)
 
     book = sub.add_parser("logbook", help="browse a run's logbook")
-    book.add_argument("action", choices=("show", "events", "metrics", "list", "skipped"))
+    book.add_argument("action", choices=("show", "events", "metrics", "list", "skipped", "salvage"),
+                      help="salvage: copy the readable rows of a damaged logbook into a new one, keeping the "
+                           "damaged file beside it")
     book.add_argument("run", nargs="?", help="run name (under runs/) or run directory; for list also a "
                                              "folder of runs (default: runs/)")
     book.add_argument("--json", action="store_true", help="events: one JSON object per line (metrics always are)")
@@ -183,7 +215,9 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpa
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(build_parser(), argv)
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # here, not at exit: a reader that went away (`| head`) is caught below
+        return code
     except KeyboardInterrupt:
         print("runmgr: interrupted", file=sys.stderr)
         return 130

@@ -1,5 +1,7 @@
-"""One driver per run directory, enforced with an advisory lock that the
-kernel releases when the driver dies (even by kill -9)."""
+"""The run directory: one driver per run directory, enforced with an advisory
+lock that the kernel releases when the driver dies (even by kill -9); and the
+checks that refuse, before anything is written, a directory the run could not
+use."""
 
 from __future__ import annotations
 
@@ -7,9 +9,47 @@ import fcntl
 import os
 from pathlib import Path
 
+from logbook import LOGBOOK_FILENAME, Logbook
+from runmgr.config.schema import RunConfig
 from runmgr.errors import RunStateError
 
 LOCK_FILE = "driver.lock"
+
+
+def check_directory(path: Path, key: str) -> None:
+    """Refuse a directory the run cannot create or write, naming ``key`` (the
+    setting that chose it). Writes nothing: where ``path`` does not exist yet,
+    an empty directory is made in its nearest existing parent and removed
+    again (``mkdir`` is the only honest test: as root, /proc and /sys pass
+    ``os.access``)."""
+    if path.exists() and not path.is_dir():
+        raise RunStateError(f"{key} {path} is a file, not a directory: choose another {key}")
+    if path.is_dir():
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise RunStateError(f"{key} {path} is not writable: fix its permissions or choose another {key}")
+        return
+    parent = next(p for p in path.absolute().parents if p.exists())
+    if not parent.is_dir():
+        raise RunStateError(f"{key} {path} cannot be created: {parent} is a file, not a directory; choose another {key}")
+    probe = parent / f".runmgr-probe-{os.getpid()}"
+    try:
+        probe.mkdir()
+        probe.rmdir()
+    except OSError as err:
+        raise RunStateError(f"{key} {path} cannot be created ({err.strerror} in {parent}): "
+                            f"choose another {key}") from None
+
+
+def check_run_dir(config: RunConfig) -> None:
+    """Refuse a launch whose run directory or checkpoint directory cannot be
+    written, or whose logbook is damaged (LogbookError names the salvage
+    command), before anything is written or started."""
+    run_dir = config.run_dir()
+    check_directory(run_dir, "run.dir" if config.run.dir else "run.name")
+    if config.checkpoint.save:
+        check_directory(Path(config.checkpoint.save), "checkpoint.save")
+    if (run_dir / LOGBOOK_FILENAME).is_file():
+        Logbook.open(run_dir, create=False).close()
 
 
 class RunDirLock:
@@ -20,8 +60,12 @@ class RunDirLock:
         self._fd: int | None = None
 
     def __enter__(self) -> "RunDirLock":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise RunStateError(f"cannot use the run directory {self.path.parent} ({err.strerror}): "
+                                f"choose another run.dir or run.name") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -43,21 +43,47 @@ def resolve_run_dir(run: str, runs_root: Path = Path("runs")) -> Path:
 
 
 def read_status(run_dir: Path) -> dict:
+    """The status file with ``driver_alive`` added; RunStateError when it is missing or damaged."""
     path = run_dir / STATUS_FILE
     if not path.is_file():
         raise RunStateError(f"{run_dir} has no status yet: the run has not started a driver")
-    status = json.loads(path.read_text())
+    status = _parse(path)
     status["driver_alive"] = pid_alive(status.get("driver_pid"))
     if not status["driver_alive"] and status.get("state") not in ENDED_STATES:
         status["state"] = f"stopped ({status.get('state')} when the driver was lost)"
     return status
 
 
+def _parse(path: Path) -> dict:
+    """The status file's object; a damaged one (only a hand or a failing disk
+    makes one: the driver replaces it atomically) is one line saying so."""
+    try:
+        status = json.loads(path.read_bytes())
+    except (OSError, ValueError) as err:  # ValueError: bad JSON or bad UTF-8
+        raise RunStateError(f"{path} is unreadable ({err}): a live driver rewrites it on its next poll; "
+                            f"`runmgr logbook show {path.parent}` has the run's history") from None
+    if not isinstance(status, dict) or not _well_typed(status):
+        raise RunStateError(f"{path} is not a runmgr status (a JSON object with the run's state): a live driver "
+                            f"rewrites it on its next poll; `runmgr logbook show {path.parent}` has the run's history")
+    return status
+
+
+def _well_typed(status: dict) -> bool:
+    """The fields readers compute with have the types the driver writes."""
+    workers, pid, updated = status.get("workers", []), status.get("driver_pid"), status.get("updated_at", 0)
+    return (isinstance(workers, list) and all(isinstance(w, dict) for w in workers)
+            and (pid is None or type(pid) is int and pid > 0)
+            and type(updated) in (int, float))
+
+
 def mark_stopped(run_dir: Path, reason: str, state: str = "stopped") -> None:
     """Record in the status file that the driver stopped on request (``failed``:
     it had to stop, e.g. on a full disk), its workers stopped."""
     path = run_dir / STATUS_FILE
-    status = json.loads(path.read_text()) if path.is_file() else {"run_dir": str(run_dir)}
+    try:
+        status = _parse(path) if path.is_file() else {"run_dir": str(run_dir)}
+    except RunStateError:  # damaged: the stop is what matters now, written whole
+        status = {"run_dir": str(run_dir)}
     status.update(state=state, workers=[], last_incident=reason, updated_at=time.time())
     write_status(run_dir, status)
 
@@ -81,7 +107,8 @@ def render_status(status: dict) -> str:
         f"driver pid {status.get('driver_pid')} ({'alive' if status.get('driver_alive') else 'gone'})",
     ]
     for w in status.get("workers", []):
-        lines.append(f"  rank {w['rank']:>3}  pid {w['pid']:>7}  node {w['node_ip']}  {w['node'][:12]}")
+        lines.append(f"  rank {w.get('rank', '?'):>3}  pid {w.get('pid', '?'):>7}  node {w.get('node_ip', '?')}  "
+                     f"{str(w.get('node', '?'))[:12]}")
     if status.get("paused_ranks"):
         lines.append(f"paused after step {status.get('step')}: ranks {', '.join(map(str, status['paused_ranks']))} "
                      f"(chaos pause_at_step; the logbook names the file that releases them)")

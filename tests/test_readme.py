@@ -226,6 +226,13 @@ def case_logbook_list(ctx: Context) -> None:
     assert ctx.ok("logbook", "list").stdout.split()[:4] == [RUN, "1", "sub-runs", "finished"]
 
 
+def case_logbook_salvage(ctx: Context) -> None:
+    # A healthy logbook is refused (tests/faults/test_damaged_logbook.py salvages a damaged one).
+    result = ctx.runmgr("logbook", "salvage", RUN)
+    assert result.returncode == 2 and "nothing to salvage" in result.stderr, result.stderr
+    assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr
+
+
 def case_logbook_any(ctx: Context) -> None:
     for case in (case_logbook_show, case_logbook_events, case_logbook_metrics, case_logbook_skipped,
                  case_logbook_list):
@@ -263,6 +270,7 @@ CASES: dict[str, Callable[[Context], None]] = {
     "runmgr logbook metrics RUN --json": case_logbook_metrics,
     "runmgr logbook skipped RUN": case_logbook_skipped,
     "runmgr logbook list RUN": case_logbook_list,
+    "runmgr logbook salvage RUN": case_logbook_salvage,
     "runmgr launch conf=NAME [key=value ...]": case_launch_again,
     "runmgr launch conf=NAME --dry-run": case_dry_run,
     "runmgr status RUN [--json]": case_status,

@@ -281,6 +281,8 @@ class TrainerConfig:
             "parallel.tensor_model_parallel_size": par.tensor_model_parallel_size,
             "parallel.pipeline_model_parallel_size": par.pipeline_model_parallel_size,
             "checkpoint.save_interval": self.checkpoint.save_interval,
+            "training.log_interval": t.log_interval, "precision.loss_scale_window": p.loss_scale_window,
+            "precision.hysteresis": p.hysteresis,
         }
         out += [f"{k} must be a positive integer, got {v}" for k, v in positives.items() if v <= 0]
         if self.checkpoint.keep_last < 0:
@@ -304,6 +306,17 @@ class TrainerConfig:
             out.append(f"optim.lr_warmup_fraction must be in [0, 1], got {o.lr_warmup_fraction}")
         if o.lr_warmup_iters < 0:
             out.append(f"optim.lr_warmup_iters must be >= 0, got {o.lr_warmup_iters}")
+        if o.lr_decay_iters is not None and o.lr_decay_iters <= 0:
+            out.append(f"optim.lr_decay_iters must be a positive integer or null (train_iters), got {o.lr_decay_iters}")
+        if not (0 <= m.hidden_dropout < 1 and 0 <= m.attention_dropout < 1):
+            out.append(f"model.hidden_dropout/attention_dropout must be in [0, 1), got {m.hidden_dropout}/{m.attention_dropout}")
+        if m.norm_epsilon <= 0 or m.init_method_std <= 0 or m.rotary_base <= 0:
+            out.append("model.norm_epsilon, model.init_method_std and model.rotary_base must be > 0")
+        if not 0 < p.min_loss_scale <= p.initial_loss_scale or par.dist_timeout_s <= 0:
+            out.append(f"need 0 < precision.min_loss_scale ({p.min_loss_scale}) <= precision.initial_loss_scale "
+                       f"({p.initial_loss_scale}) and parallel.dist_timeout_s > 0 ({par.dist_timeout_s})")
+        if t.seed < 0:
+            out.append(f"training.seed must be >= 0 (numpy's seed sequences take no negative number), got {t.seed}")
         if p.bf16 and p.fp16:
             out.append("precision.bf16 and precision.fp16 are both true: choose one")
         model_parallel = par.tensor_model_parallel_size * par.pipeline_model_parallel_size

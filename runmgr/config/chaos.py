@@ -215,6 +215,8 @@ class ChaosConfig:
                 found = [f"{where} ({fault.kind}) reaches step {fault.last_step()} but training.train_iters is "
                          f"{train_iters}: it would never fire; move it earlier"]
             out += found
+        if self.seed < 0:
+            out.append(f"chaos.seed must be >= 0 (numpy seeds the garbage bytes with it), got {self.seed}")
         lr_faults = [f for f in self.faults if f.kind == LR_BLOWUP]
         if len(lr_faults) > 1:
             out.append("chaos.faults: at most one lr_blowup (it rewrites the LR schedule of the whole run)")

@@ -7,6 +7,7 @@ import os
 import re
 from pathlib import Path
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -59,6 +60,8 @@ def compose_dict(conf_name: str, group_overrides: list[str], conf_dir: Path) -> 
         raise ConfigError(_missing_option_message(exc, conf_dir)) from None
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(f"{conf_dir / conf_name}.yaml: {_first_line(exc)}") from None
+    except yaml.YAMLError as exc:  # Hydra lets the parser's own error through
+        raise ConfigError(_yaml_message(exc, conf_dir / f"{conf_name}.yaml")) from None
 
 
 def to_run_config(raw: DictConfig, settings: list[str] = ()) -> RunConfig:
@@ -106,6 +109,14 @@ def config_as_dict(config: RunConfig) -> dict:
 
 def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _yaml_message(exc: yaml.YAMLError, composed: Path) -> str:
+    """``FILE:LINE:COLUMN: not valid YAML: what the parser found``."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"{mark.name}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(composed)
+    problem = getattr(exc, "problem", None) or _first_line(exc)
+    return f"{where}: not valid YAML ({problem}); fix the file"
 
 
 def _schema_message(exc: OmegaConfBaseException) -> str:

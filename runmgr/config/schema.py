@@ -9,6 +9,7 @@ composed YAML is merged into :class:`RunConfig`.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
@@ -17,9 +18,14 @@ from trainer.config import TRAINER_SECTIONS, Choice, TrainerConfig
 
 from health.config import HealthConfig, HealthConfigError, validate as validate_health
 from runmgr.config.chaos import ChaosConfig
+from runmgr.config.numbers import number_problems
 from runmgr.config.policy import PolicyConfig
 from runmgr.config.watcher import WatcherConfig
 
+RUN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+"""A run name is one plain folder name under runs/: no '/', no '.' or '..', no
+leading '.' or '-', no spaces, newlines or other characters a shell or a
+path would change."""
 
 
 class PlacementStrategy(Choice):
@@ -36,7 +42,8 @@ class RunSection:
     """Identity and home of the run."""
 
     name: str = "run"
-    """Run name; the run directory defaults to ``runs/<name>``."""
+    """Run name; the run directory defaults to ``runs/<name>``. Letters, digits,
+    '.', '_' and '-', starting with a letter, a digit or '_' (at most 128)."""
     number: int = 1
     """Run number: sub-runs are numbered ``<number>.00``, ``<number>.01``, ..."""
     dir: Optional[str] = None
@@ -137,7 +144,9 @@ class RunConfig(TrainerConfig):
         config the built-in trainer cannot execute (tensor parallel, ...) is
         no problem here, so that ``--dry-run`` plans it: ``launch`` refuses it
         through the plan's verdict (runmgr/dryrun.py)."""
-        out = []
+        out = number_problems(self)  # NaN, infinities, huge integers: before any comparison lets them by
+        if out:
+            return out
         c = self.cluster
         if c.local_nodes <= 0:
             out.append(f"cluster.local_nodes must be a positive integer, got {c.local_nodes}")
@@ -145,6 +154,10 @@ class RunConfig(TrainerConfig):
             out.append(f"cluster.num_workers must be a positive integer, got {c.num_workers}")
         if c.cpus_per_worker < 0 or c.devices_per_worker < 0:
             out.append("cluster.cpus_per_worker and cluster.devices_per_worker must be >= 0")
+        if c.local_num_cpus is not None and c.local_num_cpus <= 0:
+            out.append(f"cluster.local_num_cpus must be a positive integer or null (Ray counts them), got {c.local_num_cpus}")
+        if self.controller.start_timeout_s <= 0:
+            out.append(f"controller.start_timeout_s must be > 0, got {self.controller.start_timeout_s}")
         if self.controller.poll_interval_s <= 0:
             out.append(f"controller.poll_interval_s must be > 0, got {self.controller.poll_interval_s}")
         if self.controller.worker_lease_s < 20 * self.controller.poll_interval_s:
@@ -157,8 +170,9 @@ class RunConfig(TrainerConfig):
                        f"got {lost_s}")
         if self.run.number < 0:
             out.append(f"run.number must be >= 0, got {self.run.number}")
-        if not self.run.name or "/" in self.run.name:
-            out.append(f"run.name must be a non-empty name without '/', got {self.run.name!r}")
+        if not RUN_NAME.fullmatch(self.run.name):
+            out.append(f"run.name must be a plain name of letters, digits, '.', '_' and '-' that starts with a "
+                       f"letter, a digit or '_' (at most 128 characters), got {self.run.name!r}")
         out += self.policy.problems()
         out += self.chaos.problems(self.training.train_iters)
         try:

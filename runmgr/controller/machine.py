@@ -215,12 +215,12 @@ class Controller:
         at restart time (a fault: one finished after the decision counts), the newest
         verified one up to the last step the driver recorded. One that no longer
         verifies is passed over for the previous one, with the reason recorded."""
-        decision = state.judgement.decision
+        decision, incident = state.judgement.decision, state.judgement.incident
         if decision.restart_point == "newest_at_restart":
             return self.resume_at(state.last_step, "the last step the driver recorded")
+        where = f" at step {incident.onset_step}" if incident.onset_step is not None else ""
         return self.resume_at(decision.restart_from_step,
-                              f"the checkpoint the decision names (before the onset at step "
-                              f"{state.judgement.incident.onset_step})")
+                              f"the checkpoint {decision.action} names for the {incident.kind}{where}")
 
     def _stop_group(self) -> None:
         if self._group is not None:

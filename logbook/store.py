@@ -63,8 +63,12 @@ class Logbook:
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
             connection = connect(path)
-        except (sqlite3.DatabaseError, OSError) as err:
+        except sqlite3.DatabaseError as err:
+            if existed and "malformed" in str(err):  # damaged where even opening reads (its schema pages)
+                raise LogbookError(damaged_message(path, str(err))) from None
             raise LogbookError(f"cannot open the logbook {path}: {err} (is it a runmgr logbook?)") from None
+        except OSError as err:
+            raise LogbookError(f"cannot open the logbook {path}: {err}") from None
         # A damaged file is named before anything reads (or writes) it: one line, and the salvage command.
         problem = damage(connection) if existed else None
         if problem is not None:

@@ -50,6 +50,14 @@ def free_space(run_dir: Path) -> str:
     return f"{shutil.disk_usage(where).free / 2**20:.1f} MiB free"
 
 
+def check_room(run_dir: Path) -> None:
+    """Refuse (DiskFullError) a launch whose disk cannot hold the reserve, before anything
+    is opened or written there; a reserve a killed driver left behind still counts."""
+    where = next((p for p in (run_dir, *run_dir.parents) if p.exists()), Path("."))
+    if not (run_dir / RESERVE_FILE).is_file() and shutil.disk_usage(where).free < RESERVE_BYTES:
+        raise DiskFullError(refusal(run_dir))
+
+
 def refusal(run_dir: Path, error: Optional[BaseException] = None) -> str:
     """The one line of a launch refused for a full disk."""
     cause = f" ({error})" if error is not None else ""

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from logbook import LOGBOOK_FILENAME, Logbook
 from runmgr.config.schema import RunConfig
+from runmgr.diskspace import check_room
 from runmgr.errors import RunStateError
 
 LOCK_FILE = "driver.lock"
@@ -46,6 +47,7 @@ def check_run_dir(config: RunConfig) -> None:
     command), before anything is written or started."""
     run_dir = config.run_dir()
     check_directory(run_dir, "run.dir" if config.run.dir else "run.name")
+    check_room(run_dir)  # a full disk: its own line, before SQLite fails to open the logbook there
     if config.checkpoint.save:
         check_directory(Path(config.checkpoint.save), "checkpoint.save")
     if (run_dir / LOGBOOK_FILENAME).is_file():

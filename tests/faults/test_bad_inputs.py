@@ -39,7 +39,7 @@ NAN_INF = [f"{key}={value}" for key, value in [
       "chaos.faults=[{kind: slow_rank, at_step: 5, factor: inf}]"]
 NEGATIVE_OR_ZERO = ["training.train_iters=-1", "training.micro_batch_size=0", "training.global_batch_size=-8",
                     "model.hidden_size=-64", "model.num_layers=0", "cluster.num_workers=0", "cluster.local_nodes=-1",
-                    "checkpoint.keep_last=0", "checkpoint.save_interval=-5", "data.corpus_max_bytes=-1",
+                    "checkpoint.keep_last=-1", "checkpoint.save_interval=-5", "data.corpus_max_bytes=-1",
                     "training.log_interval=0", "training.seed=-1", "run.number=-1", "cluster.local_num_cpus=0",
                     "optim.lr_decay_iters=-5", "controller.poll_interval_s=0", "run.number=99999999999999999999",
                     "chaos.seed=-1"]

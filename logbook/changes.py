@@ -11,8 +11,9 @@ from logbook.textfmt import value_text
 NEUTRAL_PLAN = {"skip_ranges": [], "lr_scale": 1.0, "rewarmup_iters": 0, "clip_grad": None,
                 "reset_optimizer": False}
 """Plan settings that change nothing; a first sub-run's plan is compared to these."""
-_NOT_CHANGES = ("subrun", "start_checkpoint")
-"""Plan keys that differ every time and are shown on the start line instead."""
+_NOT_CHANGES = ("subrun", "start_checkpoint", "avoid_nodes", "data_parallel_size")
+"""Plan keys shown elsewhere: on the start line (they differ every time), as
+"excluded node" (the nodes to avoid), or in their own words below (data parallel)."""
 
 
 def skip_ranges(plan: Mapping[str, Any]) -> list[tuple[int, int]]:
@@ -46,6 +47,8 @@ def plan_changes(before: Mapping[str, Any], after: Mapping[str, Any], clip_defau
         was = old["clip_grad"] if old["clip_grad"] is not None else clip_default
         now = after.get("clip_grad") if after.get("clip_grad") is not None else clip_default
         phrases.append(f"clip {_number(was)} → {_number(now)}")
+    if before.get("data_parallel_size") and after.get("data_parallel_size") != before["data_parallel_size"]:
+        phrases.append(f"data parallel {before['data_parallel_size']} → {after.get('data_parallel_size')}")
     if after.get("reset_optimizer"):
         phrases.append("Adam reset")
     if after.get("rewarmup_iters"):

@@ -185,3 +185,10 @@ def test_node_and_health_facts():
     assert health_fact({"health": {"skipped": True, "excluded": {"n2": []}}}) == (
         "health check skipped; 1 node(s) kept out by the last check")
     assert health_fact({}) is None
+
+
+def test_a_resize_is_a_change_in_words_and_a_first_size_or_the_nodes_are_not():
+    assert plan_changes({"data_parallel_size": 2, "avoid_nodes": []},
+                        {"data_parallel_size": 1, "avoid_nodes": ["n1"]}) == ["data parallel 2 → 1"]
+    # the first sub-run's size is no news; the nodes show as "excluded node" from the evidence
+    assert plan_changes({}, {"data_parallel_size": 2, "avoid_nodes": ["n9"]}) == []

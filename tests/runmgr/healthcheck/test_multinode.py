@@ -65,7 +65,7 @@ def test_health_check_excludes_the_four_broken_nodes_and_launch_uses_the_rest(cl
                    "health.fleet.higher_is_better=[compute.matmul_tflops,compute.memory_gbps]",
                    "health.fleet.lower_is_better=[]", "health.fleet.mad_k=2",
                    "health.fleet.exclude_relative=0.75", "health.fleet.warn_relative=0.4",
-                   "health.compute.repeats=10", "--json", cwd=tmp_path, timeout=240)
+                   "health.compute.repeats=10", "--json", cwd=tmp_path, timeout=540)
     assert check.returncode == 1, check.stderr[-3000:]  # 1: some node excluded
     report = json.loads(check.stdout)
     excluded = report["excluded"]
@@ -81,7 +81,7 @@ def test_health_check_excludes_the_four_broken_nodes_and_launch_uses_the_rest(cl
     assert report["collectives"]["first"], "the two admitted nodes all-reduce as a pair"
 
     launch = runmgr("launch", "conf=demo", *common, "run.name=multinode", "health.skip=true", "chaos=none", *TINY_RUN,
-                    cwd=ROOT, timeout=240)
+                    cwd=ROOT, timeout=540)
     assert launch.returncode == 0, launch.stdout[-3000:] + launch.stderr[-3000:]
     with Logbook.open(tmp_path / "run", create=False) as book:
         health = book.lineage()[0].evidence["health"]

@@ -111,6 +111,10 @@ class ComputeChecks:
     """Timed repetitions (after one warm-up); the best is reported."""
     bandwidth_mb: float = 64.0
     """Size of the buffer copied for the memory-bandwidth figure, MB."""
+    cpu_threads: int = 1
+    """Threads a benchmark on the CPU uses. One by default: on a shared or busy host a
+    multi-threaded matmul measures its neighbours (threads spin while one of them waits
+    for a core) and every node looks equally slow; one thread measures the node."""
 
 
 @dataclass
@@ -265,6 +269,7 @@ def validate(config: HealthConfig) -> None:
         "health.compute.matmul_size": config.compute.matmul_size,
         "health.compute.repeats": config.compute.repeats,
         "health.compute.bandwidth_mb": config.compute.bandwidth_mb,
+        "health.compute.cpu_threads": config.compute.cpu_threads,
         "health.data.chunk_mb": config.data.chunk_mb,
         "health.fleet.mad_k": config.fleet.mad_k,
         "health.collectives.megabytes": config.collectives.megabytes,

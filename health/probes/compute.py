@@ -5,7 +5,8 @@ arithmetic can be tested; the device is a parameter, never guessed here."""
 from __future__ import annotations
 
 import time
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 import torch
 
@@ -78,12 +79,26 @@ def memory_gbps(device: str = "cpu", megabytes: float = 64.0, repeats: int = 5,
     return 2.0 * count * 4 / seconds / 1e9
 
 
+@contextmanager
+def cpu_threads(device: str, threads: int) -> Iterator[None]:
+    """torch's intra-op thread count set to ``threads`` while a CPU benchmark runs."""
+    if torch.device(device).type != "cpu":
+        yield
+        return
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
 def probe_compute(checks: ComputeChecks, clock: Clock = time.perf_counter) -> ProbeResult:
     """Measure both figures; an unusable device fails the node with the reason."""
     try:
         device = str(benchmark_device(checks.device))
-        tflops = matmul_tflops(device, checks.dtype, checks.matmul_size, checks.repeats, clock)
-        gbps = memory_gbps(device, checks.bandwidth_mb, checks.repeats, clock)
+        with cpu_threads(device, checks.cpu_threads):
+            tflops, gbps = _measure(device, checks, clock)
     # torch reports a broken or unknown device with RuntimeError, and a backend
     # missing from this build (CUDA on a CPU wheel) with AssertionError.
     except (RuntimeError, AssertionError) as exc:
@@ -95,3 +110,8 @@ def probe_compute(checks: ComputeChecks, clock: Clock = time.perf_counter) -> Pr
         [ok("compute.measured", f"{device} {checks.dtype}: {tflops:.3f} TFLOP/s matmul, "
             f"{gbps:.1f} GB/s copy", device=device, dtype=checks.dtype)],
         figures, {"compute.device": device, "compute.dtype": checks.dtype})
+
+
+def _measure(device: str, checks: ComputeChecks, clock: Clock) -> tuple[float, float]:
+    tflops = matmul_tflops(device, checks.dtype, checks.matmul_size, checks.repeats, clock)
+    return tflops, memory_gbps(device, checks.bandwidth_mb, checks.repeats, clock)

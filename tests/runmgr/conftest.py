@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from runmgr.cluster import LOCAL_RAY_SYSTEM_CONFIG
+
 from tests.runmgr.healthcheck.fake_ascend import FakeAscend
 
 
@@ -25,8 +27,10 @@ def local_ray():
     started = not ray.is_initialized()
     if started:
         # address="local": never join another cluster that happens to run on this machine.
+        # The run's own system config: its workers at nice 0, as a launch has them.
         ray.init(address="local", num_cpus=2, include_dashboard=False,
-                 logging_level=logging.ERROR, log_to_driver=False)
+                 logging_level=logging.ERROR, log_to_driver=False,
+                 _system_config=LOCAL_RAY_SYSTEM_CONFIG)
     yield ray
     if started:
         ray.shutdown()

@@ -59,3 +59,21 @@ def test_an_unusable_device_fails_the_node_with_the_reason():
     (finding,) = probe_compute(ComputeChecks(device="nodevice:0", matmul_size=8)).findings
     assert finding.severity is Severity.FAIL and finding.code == "compute.device_error"
     assert "nodevice:0" in finding.message
+
+
+def test_a_cpu_benchmark_runs_on_the_configured_threads_and_gives_the_caller_s_back():
+    # A busy neighbour stalls a multi-threaded matmul (its threads wait for each other):
+    # the benchmark runs single-threaded by default, and the process keeps its setting.
+    torch.set_num_threads(2)
+    seen = []
+
+    def clock():
+        seen.append(torch.get_num_threads())
+        return float(len(seen))
+
+    probe_compute(ComputeChecks(device="cpu", matmul_size=16, repeats=2, bandwidth_mb=0.1), clock)
+    assert seen and set(seen) == {1}
+    assert torch.get_num_threads() == 2
+    seen.clear()
+    probe_compute(ComputeChecks(device="cpu", matmul_size=16, repeats=2, bandwidth_mb=0.1, cpu_threads=2), clock)
+    assert set(seen) == {2}

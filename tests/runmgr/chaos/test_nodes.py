@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from runmgr.chaos import procfault
+from runmgr.cluster import LOCAL_RAY_SYSTEM_CONFIG
 from runmgr.chaos.actions import node_raylet_pid
 from runmgr.chaos.nodes import LocalRunner, RayNodeRunner, runner_for
 
@@ -27,7 +28,7 @@ def local_ray():
     started = not ray.is_initialized()
     if started:
         ray.init(address="local", num_cpus=1, include_dashboard=False, logging_level=logging.ERROR,
-                 log_to_driver=False)
+                 log_to_driver=False, _system_config=LOCAL_RAY_SYSTEM_CONFIG)
     yield ray
     if started:
         ray.shutdown()

@@ -19,10 +19,11 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from runmgr.cluster import LOCAL_RAY_SYSTEM_CONFIG
 from tests.runmgr.healthcheck import throttle
 from tests.runmgr.healthcheck.fake_ascend import FakeAscend
 
-SLOW_FRACTION = 0.1
+SLOW_FRACTION = 0.05  # the capped node is ~20x slower idle, ~10x beside two busy loops
 
 
 @contextmanager
@@ -65,7 +66,8 @@ def main(root: Path) -> None:
 
     roles = node_environments(root)
     with environment(roles["head"]):
-        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
+                                                                 "_system_config": LOCAL_RAY_SYSTEM_CONFIG})
     ray._common.utils.reset_ray_address()  # no other ray.init() on this machine may join it
     try:
         nodes = {"head": cluster.head_node}

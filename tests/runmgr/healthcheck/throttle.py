@@ -35,7 +35,7 @@ def _tree(pid: int) -> list[int]:
 class CpuThrottle:
     """``with CpuThrottle("name", 0.1) as cap: cap.add_tree(pid)``."""
 
-    def __init__(self, name: str, fraction: float, period_us: int = 10_000) -> None:
+    def __init__(self, name: str, fraction: float, period_us: int = 20_000) -> None:
         found = _root()
         assert found is not None, "no writable CPU cgroup on this machine"
         self.root, self.version = found

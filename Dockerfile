@@ -1,0 +1,41 @@
+# The image of runmgr's KubeRay pods (head, workers): Python, torch, Ray and
+# runmgr, installed as the README does (torch pinned, then `pip install .`).
+# k8s/ runs it; README "Running on Kubernetes" shows the whole way.
+#
+#   CPU (the default base):
+#     docker build -t runmgr:0.1.0 .
+#   NVIDIA (CUDA runtime base; torch==2.13.0 from PyPI is the CUDA build):
+#     docker build --build-arg BASE=nvidia/cuda:12.8.1-runtime-ubuntu24.04 -t runmgr:0.1.0 .
+#   Ascend (a CANN base image matching the hosts' driver, with Python 3.10+;
+#   EXTRAS=npu adds torch_npu for the pinned torch):
+#     docker build --build-arg BASE=ascendai/cann:8.3.rc1-910b-ubuntu22.04-py3.11 \
+#                  --build-arg EXTRAS=npu -t runmgr:0.1.0 .
+#   The Ascend driver and npu-smi come from the host (k8s/overlays/npu mounts
+#   them read-only); the CANN toolkit must be in the image.
+ARG BASE=python:3.11-slim-bookworm
+FROM ${BASE}
+
+# The torch requirement installed first, as the Makefile's TORCH.
+ARG TORCH=torch==2.13.0
+# The Ray of the image: the RayJob's rayVersion in k8s/ says the same.
+ARG RAY_VERSION=2.60.0
+# Extras of runmgr's pyproject to add, e.g. npu.
+ARG EXTRAS=
+
+# A CUDA base has no Python; KubeRay's probes call wget.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends wget ca-certificates \
+    && (command -v python3 >/dev/null || apt-get install -y --no-install-recommends python3 python3-venv python3-pip) \
+    && rm -rf /var/lib/apt/lists/*
+
+ENV VIRTUAL_ENV=/opt/venv
+RUN python3 -m venv "$VIRTUAL_ENV"
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    RUNMGR_CONF_DIR=/opt/runmgr/conf
+
+WORKDIR /opt/runmgr
+COPY . .
+RUN python -m pip install --no-cache-dir --disable-pip-version-check \
+        "$TORCH" "ray[default]==$RAY_VERSION" ".${EXTRAS:+[$EXTRAS]}" \
+    && runmgr --version

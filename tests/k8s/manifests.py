@@ -1,0 +1,102 @@
+"""The kustomize overlays of k8s/ rendered as ``kubectl apply -k`` would send
+them (``kubectl kustomize``, offline), and the parts the tests look at."""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Iterator, Optional
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S = ROOT / "k8s"
+OVERLAYS = tuple(sorted(p.parent.name for p in (K8S / "overlays").glob("*/kustomization.yaml")))
+"""Every overlay a user can apply (k8s/overlays/NAME)."""
+KUBERNETES_VERSION = "1.32"
+"""The Kubernetes release the built-in kinds are validated against (kubectl 1.32's)."""
+RAYJOB_NAME = "runmgr"
+
+
+def kubectl() -> str:
+    path = shutil.which("kubectl")
+    if path is None:
+        pytest.fail("kubectl is needed to render k8s/ (`kubectl kustomize`): install kubectl 1.27 or newer")
+    return path
+
+
+def render_dir(directory: Path) -> tuple[dict, ...]:
+    """The documents ``kubectl kustomize DIRECTORY`` prints."""
+    result = subprocess.run([kubectl(), "kustomize", str(directory)], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, f"kubectl kustomize {directory}: {result.stderr.strip()}"
+    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
+
+
+@functools.lru_cache(maxsize=None)
+def render(overlay: str) -> tuple[dict, ...]:
+    """k8s/overlays/OVERLAY rendered (once per session; callers must not mutate it)."""
+    return render_dir(K8S / "overlays" / overlay)
+
+
+def of_kind(docs, kind: str) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs, kind: str, name: Optional[str] = None) -> dict:
+    found = [d for d in of_kind(docs, kind) if name is None or d["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def rayjob(docs) -> dict:
+    return one(docs, "RayJob", RAYJOB_NAME)
+
+
+def ray_cluster(job: dict) -> dict:
+    """The RayCluster KubeRay creates for the RayJob (its rayClusterSpec)."""
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": job["metadata"]["name"], "namespace": job["metadata"].get("namespace")},
+            "spec": job["spec"]["rayClusterSpec"]}
+
+
+def head_group(job: dict) -> dict:
+    return job["spec"]["rayClusterSpec"]["headGroupSpec"]
+
+
+def worker_groups(job: dict) -> list[dict]:
+    return job["spec"]["rayClusterSpec"].get("workerGroupSpecs", [])
+
+
+def pod_templates(job: dict) -> dict[str, dict]:
+    """Pod template per group: ``head`` and each worker group's name."""
+    templates = {"head": head_group(job)["template"]}
+    templates.update({g["groupName"]: g["template"] for g in worker_groups(job)})
+    return templates
+
+
+def containers(template: dict) -> Iterator[dict]:
+    spec = template["spec"]
+    yield from spec.get("initContainers", [])
+    yield from spec["containers"]
+
+
+def volume(template: dict, name: str) -> dict:
+    found = [v for v in template["spec"].get("volumes", []) if v["name"] == name]
+    assert len(found) == 1, f"expected one volume {name}, found {len(found)}"
+    return found[0]
+
+
+def mount_at(container: dict, path: str) -> Optional[dict]:
+    return next((m for m in container.get("volumeMounts", []) if m["mountPath"] == path), None)
+
+
+def env_value(container: dict, name: str) -> Optional[dict]:
+    return next((e for e in container.get("env", []) if e["name"] == name), None)
+
+
+def config_map_data(docs, name: str) -> dict[str, str]:
+    return one(docs, "ConfigMap", name).get("data", {})

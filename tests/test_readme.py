@@ -23,6 +23,10 @@ why:
   line that says so, exit 2): pointed at a real cluster it would label its
   nodes. tests/runmgr/healthcheck/test_k8s.py runs it against a local fake.
 - ``torchrun ... conf=demo`` trains 4 steps instead of 200.
+- The "Running on Kubernetes" lines (docker, kind, kubectl) need a Docker
+  engine or a Kubernetes API, which the test machines lack: their cases are in
+  tests/k8s/readme_cases.py (offline dry runs, the rendered manifests, and the
+  names each line uses checked against the manifests and the Dockerfile).
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+
+from tests.k8s.readme_cases import CASES as KUBERNETES_CASES
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -283,6 +289,7 @@ CASES: dict[str, Callable[[Context], None]] = {
     "torchrun --nproc_per_node=2 -m trainer conf=demo": case_torchrun,
     "make demo EXTRAS=test,npu": case_make_demo_npu,
     "make demo DEMO_ARGS=chaos=none": case_make_demo_no_chaos,
+    **KUBERNETES_CASES,
 }
 """README line (as :func:`normalise` writes it) -> what runs it."""
 

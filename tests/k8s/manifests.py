@@ -71,6 +71,19 @@ def worker_groups(job: dict) -> list[dict]:
     return job["spec"]["rayClusterSpec"].get("workerGroupSpecs", [])
 
 
+def holds_ranks(group: dict) -> bool:
+    """Ray may place ranks on the group's pods (a driver-only head says num-cpus 0)."""
+    return group.get("rayStartParams", {}).get("num-cpus") != "0"
+
+
+def rank_groups(job: dict) -> dict[str, dict]:
+    """The groups whose pods hold ranks, by name (``head`` for the head group),
+    each with its ``replicas`` (the head: 1)."""
+    groups = {"head": {**head_group(job), "replicas": 1}}
+    groups.update({g["groupName"]: g for g in worker_groups(job)})
+    return {name: g for name, g in groups.items() if holds_ranks(g)}
+
+
 def pod_templates(job: dict) -> dict[str, dict]:
     """Pod template per group: ``head`` and each worker group's name."""
     templates = {"head": head_group(job)["template"]}

@@ -1,5 +1,5 @@
 """What the RayCluster of each overlay asks of Kubernetes: the devices of its
-worker group and how Ray learns of them, the nodes it may land on (never one
+pods and how Ray learns of them, the nodes it may land on (never one
 ``runmgr health-check --k8s-label`` marked), its volumes, its environment,
 and where its secrets come from."""
 
@@ -11,8 +11,9 @@ import pytest
 
 from runmgr.healthcheck.k8s import HEALTH_LABEL, TAINT_KEY
 from runmgr.healthcheck.node_task import K8S_NODE_ENV
-from tests.k8s.manifests import (K8S, OVERLAYS, config_map_data, containers, env_value, mount_at, of_kind, one,
-                                 pod_templates, rayjob, render, volume, worker_groups)
+from tests.k8s.manifests import (K8S, OVERLAYS, config_map_data, containers, env_value, head_group, holds_ranks,
+                                 mount_at, of_kind, one, pod_templates, rank_groups, rayjob, render, volume,
+                                 worker_groups)
 
 DEVICE_RESOURCES = {"gpu": "nvidia.com/gpu", "npu": "huawei.com/Ascend910"}
 """Worker group name -> the device plugin's resource its pods request (cpu: none)."""
@@ -31,6 +32,11 @@ def device_kind(overlay: str) -> str:
     return group_of(overlay)["groupName"]
 
 
+def node_terms(group: dict) -> list[dict]:
+    affinity = group["template"]["spec"]["affinity"]["nodeAffinity"]
+    return affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+
+
 def ray_resources(group: dict) -> dict[str, float]:
     """rayStartParams.resources as Ray reads it: a quoted JSON string, '"{\\"NPU\\": 8}"'."""
     text = group["rayStartParams"].get("resources")
@@ -41,19 +47,38 @@ def ray_resources(group: dict) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_the_worker_group_requests_its_devices_and_ray_sees_them(overlay):
-    group = group_of(overlay)
-    kind = group["groupName"]
-    (container,) = group["template"]["spec"]["containers"]
-    limits, requests = container["resources"]["limits"], container["resources"]["requests"]
-    vendor = {k for k in limits if "/" in k}
-    assert vendor == ({DEVICE_RESOURCES[kind]} if kind in DEVICE_RESOURCES else set())
-    assert all(requests.get(k) == limits[k] for k in vendor)  # extended resources: requests equal limits
-    if kind == "npu":
-        # KubeRay maps only *gpu resources itself: the NPUs are advertised by hand, as many as requested.
-        assert ray_resources(group) == {"NPU": int(limits["huawei.com/Ascend910"])}
+def test_the_rank_pods_request_their_devices_and_ray_sees_them(overlay):
+    kind = device_kind(overlay)
+    groups = rank_groups(rayjob(render(overlay)))
+    assert kind in groups
+    for name, group in groups.items():
+        (container,) = group["template"]["spec"]["containers"]
+        limits, requests = container["resources"]["limits"], container["resources"]["requests"]
+        vendor = {k for k in limits if "/" in k}
+        assert vendor == ({DEVICE_RESOURCES[kind]} if kind in DEVICE_RESOURCES else set()), name
+        assert all(requests.get(k) == limits[k] for k in vendor)  # extended resources: requests equal limits
+        if kind == "npu":
+            # KubeRay maps only *gpu resources itself: the NPUs are advertised by hand, as many as requested.
+            assert ray_resources(group) == {"NPU": int(limits["huawei.com/Ascend910"])}, name
+        else:
+            assert "NPU" not in ray_resources(group)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_head_is_a_node_like_the_workers_or_holds_no_ranks(overlay):
+    """runmgr's health check compares every Ray node with the others: on a
+    device cluster a head without devices would be the odd one out (and be
+    excluded, its node labelled). The laptop's head runs the driver alone."""
+    job = rayjob(render(overlay))
+    head, worker = head_group(job), group_of(overlay)
+    if device_kind(overlay) in DEVICE_RESOURCES:
+        assert holds_ranks(head)
+        for part in (lambda g: g["rayStartParams"], lambda g: g["template"]["spec"]["containers"][0]["resources"],
+                     node_terms, lambda g: g["template"]["spec"].get("tolerations")):
+            assert part(head) == part(worker)
     else:
-        assert "NPU" not in ray_resources(group)
+        assert not holds_ranks(head) and holds_ranks(worker)
+        assert not any("/" in k for k in head["template"]["spec"]["containers"][0]["resources"]["limits"])
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -70,17 +95,16 @@ def test_no_pod_lands_on_a_node_the_health_check_excluded(overlay):
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_device_nodes_are_chosen_by_the_vendors_labels(overlay):
-    group = group_of(overlay)
-    terms = group["template"]["spec"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    chosen_by = [{e["key"]: e.get("values") for e in t["matchExpressions"] if e["key"] != HEALTH_LABEL}
-                 for t in terms]
+    kind = device_kind(overlay)
     expected = {"gpu": [{"nvidia.com/gpu.present": ["true"]}],
                 "npu": [{"accelerator": ["huawei-Ascend910"]}, {"node.kubernetes.io/npu.chip.name": None}],
                 "cpu": [{}]}
-    assert chosen_by == expected[group["groupName"]]
-    tolerated = {t["key"] for t in group["template"]["spec"].get("tolerations", [])}
-    assert tolerated == ({"nvidia.com/gpu"} if group["groupName"] == "gpu" else set())
+    for name, group in rank_groups(rayjob(render(overlay))).items():
+        chosen_by = [{e["key"]: e.get("values") for e in t["matchExpressions"] if e["key"] != HEALTH_LABEL}
+                     for t in node_terms(group)]
+        assert chosen_by == expected[kind], name
+        tolerated = {t["key"] for t in group["template"]["spec"].get("tolerations", [])}
+        assert tolerated == ({"nvidia.com/gpu"} if kind == "gpu" else set()), name
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -100,13 +124,14 @@ def test_every_pod_mounts_the_shared_file_system_and_a_memory_shm(overlay):
 
 
 @pytest.mark.parametrize("overlay", [o for o in OVERLAYS if o.startswith("npu")])
-def test_ascend_workers_see_the_host_driver_read_only(overlay):
-    template = group_of(overlay)["template"]
-    (container,) = template["spec"]["containers"]
-    for path in ASCEND_HOST_PATHS:
-        mount = mount_at(container, path)
-        assert mount is not None and mount.get("readOnly") is True, path
-        assert volume(template, mount["name"])["hostPath"]["path"] == path
+def test_ascend_pods_see_the_host_driver_read_only(overlay):
+    for name, group in rank_groups(rayjob(render(overlay))).items():
+        template = group["template"]
+        (container,) = template["spec"]["containers"]
+        for path in ASCEND_HOST_PATHS:
+            mount = mount_at(container, path)
+            assert mount is not None and mount.get("readOnly") is True, (name, path)
+            assert volume(template, mount["name"])["hostPath"]["path"] == path
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

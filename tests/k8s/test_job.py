@@ -17,8 +17,8 @@ import pytest
 from runmgr.cli import build_parser, parse_args
 from runmgr.config.compose import load_run_config
 from runmgr.config.schema import RunConfig
-from tests.k8s.manifests import (OVERLAYS, ROOT, config_map_data, head_group, mount_at, pod_templates, rayjob,
-                                 render, worker_groups)
+from tests.k8s.manifests import (OVERLAYS, ROOT, config_map_data, head_group, mount_at, rank_groups, rayjob, render,
+                                 worker_groups)
 
 JOB_SCRIPT = ROOT / "k8s" / "base" / "job.sh"
 DEVICE_OF_GROUP = {"gpu": ("cuda", "nvidia.com/gpu"), "npu": ("npu", "huawei.com/Ascend910"), "cpu": ("cpu", None)}
@@ -87,16 +87,20 @@ def test_the_launch_follows_the_health_check_s_exit_code(tmp_path, check_exit, l
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_the_run_config_composes_and_fits_the_cluster(overlay, tmp_path):
     config = composed(overlay, tmp_path)
-    (group,) = worker_groups(rayjob(render(overlay)))
-    device, resource = DEVICE_OF_GROUP[group["groupName"]]
+    job = rayjob(render(overlay))
+    (worker,) = worker_groups(job)
+    device, resource = DEVICE_OF_GROUP[worker["groupName"]]
     assert config.device.value == device and config.cluster.address == "auto"
     assert config.unsupported() is None  # the built-in trainer runs all of it
     assert config.run_dir().is_relative_to("/shared")  # the logbook outlives the cluster
-    (container,) = group["template"]["spec"]["containers"]
-    limits = container["resources"]["limits"]
-    ranks_per_pod = int(limits[resource]) // config.cluster.devices_per_worker if resource else 1
-    assert group["replicas"] * ranks_per_pod == config.cluster.num_workers
-    assert ranks_per_pod * config.cluster.cpus_per_worker <= float(limits["cpu"])
+    ranks = 0
+    for group in rank_groups(job).values():
+        (container,) = group["template"]["spec"]["containers"]
+        limits = container["resources"]["limits"]
+        per_pod = int(limits[resource]) // config.cluster.devices_per_worker if resource else 1
+        assert per_pod * config.cluster.cpus_per_worker <= float(limits["cpu"])
+        ranks += group["replicas"] * per_pod
+    assert ranks == config.cluster.num_workers
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -108,12 +112,3 @@ def test_the_launch_line_s_settings_are_ones_the_config_knows(overlay, tmp_path)
         pytest.skip(f"the config has no {sorted(missing)} section on this branch yet (issue 10's metrics)")
     config = composed(overlay, tmp_path, overrides)
     assert config.health.skip is True  # the job's health check just ran
-
-
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_the_head_runs_no_ranks(overlay):
-    """The head holds the driver and its metrics; ranks go to the workers."""
-    job = rayjob(render(overlay))
-    assert head_group(job)["rayStartParams"]["num-cpus"] == "0"
-    (container,) = pod_templates(job)["head"]["spec"]["containers"]
-    assert not any("/" in name for name in container["resources"]["limits"])

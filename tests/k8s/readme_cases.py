@@ -114,7 +114,8 @@ def case_exec_logbook(ctx) -> None:
     run = yaml.safe_load((K8S / "overlays" / "gpu" / "run.yaml").read_text())["run"]
     argv = ["logbook", "show", run["dir"]]
     parse_args(build_parser(), argv)
-    (local,) = (ctx.cwd / "runs").iterdir()  # a run directory named by its path, as in the pod
+    # A run directory named by its path, as in the pod (.health beside it is the exclusion history).
+    local = next(p for p in sorted((ctx.cwd / "runs").iterdir()) if not p.name.startswith("."))
     assert ctx.ok("logbook", "show", str(local)).stdout.startswith(local.name)
 
 

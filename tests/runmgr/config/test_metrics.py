@@ -25,7 +25,7 @@ def test_the_default_serves_on_a_free_port_of_this_machine_and_overrides_set_it(
 
 
 @pytest.mark.parametrize("address, says", [
-    ("localhost", "expected host:port"), ("127.0.0.1:", "expected host:port"), (":8000", "expected host:port"),
+    ("localhost", "expected host:port"), (":8000", "expected host:port"),
     ("127.0.0.1:99999", "not a number from 0 to 65535"), ("127.0.0.1:http", "not a number from 0 to 65535"),
     ("::1:8000", "IPv6 host in brackets"), ("a b:80", "not a host name"),
 ])
@@ -34,3 +34,11 @@ def test_a_malformed_address_is_refused_in_one_line(address, says):
         load_run_config("demo", [f"metrics.address={address}"])
     message = str(refused.value)
     assert says in message and "metrics.address" in message and "127.0.0.1:0" in message and "\n" not in message
+
+
+def test_a_trailing_colon_is_no_address():
+    # On the command line YAML reads `127.0.0.1:` as a mapping, and OmegaConf refuses it for the key.
+    with pytest.raises(ValueError, match="expected host:port"):
+        split_address("127.0.0.1:")
+    with pytest.raises(ConfigError, match="metrics.address"):
+        load_run_config("demo", ["metrics.address=127.0.0.1:"])

@@ -8,7 +8,7 @@ order in which it happened.
 from __future__ import annotations
 
 import sqlite3
-from typing import Optional
+from typing import Optional, Sequence
 
 from logbook.records import METRIC_FIELDS, METRIC_FLOATS, SubRun, decode_float, from_json
 
@@ -143,10 +143,11 @@ def checkpoint_times(connection: sqlite3.Connection) -> list[tuple[int, int, flo
         "SELECT c.seq, c.step, j.time FROM checkpoints c JOIN journal j ON j.seq = c.seq ORDER BY c.seq"))
 
 
-def event_steps(connection: sqlite3.Connection, kind: str) -> list[tuple[int, Optional[int]]]:
-    """(journal seq, step) of every event of ``kind``, in the order recorded; the
-    step is the event's own, else its data's ``step``."""
-    rows = connection.execute("SELECT seq, step, data FROM events WHERE kind = ? ORDER BY seq", (kind,))
+def event_steps(connection: sqlite3.Connection, kinds: Sequence[str]) -> list[tuple[int, Optional[int]]]:
+    """(journal seq, step) of every event of one of ``kinds``, in the order recorded;
+    the step is the event's own, else its data's ``step``."""
+    marks = ", ".join("?" for _ in kinds)
+    rows = connection.execute(f"SELECT seq, step, data FROM events WHERE kind IN ({marks}) ORDER BY seq", tuple(kinds))
     out = []
     for seq, step, data in rows:
         if step is None:

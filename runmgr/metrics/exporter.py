@@ -108,7 +108,7 @@ class MetricsObserver:
         live = self.live
         yield from self._reported(live)
         yield from self._controller(live)
-        yield from self._from_logbook(self.book.live_figures(names.UPLOADED_EVENT))
+        yield from self._from_logbook(self.book.live_figures(names.MIRRORED_EVENTS))
 
     def _reported(self, live: Live) -> Iterator[Metric]:
         for spec, key in REPORTED.items():

@@ -87,4 +87,8 @@ ALL: tuple[MetricSpec, ...] = (
 
 UPLOADED_EVENT = "checkpoint_uploaded"
 """The logbook event the S3 mirror records when a checkpoint's upload is verified
-(data: step, seconds, bytes); the upload lag is read from these."""
+(data: step, seconds, bytes)..."""
+FOUND_ON_S3_EVENT = "checkpoint_on_s3"
+"""...or, at a launch, when it finds a checkpoint's copy already complete there."""
+MIRRORED_EVENTS = (UPLOADED_EVENT, FOUND_ON_S3_EVENT)
+"""The events that say a checkpoint has its copy: the upload lag is read from these."""

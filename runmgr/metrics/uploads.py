@@ -1,7 +1,8 @@
 """How far the S3 mirror is behind the checkpoints, from what the logbook
 holds: each verified checkpoint (recorded by the driver) and each verified
-upload (an event ``checkpoint_uploaded`` with its step, recorded by the
-mirror). A pure function, tested without a logbook."""
+copy (an event ``checkpoint_uploaded``, or ``checkpoint_on_s3`` for a copy a
+launch found complete, with its step, recorded by the mirror). A pure
+function, tested without a logbook."""
 
 from __future__ import annotations
 

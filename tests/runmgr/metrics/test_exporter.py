@@ -164,6 +164,12 @@ def test_upload_lag_is_read_from_the_uploads_the_mirror_records(tmp_path):
         assert scrape(registry)["runmgr_checkpoint_upload_lag_seconds"][()] == 15  # 20 waits since 5030
         book.record_event("1.00", names.UPLOADED_EVENT, "step 20 mirrored", {"step": 20, "seconds": 2.0, "bytes": 9})
         assert scrape(registry)["runmgr_checkpoint_upload_lag_seconds"][()] == 0
+        book.record_checkpoint("1.00", 30, "/run/checkpoints/step_00000030", 1.0)
+        now[0] = 5050.0
+        assert scrape(registry)["runmgr_checkpoint_upload_lag_seconds"][()] == 5
+        # A relaunch's mirror finds 30's copy complete (its upload event was never recorded).
+        book.record_event("1.00", names.FOUND_ON_S3_EVENT, "step 30 already on S3", {"step": 30}, step=30)
+        assert scrape(registry)["runmgr_checkpoint_upload_lag_seconds"][()] == 0
 
 
 def test_health_verdicts_come_from_the_gate_evidence_a_sub_run_records():

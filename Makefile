@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed-$(subst =,-,$(TORCH))-$(subst $(comma),-,$(EXTRAS))
 DEMO_RUN := demo-$(shell date +%Y%m%d-%H%M%S)
 DEMO_ARGS ?=
 
-.PHONY: setup demo test test-fast clean-runs
+.PHONY: setup demo test test-fast clean-runs prometheus
 
 setup: $(STAMP)
 
@@ -27,8 +27,16 @@ demo: $(STAMP)
 	$(VENV)/bin/runmgr launch conf=demo run.name=$(DEMO_RUN) $(DEMO_ARGS)
 	$(VENV)/bin/runmgr logbook show $(DEMO_RUN)
 
-test: $(STAMP)
+test: $(STAMP) prometheus
 	$(PY) -m pytest -q --timeout=600
+
+# The metrics test scrapes a real run with a real Prometheus: Debian's package
+# (about 8 s), installed when missing (as root, or through sudo).
+prometheus:
+	@command -v prometheus >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" --timeout=300

@@ -8,7 +8,7 @@ order in which it happened.
 from __future__ import annotations
 
 import sqlite3
-from typing import Optional
+from typing import Optional, Sequence
 
 from logbook.records import METRIC_FIELDS, METRIC_FLOATS, SubRun, decode_float, from_json
 
@@ -130,3 +130,27 @@ def checkpoint_count(connection: sqlite3.Connection, subrun_id: Optional[str] = 
 def max_metric_step(connection: sqlite3.Connection, subrun_id: str) -> Optional[int]:
     """The highest step recorded for a sub-run; None when it has none."""
     return connection.execute("SELECT MAX(step) FROM metrics WHERE subrun_id = ?", (subrun_id,)).fetchone()[0]
+
+
+def decision_actions(connection: sqlite3.Connection) -> list[str]:
+    """The action of every decision, in the order recorded."""
+    return [action for (action,) in connection.execute("SELECT action FROM decisions ORDER BY seq")]
+
+
+def checkpoint_times(connection: sqlite3.Connection) -> list[tuple[int, int, float]]:
+    """(journal seq, step, time recorded) of every checkpoint, in the order recorded."""
+    return list(connection.execute(
+        "SELECT c.seq, c.step, j.time FROM checkpoints c JOIN journal j ON j.seq = c.seq ORDER BY c.seq"))
+
+
+def event_steps(connection: sqlite3.Connection, kinds: Sequence[str]) -> list[tuple[int, Optional[int]]]:
+    """(journal seq, step) of every event of one of ``kinds``, in the order recorded;
+    the step is the event's own, else its data's ``step``."""
+    marks = ", ".join("?" for _ in kinds)
+    rows = connection.execute(f"SELECT seq, step, data FROM events WHERE kind IN ({marks}) ORDER BY seq", tuple(kinds))
+    out = []
+    for seq, step, data in rows:
+        if step is None:
+            step = (from_json(data) or {}).get("step")
+        out.append((seq, step))
+    return out

@@ -274,6 +274,16 @@ class Logbook:
                 queries.incident_kinds(self._connection), queries.checkpoint_count(self._connection),
                 max(activity.values(), default=None))
 
+    def live_figures(self, event_kinds: Sequence[str]) -> dict:
+        """One consistent read for a live view (the metrics exporter): ``summary``
+        (as :meth:`summary`), ``decisions`` (the action of each, in order),
+        ``checkpoints`` ((seq, step, time recorded) each) and ``events`` ((seq, step)
+        of each event of one of ``event_kinds``)."""
+        with self._lock:
+            return {"summary": self.summary(), "decisions": queries.decision_actions(self._connection),
+                    "checkpoints": queries.checkpoint_times(self._connection),
+                    "events": queries.event_steps(self._connection, event_kinds)}
+
     # ---- internals -----------------------------------------------------
 
     @contextmanager

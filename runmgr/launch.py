@@ -20,6 +20,8 @@ from runmgr.controller.states import Finished, Launching
 from runmgr.dryrun import build_plan, inspect_cluster, render_plan
 from runmgr.refusals import refuse_changed_model_shape, refuse_unrunnable_plan
 from runmgr.healthcheck.gate import preflight_health
+from runmgr.metrics.exporter import MetricsObserver
+from runmgr.metrics.server import MetricsServer
 from runmgr.observers.logbook_writer import LogbookObserver, record_stop
 from runmgr.observers.progress import ProgressObserver
 from runmgr.observers.retention import RetentionObserver, rollback_reach_steps, trainer_keeps_everything
@@ -95,11 +97,22 @@ def launch(conf_name: str, overrides: list[str], dry_run: bool = False, conf_dir
     refuse_unrunnable_plan(config, conf_name, overrides)
     if note:
         out.write(note + "\n")
+    metrics = MetricsServer.start(config.metrics)  # an address it cannot take: one line, before anything is written
+    try:
+        return run_in_dir(config, conf_name, overrides, conf_dir, out, metrics)
+    finally:
+        if metrics is not None:
+            metrics.close()
+
+
+def run_in_dir(config: RunConfig, conf_name: str, overrides: list[str], conf_dir: Path | None, out: TextIO,
+               metrics: MetricsServer | None) -> int:
+    """The run directory locked, its disk reserve held and its logbook open: the lineage."""
     run_dir = config.run_dir()
     try:
         with RunDirLock(run_dir), DiskReserve(run_dir) as reserve, Logbook.open(run_dir) as book:
             try:
-                return run_lineage(config, conf_name, overrides, conf_dir, book, out)
+                return run_lineage(config, conf_name, overrides, conf_dir, book, out, metrics)
             except DISK_WRITE_ERRORS as error:
                 if not is_disk_full(error):
                     raise
@@ -112,7 +125,7 @@ def launch(conf_name: str, overrides: list[str], dry_run: bool = False, conf_dir
 
 
 def run_lineage(config: RunConfig, conf_name: str, overrides: list[str], conf_dir: Path | None, book: Logbook,
-                out: TextIO) -> int:
+                out: TextIO, metrics: MetricsServer | None = None) -> int:
     """With the run directory locked and its logbook open: the next sub-runs of its lineage."""
     run_dir = config.run_dir()
     wait_for_lost_workers(run_dir, config.controller.worker_lease_s, out)
@@ -133,7 +146,8 @@ def run_lineage(config: RunConfig, conf_name: str, overrides: list[str], conf_di
             gate = preflight_health(config, out)  # no admitted node: one line, exit 2
             # The sub-run's start records the health verdicts (excluded nodes, report path).
             initial = replace(initial, evidence={**initial.evidence, "health": gate.evidence()})
-            final = drive(config, book, ids, initial, out, admitted_node_ids=gate.admitted_node_ids, chaos=chaos)
+            final = drive(config, book, ids, initial, out, admitted_node_ids=gate.admitted_node_ids, chaos=chaos,
+                          metrics=metrics)
     except KeyboardInterrupt:
         if not stop.requested:
             raise
@@ -155,7 +169,8 @@ def stopped(book: Logbook, run_dir: Path, stop: StopRequest, out: TextIO) -> int
 
 
 def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, out: TextIO,
-          admitted_node_ids: list[str] | None = None, chaos: Chaos | None = None):
+          admitted_node_ids: list[str] | None = None, chaos: Chaos | None = None,
+          metrics: MetricsServer | None = None):
     import ray
 
     device_kind = resolve_device_kind(config.device, ray.cluster_resources())
@@ -166,9 +181,14 @@ def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, 
         LogbookObserver(book, config_as_dict(config)),
         # After the logbook: a checkpoint is deleted only once a newer one is recorded.
         RetentionObserver(checkpoint_dir, config.checkpoint.keep_last, rollback_reach_steps(config)),
-        StatusFileObserver(run_dir, config.run.name, config.training.train_iters, initial.start_step),
+        StatusFileObserver(run_dir, config.run.name, config.training.train_iters, initial.start_step,
+                           metrics_address=metrics.address if metrics is not None else None),
         ProgressObserver(config.training.train_iters, out),
     ]
+    exporter = MetricsObserver(book, config.training.train_iters, mirrored=mirrors_checkpoints(config))
+    if metrics is not None:
+        metrics.registry.register(exporter)
+        observers.append(exporter)
     injector = chaos.injector(lambda injection: record_injection(book, injection)) if chaos and chaos.enabled else None
     if injector is not None:
         observers.append(injector)
@@ -196,6 +216,14 @@ def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, 
         devices.stop()
         if injector is not None:
             injector.close()
+        if metrics is not None:  # it reads the logbook, which closes after this
+            metrics.registry.unregister(exporter)
+
+
+def mirrors_checkpoints(config: RunConfig) -> bool:
+    """True when the run mirrors its checkpoints to S3 (``checkpoint.s3``, where this build has it)."""
+    s3 = getattr(config.checkpoint, "s3", None)
+    return bool(s3 is not None and s3.enabled)
 
 
 def record_injection(book: Logbook, injection) -> None:

@@ -112,6 +112,9 @@ def render_status(status: dict) -> str:
     if status.get("paused_ranks"):
         lines.append(f"paused after step {status.get('step')}: ranks {', '.join(map(str, status['paused_ranks']))} "
                      f"(chaos pause_at_step; the logbook names the file that releases them)")
+    metrics = status.get("metrics")
+    if isinstance(metrics, dict) and metrics.get("address") and status.get("driver_alive"):
+        lines.append(f"metrics: http://{metrics['address']}/metrics")
     if status.get("last_incident"):
         lines.append(f"last incident: {status['last_incident']}")
     return "\n".join(lines)

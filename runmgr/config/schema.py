@@ -18,6 +18,7 @@ from trainer.config import TRAINER_SECTIONS, Choice, TrainerConfig
 
 from health.config import HealthConfig, HealthConfigError, validate as validate_health
 from runmgr.config.chaos import ChaosConfig
+from runmgr.config.metrics import MetricsConfig
 from runmgr.config.numbers import number_problems
 from runmgr.config.policy import PolicyConfig
 from runmgr.config.watcher import WatcherConfig
@@ -121,6 +122,8 @@ class RunConfig(TrainerConfig):
     """Node health checks before launch and the device poll during it (conf/health/default.yaml)."""
     chaos: ChaosConfig = field(default_factory=ChaosConfig)
     """Faults injected into the run's real processes and inputs (conf/chaos/*.yaml; ``chaos=none``: off)."""
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    """The driver's Prometheus exporter: on or off, and its address (conf/metrics/default.yaml)."""
 
     @property
     def world_size(self) -> int:
@@ -174,6 +177,7 @@ class RunConfig(TrainerConfig):
             out.append(f"run.name must be a plain name of letters, digits, '.', '_' and '-' that starts with a "
                        f"letter, a digit or '_' (at most 128 characters), got {self.run.name!r}")
         out += self.policy.problems()
+        out += self.metrics.problems()
         out += self.chaos.problems(self.training.train_iters)
         try:
             validate_health(self.health)

@@ -18,12 +18,14 @@ STATE_NAMES = {Launching: "launching", Running: "running", Restarting: "restarti
 class StatusFileObserver:
     """Writes the run's live state after every transition and poll."""
 
-    def __init__(self, run_dir: Path, run_name: str, train_iters: int, start_step: int) -> None:
+    def __init__(self, run_dir: Path, run_name: str, train_iters: int, start_step: int,
+                 metrics_address: str | None = None) -> None:
+        """``metrics_address``: where the driver serves Prometheus metrics (None: it serves none)."""
         self.run_dir = run_dir
         self.status: dict = {
             "run": run_name, "run_dir": str(run_dir), "driver_pid": os.getpid(), "train_iters": train_iters,
             "state": "launching", "subrun": None, "step": start_step, "workers": [], "last_incident": None,
-            "paused_ranks": [],
+            "paused_ranks": [], "metrics": {"address": metrics_address} if metrics_address else None,
         }
         self._phases: dict[int, str] = {}
 

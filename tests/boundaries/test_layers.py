@@ -18,7 +18,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"watch"}),
     frozenset({"policy"}),
     frozenset({"controller", "resume"}),
-    frozenset({"workers", "observers", "chaos", "healthcheck", "stacks", "status", "rundir", "cluster", "dryrun",
+    frozenset({"workers", "observers", "metrics", "chaos", "healthcheck", "stacks", "status", "rundir", "cluster", "dryrun",
                "refusals", "stopping", "logbook_samples", "reaper", "headwatch", "diskspace"}),
     frozenset({"launch", "replay", "cli", "__main__"}),
 )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -146,3 +147,15 @@ def test_the_same_model_resumes_and_a_checkpoint_without_shapes_gets_a_note(line
     changed = load_run_config("demo", [f"run.dir={lineage}", "model.hidden_size=64", *SMALL])
     note = refuse_changed_model_shape(changed)
     assert note is not None and "records no model shapes" in note
+
+
+def test_a_metrics_port_in_use_is_refused_before_anything_starts(tmp_path):
+    run_dir = tmp_path / "scraped"
+    with socket.socket() as taken:  # another exporter (or anything) already listens there
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        result = runmgr("launch", "conf=demo", f"run.dir={run_dir}", f"metrics.address={address}", *SMALL)
+    refused_in_one_line(result, f"metrics.address '{address}': cannot listen there", "in use",
+                        "metrics.address=127.0.0.1:0")
+    assert not run_dir.exists()

@@ -66,7 +66,8 @@ def initial_state(config: RunConfig, book: Logbook, ids: SubrunIds,
     cause = f"relaunch: sub-run {last.id} ended as {last.end_state or 'abandoned (driver lost)'} at step {last_step}"
     evidence = {"previous_subrun": last.id, "resumed_from": point.path, "resumed_step": point.step,
                 "steps_lost": max(0, (last_step or 0) - point.step),
-                "rejected_checkpoints": [list(r) for r in point.rejected], "fetched_from": point.fetched_from}
+                "rejected_checkpoints": [list(r) for r in point.rejected],
+                **({"fetched_from": point.fetched_from} if point.fetched_from else {})}
     subrun = ids.take()
     return Launching(subrun, replace(plan, subrun=subrun), point.step, cause, evidence)
 

@@ -213,8 +213,9 @@ class Controller:
             "incident": state.judgement.incident.to_dict(), "decision": decision.to_dict(),
             "resumed_from": point.path, "resumed_step": point.step, "last_step": state.last_step,
             "steps_lost": max(0, state.last_step - point.step),
-            "rejected_checkpoints": [list(r) for r in point.rejected], "fetched_from": point.fetched_from,
+            "rejected_checkpoints": [list(r) for r in point.rejected],
             "excluded_nodes": list(plan.avoid_nodes),
+            **({"fetched_from": point.fetched_from} if point.fetched_from else {}),
         }
         return Launching(subrun, plan, point.step, state.judgement.incident.summary(), evidence)
 

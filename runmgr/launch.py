@@ -208,6 +208,7 @@ def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, 
         StatusFileObserver(run_dir, config.run.name, config.training.train_iters, initial.start_step),
         ProgressObserver(config.training.train_iters, out),
     ]
+    known = mirror.known if mirror is not None else None  # decisions never wait on S3's answer
     if mirror is not None:
         submit_local_checkpoints(mirror, checkpoint_dir, initial.start_step)
         mirror.start()
@@ -221,14 +222,14 @@ def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, 
     world_sizes = tuple(size for size in range(config.world_size, 0, -1) if not trainer_config.problems(size))
     slots = ClusterSlots(lambda: node_slots(config.cluster, device_kind, admitted_node_ids), world_sizes)
     judge = Judge(config.watcher, config.policy,
-                  lambda max_step: listed_checkpoints(checkpoint_dir, max_step, remote=mirror), slots)
+                  lambda max_step: listed_checkpoints(checkpoint_dir, max_step, remote=known), slots)
     controller = Controller(
         initial, trainer_config,
         make_group=lambda: RayWorkerGroup(
             config.cluster, device_kind, config.controller.start_timeout_s, config.controller.worker_lease_s,
             admitted_node_ids=admitted_node_ids,
             wrap_reporter=chaos.step_gate() if chaos is not None else None),
-        resume_at=lambda step, why: resume_at(checkpoint_dir, step, why, remote=mirror),
+        resume_at=lambda step, why: resume_at(checkpoint_dir, step, why, remote=known),
         judge=judge, subrun_ids=ids, poll_interval_s=config.controller.poll_interval_s, observers=observers,
         read_devices=devices.drain, read_uploads=mirroring.read_uploads if mirroring is not None else no_uploads,
         dump_stacks=lambda subrun, workers: dump_stacks(run_dir, subrun, workers),

@@ -66,6 +66,8 @@ class Uploaded:
     files: int
     committed_at: Optional[float]
     """When the trainer wrote the manifest (the manifest's ``time``)."""
+    consumed_samples: Optional[int]
+    """Stream position after the step, as the manifest records it."""
     checked_by: str
     """``sha256`` (the server's stored checksum) or ``etag`` (its MD5 ETag)."""
     already: bool = False
@@ -152,7 +154,7 @@ def upload_checkpoint(s3: S3Client, path: Path, transfer: TransferConfig) -> Upl
 
 def _uploaded(manifest: dict, entries: list[dict], checked_by: str, already: bool = False) -> Uploaded:
     return Uploaded(int(manifest["step"]), sum(int(e["size"]) for e in entries), len(entries), manifest.get("time"),
-                    checked_by, already)
+                    manifest.get("consumed_samples"), checked_by, already)
 
 
 def _local_digests(path: Path, entry: dict, transfer: TransferConfig) -> FileDigests:

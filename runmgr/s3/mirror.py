@@ -12,7 +12,10 @@ copy verifies, retention keeps its local copy (:meth:`S3Mirror.is_durable`).
 
 It is also the remote source a resume falls back to
 (:class:`runmgr.resume.RemoteCheckpoints`): the complete copies, their
-manifests, a download checked against the manifest.
+manifests, a download checked against the manifest. Itself, it asks S3 (a
+launch, which has just seen S3 answer); its :attr:`S3Mirror.known` view
+answers from what the mirror has listed and verified, so that a decision
+during the run never waits on an S3 that does not answer.
 """
 
 from __future__ import annotations
@@ -89,6 +92,8 @@ class S3Mirror:
         self._jobs: deque[_Job] = deque()
         self._cond = threading.Condition()
         self._durable: set[int] = set()
+        self._known: dict[int, Optional[int]] = {}
+        """Complete copies seen (listed or verified): step -> consumed samples, None when not read."""
         self._events: list[MirrorEvent] = []
         self._stopping = False
         self._thread: Optional[threading.Thread] = None
@@ -116,6 +121,7 @@ class S3Mirror:
             head = self._jobs[0] if self._jobs else None
             self._jobs = deque(j for j in self._jobs if j is head or not (isinstance(j, _Upload) and j.step > step))
             self._durable = {s for s in self._durable if s <= step}
+            self._known = {s: samples for s, samples in self._known.items() if s <= step}
             self._jobs.append(_Retire(step, tag))
             self._cond.notify_all()
 
@@ -160,11 +166,22 @@ class S3Mirror:
 
     # The resume's remote source (runmgr.resume.RemoteCheckpoints), on the caller's thread.
 
+    @property
+    def known(self) -> "KnownCopies":
+        """The copies this mirror has seen, answered from memory (never waits on S3 but to fetch)."""
+        return KnownCopies(self)
+
     def complete_steps(self) -> list[int]:
-        return self._remote(lambda: complete_steps(self.s3))
+        steps = self._remote(lambda: complete_steps(self.s3))
+        with self._cond:
+            self._known = {step: self._known.get(step) for step in steps}
+        return steps
 
     def consumed_samples(self, step: int) -> Optional[int]:
-        return self._remote(lambda: read_remote_manifest(self.s3, step).get("consumed_samples"))
+        samples = self._remote(lambda: read_remote_manifest(self.s3, step).get("consumed_samples"))
+        with self._cond:
+            self._known[step] = samples
+        return samples
 
     def fetch(self, step: int, save_dir: Path) -> Path:
         return self._remote(lambda: download_checkpoint(self.s3, step, Path(save_dir), self.transfer))
@@ -227,6 +244,7 @@ class S3Mirror:
             return self._failed(job, error)
         with self._cond:
             self._durable.add(job.step)
+            self._known[job.step] = uploaded.consumed_samples
         return MirrorEvent("uploaded", job.step, self.clock(), uploaded=uploaded, upload_s=self.clock() - started,
                            attempts=job.attempts)
 
@@ -240,4 +258,30 @@ class S3Mirror:
         steps = tuple(step for step in complete_steps(self.s3) if step > job.after_step)
         for step in steps:
             retire_copy(self.s3, step, job.tag)
+            with self._cond:
+                self._known.pop(step, None)
         return MirrorEvent("retired", job.after_step, self.clock(), retired=steps, attempts=job.attempts)
+
+
+class KnownCopies:
+    """:class:`runmgr.resume.RemoteCheckpoints` from what the mirror has listed or verified:
+    what the policy may choose from and a restart may fetch, without asking S3 for a list."""
+
+    def __init__(self, mirror: S3Mirror) -> None:
+        self.mirror = mirror
+
+    @property
+    def location(self) -> str:
+        return self.mirror.location
+
+    def complete_steps(self) -> list[int]:
+        with self.mirror._cond:
+            return sorted(self.mirror._known)
+
+    def consumed_samples(self, step: int) -> Optional[int]:
+        """As read when the copy was listed or verified; None when its manifest was not read."""
+        with self.mirror._cond:
+            return self.mirror._known.get(step)
+
+    def fetch(self, step: int, save_dir: Path) -> Path:
+        return self.mirror.fetch(step, save_dir)

@@ -69,7 +69,7 @@ def test_recorded_checkpoints_go_to_the_mirror_and_its_uploads_to_the_logbook_an
         observer.on_transition(None, launching)
         mirror.events = [
             MirrorEvent("failed", 10, 1001.0, error="Could not connect", attempts=1, pending=(10,)),
-            MirrorEvent("uploaded", 10, 1012.5, uploaded=Uploaded(10, 4096, 3, 1000.0, "sha256"), upload_s=0.5,
+            MirrorEvent("uploaded", 10, 1012.5, uploaded=Uploaded(10, 4096, 3, 1000.0, 80, "sha256"), upload_s=0.5,
                         attempts=2),
             MirrorEvent("skipped", 20, 1013.0, error="step_00000020 is gone", attempts=1)]
         observer.on_poll(RUNNING, recorded(tmp_path, 20))

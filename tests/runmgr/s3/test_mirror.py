@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from botocore.exceptions import EndpointConnectionError
 
 from runmgr.resume import RemoteUnavailable, find_resume_point
 from runmgr.s3.client import S3Client
@@ -94,3 +95,20 @@ def test_a_resume_falls_back_to_the_mirror_and_says_so_when_s3_cannot_answer(s3,
         out.complete_steps()
     nothing = find_resume_point(tmp_path / "empty", remote=out)
     assert nothing.path is None and "cannot be listed" in nothing.rejected[0][1]
+
+
+def test_decisions_read_the_copies_the_mirror_has_seen_without_asking_s3(s3, tmp_path):
+    mirror = S3Mirror(s3)
+    mirror.submit(10, small_checkpoint(tmp_path, 10))
+    mirror.start()
+    assert mirror.finish(30.0) == ()
+    known = mirror.known
+    assert known.complete_steps() == [10] and known.consumed_samples(10) == 80
+    s3.client.meta.events.register("before-call.s3.*", refuse)  # S3 out: the known copies still answer
+    assert known.complete_steps() == [10] and known.consumed_samples(10) == 80
+    with pytest.raises(RemoteUnavailable):
+        mirror.complete_steps()
+
+
+def refuse(**_):
+    raise EndpointConnectionError(endpoint_url="http://127.0.0.1:1")

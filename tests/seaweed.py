@@ -24,7 +24,11 @@ import pytest
 
 ACCESS_KEY, SECRET_KEY = "runmgr-test-key", "runmgr-test-secret-0123456789"
 """The one identity a server started with ``credentials=True`` accepts."""
-PORT_FLAGS = ("-s3.port", "-master.port", "-volume.port", "-filer.port", "-webdav.port", "-admin.port")
+PORT_FLAGS = tuple(f"-{part}.port{grpc}" for part in ("s3", "master", "volume", "filer", "admin")
+                   for grpc in ("", ".grpc"))
+"""Every port ``weed mini`` listens on, each chosen free (two servers, or another test's, never collide)."""
+OFF = ("-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0")
+"""Servers the tests do not use."""
 
 
 def free_port() -> int:
@@ -59,7 +63,7 @@ class SeaweedS3:
         data = self.root / "data"
         data.mkdir(parents=True, exist_ok=True)
         args = [weed_binary(), "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-                *(f"{flag}={port}" for flag, port in self.ports.items())]
+                *(f"{flag}={port}" for flag, port in self.ports.items()), *OFF]
         if self.credentials:
             args.append(f"-s3.config={self._identities()}")
         self.log = (self.root / "weed.log").open("a")

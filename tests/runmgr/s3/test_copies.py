@@ -46,10 +46,21 @@ def test_a_single_part_object_carries_the_manifests_own_sha256(s3, tmp_path):
     uploaded = upload_checkpoint(s3, path, transfer_config(s3))
     entry = next(e for e in read_manifest(path)["files"] if e["name"] == ".metadata")
     head = s3.client.head_object(Bucket=s3.place.bucket, Key="run/step_00000010/.metadata", ChecksumMode="ENABLED")
-    if uploaded.checked_by == "sha256":
-        assert head["ChecksumSHA256"] == base64.b64encode(bytes.fromhex(entry["sha256"])).decode()
-    else:  # a server that keeps no checksum is held to its MD5 ETag
-        assert "ChecksumSHA256" not in head
+    assert uploaded.checked_by == "sha256"
+    assert head["ChecksumSHA256"] == base64.b64encode(bytes.fromhex(entry["sha256"])).decode()
+
+
+def test_a_server_that_keeps_no_checksum_is_held_to_its_md5_etag(s3, tmp_path):
+    def forget_checksums(parsed, **_):  # as a server without checksum support replies
+        for key in [k for k in parsed if k.startswith("Checksum")]:
+            del parsed[key]
+
+    s3.client.meta.events.register("after-call.s3.HeadObject", forget_checksums)
+    path = checkpoint_with_big_file(tmp_path, 10)
+    assert upload_checkpoint(s3, path, transfer_config(s3)).checked_by == "etag"
+    s3.client.put_object(Bucket=s3.place.bucket, Key=f"run/step_00000010/{BIG_FILE}",
+                         Body=(path / BIG_FILE).read_bytes()[::-1])  # same size, other bytes
+    assert upload_checkpoint(s3, path, transfer_config(s3)).already is False  # the ETag tells them apart
 
 
 def test_an_upload_cut_short_leaves_no_manifest_so_the_copy_is_never_used(s3, tmp_path):

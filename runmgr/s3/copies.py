@@ -53,6 +53,10 @@ class LocalCopyGone(Exception):
     """The local checkpoint is no longer there to upload (retired or deleted meanwhile), or damaged."""
 
 
+class NoCopy(LookupError):
+    """No complete copy of that step: its manifest is not there."""
+
+
 class CopyMismatch(Exception):
     """An object on S3 differs from what the manifest says (size or checksum); the upload is tried again."""
 
@@ -229,10 +233,10 @@ def complete_steps(s3: S3Client) -> list[int]:
 
 
 def read_remote_manifest(s3: S3Client, step: int) -> dict:
-    """The manifest of the copy of ``step`` (raises KeyError when there is none)."""
+    """The manifest of the copy of ``step`` (raises :class:`NoCopy` when there is none)."""
     data = _get_bytes(s3, s3.place.key(f"{checkpoint_dir_name(step)}/{MANIFEST_NAME}"))
     if data is None:
-        raise KeyError(step)
+        raise NoCopy(step)
     return json.loads(data)
 
 
@@ -250,17 +254,17 @@ def retire_copy(s3: S3Client, step: int, tag: str) -> None:
 def download_checkpoint(s3: S3Client, step: int, save_dir: Path, transfer: TransferConfig) -> Path:
     """The copy of ``step`` as ``save_dir/step_...``, every file checked against the copy's
     manifest, the manifest written last; a local copy already there (one that failed
-    verification) is moved to ``retired/``. Raises KeyError (no complete copy),
-    :class:`CopyMismatch` or an S3 error."""
+    verification) is moved to ``retired/``. Raises :class:`NoCopy`, :class:`CopyMismatch`
+    or an S3 error."""
     manifest_bytes = _get_bytes(s3, s3.place.key(f"{checkpoint_dir_name(step)}/{MANIFEST_NAME}"))
     if manifest_bytes is None:
-        raise KeyError(step)
-    manifest = json.loads(manifest_bytes)
+        raise NoCopy(step)
+    entries = _file_list(manifest_bytes)
     target = checkpoint_dir(save_dir, step)
     partial = target.with_name(f".{target.name}{PARTIAL_SUFFIX}")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    for entry in manifest["files"]:
+    for entry in entries:
         local = partial / entry["name"]
         s3.client.download_file(s3.place.bucket, s3.place.key(f"{target.name}/{entry['name']}"), str(local),
                                 Config=transfer)
@@ -276,6 +280,23 @@ def download_checkpoint(s3: S3Client, step: int, save_dir: Path, transfer: Trans
         target.rename(aside)
     partial.rename(target)
     return target
+
+
+def _file_list(manifest_bytes: bytes) -> list[dict]:
+    """The files a copy's manifest lists, each a plain name in its folder with a size and a sha256."""
+    try:
+        files = json.loads(manifest_bytes)["files"]
+        entries = [{"name": e["name"], "size": int(e["size"]), "sha256": str(e["sha256"])} for e in files]
+    except (KeyError, TypeError, ValueError):
+        raise CopyMismatch("the S3 copy's manifest has no valid file list") from None
+    strays = [e["name"] for e in entries if not _plain_name(e["name"])]
+    if strays:  # a manifest is data: it never writes outside the checkpoint's folder
+        raise CopyMismatch(f"the S3 copy's manifest names {strays[0]!r}, not a file of its folder")
+    return entries
+
+
+def _plain_name(name: object) -> bool:
+    return isinstance(name, str) and name not in ("", ".", "..") and Path(name).name == name and "\\" not in name
 
 
 def _write_last(path: Path, data: bytes) -> None:

@@ -30,7 +30,7 @@ from typing import Callable, Literal, Optional, Union
 from runmgr.resume import RemoteUnavailable
 from runmgr.s3.client import S3_ERRORS, S3Client
 from runmgr.s3.copies import (
-    CopyMismatch, LocalCopyGone, Uploaded, complete_steps, download_checkpoint, read_remote_manifest, retire_copy,
+    CopyMismatch, LocalCopyGone, NoCopy, Uploaded, complete_steps, download_checkpoint, read_remote_manifest, retire_copy,
     transfer_config, upload_checkpoint,
 )
 from trainer.manifest import verify_checkpoint
@@ -189,7 +189,7 @@ class S3Mirror:
     def _remote(self, action):
         try:
             return action()
-        except KeyError:
+        except NoCopy:
             raise RemoteUnavailable("no complete copy (its manifest is not there)") from None
         except (*MIRROR_ERRORS, OSError, ValueError) as error:
             raise RemoteUnavailable(self.s3.describe(error)) from None

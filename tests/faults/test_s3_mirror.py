@@ -48,11 +48,12 @@ def server(tmp_path_factory) -> SeaweedS3:
 
 def s3_settings(server: SeaweedS3) -> list[str]:
     """Mirroring on, parts small enough that the shards go up in parts, retries and the
-    outage threshold short enough for a test."""
+    outage threshold short enough for a test. Synchronous saves: checkpoint N is recorded
+    before the ranks pause after step N + 5 (the losses are those of asynchronous ones)."""
     return [f"checkpoint.s3.bucket={BUCKET}", f"checkpoint.s3.endpoint={server.endpoint}",
             "checkpoint.s3.multipart_threshold_mib=0.05", "checkpoint.s3.retry_backoff_s=0.2",
             "checkpoint.s3.max_backoff_s=1.0", "checkpoint.s3.connect_timeout_s=1.0", "checkpoint.s3.max_attempts=1",
-            "watcher.storage.outage_after_s=2.0", "checkpoint.keep_last=1"]
+            "watcher.storage.outage_after_s=2.0", "checkpoint.keep_last=1", "checkpoint.async_save=false"]
 
 
 def events(run_dir: Path) -> list[dict]:

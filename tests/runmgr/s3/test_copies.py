@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 
 import pytest
 from botocore.exceptions import EndpointConnectionError
@@ -128,3 +129,14 @@ def test_a_retired_copy_is_incomplete_and_its_manifest_kept_beside_it(s3, tmp_pa
     retire_copy(s3, 20, "1.02")
     assert complete_steps(s3) == [10]
     assert "manifest.retired-by-1.02.json" in keys(s3, 20) and MANIFEST_NAME not in keys(s3, 20)
+
+
+def test_a_copy_whose_manifest_names_a_path_outside_its_folder_writes_nothing_there(s3, tmp_path):
+    path = small_checkpoint(tmp_path / "here", 10)
+    upload_checkpoint(s3, path, transfer_config(s3))
+    manifest = read_manifest(path)
+    manifest["files"][0]["name"] = "../../escaped"
+    s3.client.put_object(Bucket=s3.place.bucket, Key="run/step_00000010/manifest.json", Body=json.dumps(manifest))
+    with pytest.raises(CopyMismatch, match="names '../../escaped', not a file of its folder"):
+        download_checkpoint(s3, 10, tmp_path / "there", transfer_config(s3))
+    assert not (tmp_path / "escaped").exists()

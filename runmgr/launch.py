@@ -90,7 +90,8 @@ def first_state(config: RunConfig, ids: SubrunIds, remote: RemoteCheckpoints | N
         return fresh
     plan = replace(ResumePlan.from_dict(read_manifest(point.path)["plan"]), subrun=subrun,
                    start_checkpoint=point.path, data_parallel_size=config.world_size)
-    cause = f"launch: no lineage here; resumed from the checkpoint of step {point.step} ({point.fetched_from or point.path})"
+    source = point.fetched_from or point.path
+    cause = f"launch: no lineage here; resumed from the checkpoint of step {point.step} ({source})"
     evidence = {"resumed_from": point.path, "resumed_step": point.step, "fetched_from": point.fetched_from,
                 "rejected_checkpoints": [list(r) for r in point.rejected]}
     return Launching(subrun, plan, point.step, cause, evidence)

@@ -111,7 +111,8 @@ class SeaweedS3:
         while time.time() < deadline:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                pytest.fail(f"weed mini exited ({self.proc.returncode}):\n{(self.root / 'weed.log').read_text()[-3000:]}")
+                log = (self.root / "weed.log").read_text()[-3000:]
+                pytest.fail(f"weed mini exited ({self.proc.returncode}):\n{log}")
             try:
                 urllib.request.urlopen(self.endpoint, timeout=1).close()
                 return

@@ -30,8 +30,8 @@ from typing import Callable, Literal, Optional, Union
 from runmgr.resume import RemoteUnavailable
 from runmgr.s3.client import S3_ERRORS, S3Client
 from runmgr.s3.copies import (
-    CopyMismatch, LocalCopyGone, NoCopy, Uploaded, complete_steps, download_checkpoint, read_remote_manifest, retire_copy,
-    transfer_config, upload_checkpoint,
+    CopyMismatch, LocalCopyGone, NoCopy, Uploaded, complete_steps, download_checkpoint, read_remote_manifest,
+    retire_copy, transfer_config, upload_checkpoint,
 )
 from trainer.manifest import verify_checkpoint
 

@@ -123,10 +123,12 @@ def test_training_goes_on_through_an_s3_outage_and_every_copy_completes_when_it_
     assert back["subrun"] == "1.00" and back["seq"] > down["seq"]
     starts = [e for e in records if e["type"] == "subrun_start"]
     assert [s["subrun"] for s in starts] == ["1.00", "1.01"], "the outage restarted something"
-    uploads = {e["data"]["step"]: e["data"] for e in records if e["type"] == "event" and e["kind"] == "checkpoint_uploaded"}
+    uploads = {e["data"]["step"]: e["data"] for e in records
+               if e["type"] == "event" and e["kind"] == "checkpoint_uploaded"}
     recorded = {e["step"] for e in records if e["type"] == "checkpoint"}
     assert set(uploads) == recorded == {10, 20, 30, 40}, "a checkpoint was never mirrored"
-    assert all(u["bytes"] > 0 and u["seconds"] >= 0 and u["url"].startswith(f"s3://{BUCKET}/") for u in uploads.values())
+    assert all(u["bytes"] > 0 and u["seconds"] >= 0 and u["url"].startswith(f"s3://{BUCKET}/")
+               for u in uploads.values())
 
 
 def test_the_local_checkpoint_folder_deleted_the_next_launch_resumes_from_s3_bit_for_bit(mirrored_run,

@@ -63,11 +63,15 @@ class SeaweedS3:
         data = self.root / "data"
         data.mkdir(parents=True, exist_ok=True)
         args = [weed_binary(), "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-                *(f"{flag}={port}" for flag, port in self.ports.items()), *OFF]
+                *(f"{flag}={port}" for flag, port in self.ports.items()), *OFF,
+                f"-s3.localSocket={self.root / 's3.sock'}", f"-filer.localSocket={self.root / 'filer.sock'}"]
         if self.credentials:
             args.append(f"-s3.config={self._identities()}")
         self.log = (self.root / "weed.log").open("a")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        scratch = self.root / "tmp"  # weed's unix sockets go to the temporary folder: the test's own
+        scratch.mkdir(exist_ok=True)
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     cwd=self.root, env={**os.environ, "TMPDIR": str(scratch)})
         self._wait_until_it_answers(timeout_s)
         return self
 

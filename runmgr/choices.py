@@ -25,6 +25,9 @@ class IncidentKind(Choice):
     device_fault = "device_fault"
     worker_death = "worker_death"
     launch_failure = "launch_failure"
+    storage_outage = "storage_outage"
+    """The durable tier (S3) fails every upload for longer than the watcher tolerates
+    (OPT's "blob storage issues"); with ``recovered``, the end of one."""
 
 
 class InstabilityKind(Choice):
@@ -66,6 +69,8 @@ class Action(Choice):
     restart = "restart"
     dump_and_restart = "dump_and_restart"
     retry_launch = "retry_launch"
+    keep_local = "keep_local"
+    """Training goes on; checkpoints stay on the local disk until their durable copy verifies."""
     abort = "abort"
 
 

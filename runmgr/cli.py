@@ -38,7 +38,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
 def refuse_bad_launch(conf: str, overrides: list[str], conf_dir: Path | None) -> None:
     """What a launch can refuse from its config and the run directory alone,
     checked before torch and Ray are imported (seconds sooner) and before
-    anything is written: the config, the data path, the directories, the logbook."""
+    anything is written: the config, the data path, the directories, the logbook,
+    and the S3 bucket of ``checkpoint.s3`` (its credentials, its existence, an answer)."""
     from runmgr.config.compose import load_run_config
     from runmgr.rundir import check_run_dir
     from trainer.data import check_data_path
@@ -46,6 +47,10 @@ def refuse_bad_launch(conf: str, overrides: list[str], conf_dir: Path | None) ->
     config = load_run_config(conf, overrides, conf_dir)
     check_data_path(config.data)
     check_run_dir(config)
+    if config.checkpoint.s3.enabled:
+        from runmgr.s3.client import S3Client, probe  # boto3: only for a run that mirrors its checkpoints
+
+        probe(S3Client(config.checkpoint.s3, config.run.name))
 
 
 def cmd_status(args: argparse.Namespace) -> int:

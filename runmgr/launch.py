@@ -15,7 +15,7 @@ from runmgr import cluster as ray_cluster
 from runmgr.config.compose import config_as_dict, load_run_config
 from runmgr.config.schema import RunConfig
 from runmgr.controller.judge import ClusterSlots, Judge
-from runmgr.controller.machine import Controller, SubrunIds
+from runmgr.controller.machine import Controller, SubrunIds, no_uploads
 from runmgr.controller.states import Finished, Launching
 from runmgr.dryrun import build_plan, inspect_cluster, render_plan
 from runmgr.refusals import refuse_changed_model_shape, refuse_unrunnable_plan
@@ -23,11 +23,14 @@ from runmgr.healthcheck.gate import preflight_health
 from runmgr.metrics.exporter import MetricsObserver
 from runmgr.metrics.server import MetricsServer
 from runmgr.observers.logbook_writer import LogbookObserver, record_stop
+from runmgr.observers.mirror import MirrorObserver, settle_uploads, submit_local_checkpoints, upload_leftovers
 from runmgr.observers.progress import ProgressObserver
 from runmgr.observers.retention import RetentionObserver, rollback_reach_steps, trainer_keeps_everything
 from runmgr.observers.status_file import StatusFileObserver
 from runmgr.placement import resolve_device_kind
-from runmgr.resume import find_resume_point, listed_checkpoints, resume_at
+from runmgr.resume import RemoteCheckpoints, RemoteUnavailable, find_resume_point, listed_checkpoints, resume_at
+from runmgr.s3.client import S3Client
+from runmgr.s3.mirror import S3Mirror
 from runmgr.stacks import dump_stacks
 from runmgr.chaos.build import Chaos, build_chaos
 from runmgr.workers.devicepoll import DevicePollGroup
@@ -39,15 +42,17 @@ from runmgr.status import ENDED_STATES, mark_stopped, read_status
 from runmgr.stopping import StopRequest, stop_on_signals
 from runmgr.workers.group import RayWorkerGroup, node_slots
 from trainer.data import check_data_path
+from trainer.manifest import read_manifest
 from trainer.plan import ResumePlan
 
 
-def initial_state(config: RunConfig, book: Logbook, ids: SubrunIds) -> Launching | None:
-    """A fresh sub-run, or the next one of an existing lineage (None: already done)."""
+def initial_state(config: RunConfig, book: Logbook, ids: SubrunIds,
+                  remote: RemoteCheckpoints | None = None) -> Launching | None:
+    """A fresh sub-run, or the next one of an existing lineage (None: already done).
+    ``remote``: the S3 copies, a source for a checkpoint the local disk lacks."""
     lineage = book.lineage()
     if not lineage:
-        subrun = ids.take()
-        return Launching(subrun, ResumePlan(subrun=subrun, data_parallel_size=config.world_size), 0, "launch", {})
+        return first_state(config, ids, remote)
     if lineage[-1].end_state is None:
         book.abandon(lineage[-1].id)
         lineage = book.lineage()
@@ -56,16 +61,42 @@ def initial_state(config: RunConfig, book: Logbook, ids: SubrunIds) -> Launching
     if last.end_state == "finished" and (last_step or 0) >= config.training.train_iters:
         return None
     recorded = max((row["step"] for row in book.kept_metrics()), default=0)
-    point = find_resume_point(config.checkpoint_dir(), max_step=recorded)
+    point = find_resume_point(config.checkpoint_dir(), max_step=recorded, remote=remote)
     # A relaunch keeps the lineage's remedies (skips, LR scale, nodes to avoid) and
     # takes the data-parallel size the user configures now.
     plan = replace(ResumePlan.from_dict(last.plan), start_checkpoint=point.path, data_parallel_size=config.world_size)
     cause = f"relaunch: sub-run {last.id} ended as {last.end_state or 'abandoned (driver lost)'} at step {last_step}"
     evidence = {"previous_subrun": last.id, "resumed_from": point.path, "resumed_step": point.step,
                 "steps_lost": max(0, (last_step or 0) - point.step),
-                "rejected_checkpoints": [list(r) for r in point.rejected]}
+                "rejected_checkpoints": [list(r) for r in point.rejected],
+                **({"fetched_from": point.fetched_from} if point.fetched_from else {})}
     subrun = ids.take()
     return Launching(subrun, replace(plan, subrun=subrun), point.step, cause, evidence)
+
+
+def first_state(config: RunConfig, ids: SubrunIds, remote: RemoteCheckpoints | None) -> Launching:
+    """The first sub-run of a run directory without a lineage: from initialisation, or, on a
+    fresh machine whose S3 copies hold the run, from the newest one that verifies, with the
+    plan its manifest recorded (skips, LR scale: the lineage's remedies)."""
+    subrun = ids.take()
+    fresh = Launching(subrun, ResumePlan(subrun=subrun, data_parallel_size=config.world_size), 0, "launch", {})
+    if remote is None:
+        return fresh
+    try:
+        held = remote.complete_steps()
+    except RemoteUnavailable as error:
+        raise RunStateError(f"cannot list the S3 copies at {remote.location} ({error}) to know where run "
+                            f"{config.run.name} stands: launch again once S3 answers") from None
+    point = find_resume_point(config.checkpoint_dir(), remote=remote) if held else None
+    if point is None or point.path is None:
+        return fresh
+    plan = replace(ResumePlan.from_dict(read_manifest(point.path)["plan"]), subrun=subrun,
+                   start_checkpoint=point.path, data_parallel_size=config.world_size)
+    source = point.fetched_from or point.path
+    cause = f"launch: no lineage here; resumed from the checkpoint of step {point.step} ({source})"
+    evidence = {"resumed_from": point.path, "resumed_step": point.step, "fetched_from": point.fetched_from,
+                "rejected_checkpoints": [list(r) for r in point.rejected]}
+    return Launching(subrun, plan, point.step, cause, evidence)
 
 
 def wait_for_lost_workers(run_dir: Path, lease_s: float, out: TextIO, clock=time.time, sleep=time.sleep) -> None:
@@ -134,8 +165,11 @@ def run_lineage(config: RunConfig, conf_name: str, overrides: list[str], conf_di
     if chaos_overrides:
         config = load_run_config(conf_name, [*overrides, *chaos_overrides], conf_dir)
     ids = SubrunIds(config.run.number, len(book.lineage()))
-    initial = initial_state(config, book, ids)
+    mirror = S3Mirror(S3Client(config.checkpoint.s3, config.run.name)) if config.checkpoint.s3.enabled else None
+    initial = initial_state(config, book, ids, remote=mirror)
     if initial is None:
+        if mirror is not None:  # copies an earlier launch could not finish (S3 was out at its end)
+            upload_leftovers(mirror, book, config.checkpoint_dir(), config.checkpoint.s3.final_wait_s, out)
         out.write(f"run {config.run.name} already finished at step {config.training.train_iters}; "
                   f"`runmgr logbook show {run_dir}` shows it\n")
         return 0
@@ -147,12 +181,14 @@ def run_lineage(config: RunConfig, conf_name: str, overrides: list[str], conf_di
             # The sub-run's start records the health verdicts (excluded nodes, report path).
             initial = replace(initial, evidence={**initial.evidence, "health": gate.evidence()})
             final = drive(config, book, ids, initial, out, admitted_node_ids=gate.admitted_node_ids, chaos=chaos,
-                          metrics=metrics)
+                          metrics=metrics, mirror=mirror)
     except KeyboardInterrupt:
         if not stop.requested:
             raise
         return stopped(book, run_dir, stop, out)
     finally:
+        if mirror is not None:
+            mirror.close()
         ray_cluster.disconnect(connection)  # no process of a local Ray is left, even without its head
     out.write(f"logbook: runmgr logbook show {run_dir}\n")
     return 0 if isinstance(final, Finished) else 1
@@ -170,25 +206,32 @@ def stopped(book: Logbook, run_dir: Path, stop: StopRequest, out: TextIO) -> int
 
 def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, out: TextIO,
           admitted_node_ids: list[str] | None = None, chaos: Chaos | None = None,
-          metrics: MetricsServer | None = None):
+          metrics: MetricsServer | None = None, mirror: S3Mirror | None = None):
     import ray
 
     device_kind = resolve_device_kind(config.device, ray.cluster_resources())
     trainer_config = replace(trainer_keeps_everything(config.trainer_config()), device=device_kind)
     run_dir = config.run_dir()
     checkpoint_dir = config.checkpoint_dir()
+    logbook_writer = LogbookObserver(book, config_as_dict(config))
+    # After the logbook: a checkpoint is mirrored, and deleted, only once recorded.
+    mirroring = MirrorObserver(mirror, book) if mirror is not None else None
+    retention = RetentionObserver(checkpoint_dir, config.checkpoint.keep_last, rollback_reach_steps(config),
+                                  durable=mirror)
     observers = [
-        LogbookObserver(book, config_as_dict(config)),
-        # After the logbook: a checkpoint is deleted only once a newer one is recorded.
-        RetentionObserver(checkpoint_dir, config.checkpoint.keep_last, rollback_reach_steps(config)),
+        logbook_writer, *([mirroring] if mirroring is not None else []), retention,
         StatusFileObserver(run_dir, config.run.name, config.training.train_iters, initial.start_step,
                            metrics_address=metrics.address if metrics is not None else None),
         ProgressObserver(config.training.train_iters, out),
     ]
-    exporter = MetricsObserver(book, config.training.train_iters, mirrored=mirrors_checkpoints(config))
+    exporter = MetricsObserver(book, config.training.train_iters, mirrored=mirror is not None)
     if metrics is not None:
         metrics.registry.register(exporter)
         observers.append(exporter)
+    known = mirror.known if mirror is not None else None  # decisions never wait on S3's answer
+    if mirror is not None:
+        submit_local_checkpoints(mirror, checkpoint_dir, initial.start_step)
+        mirror.start()
     injector = chaos.injector(lambda injection: record_injection(book, injection)) if chaos and chaos.enabled else None
     if injector is not None:
         observers.append(injector)
@@ -198,32 +241,33 @@ def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, 
     devices.start()
     world_sizes = tuple(size for size in range(config.world_size, 0, -1) if not trainer_config.problems(size))
     slots = ClusterSlots(lambda: node_slots(config.cluster, device_kind, admitted_node_ids), world_sizes)
-    judge = Judge(config.watcher, config.policy, lambda max_step: listed_checkpoints(checkpoint_dir, max_step), slots)
+    judge = Judge(config.watcher, config.policy,
+                  lambda max_step: listed_checkpoints(checkpoint_dir, max_step, remote=known), slots)
     controller = Controller(
         initial, trainer_config,
         make_group=lambda: RayWorkerGroup(
             config.cluster, device_kind, config.controller.start_timeout_s, config.controller.worker_lease_s,
             admitted_node_ids=admitted_node_ids,
             wrap_reporter=chaos.step_gate() if chaos is not None else None),
-        resume_at=lambda step, why: resume_at(checkpoint_dir, step, why),
+        resume_at=lambda step, why: resume_at(checkpoint_dir, step, why, remote=known),
         judge=judge, subrun_ids=ids, poll_interval_s=config.controller.poll_interval_s, observers=observers,
-        read_devices=devices.drain,
+        read_devices=devices.drain, read_uploads=mirroring.read_uploads if mirroring is not None else no_uploads,
         dump_stacks=lambda subrun, workers: dump_stacks(run_dir, subrun, workers),
     )
     try:
-        return controller.run()
+        final = controller.run()
+        if mirroring is not None:
+            settle_uploads(mirroring, judge, final, controller.last_step, config.checkpoint.s3.final_wait_s,
+                           logbook_writer.on_judgement, out)
+            if retention.newest_recorded is not None and retention.keep_last > 0:
+                retention.prune(retention.newest_recorded)  # the copies that verified at the end
+        return final
     finally:
         devices.stop()
         if injector is not None:
             injector.close()
         if metrics is not None:  # it reads the logbook, which closes after this
             metrics.registry.unregister(exporter)
-
-
-def mirrors_checkpoints(config: RunConfig) -> bool:
-    """True when the run mirrors its checkpoints to S3 (``checkpoint.s3``, where this build has it)."""
-    s3 = getattr(config.checkpoint, "s3", None)
-    return bool(s3 is not None and s3.enabled)
 
 
 def record_injection(book: Logbook, injection) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -21,6 +21,7 @@ from runmgr.config.chaos import ChaosConfig
 from runmgr.config.metrics import MetricsConfig
 from runmgr.config.numbers import number_problems
 from runmgr.config.policy import PolicyConfig
+from runmgr.config.s3 import RunCheckpointConfig
 from runmgr.config.watcher import WatcherConfig
 
 RUN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
@@ -108,6 +109,8 @@ class RunConfig(TrainerConfig):
     section here) and the driver's. Hand the trainer :meth:`trainer_config`,
     never this object: only that view has the checkpoint directory resolved."""
 
+    checkpoint: RunCheckpointConfig = field(default_factory=RunCheckpointConfig)
+    """Where and how often checkpoints are written, and their durable copy on S3 (``checkpoint.s3``)."""
     run: RunSection = field(default_factory=RunSection)
     """Name, number and directory of the run."""
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
@@ -138,7 +141,7 @@ class RunConfig(TrainerConfig):
     def trainer_config(self) -> TrainerConfig:
         """The trainer's view, with the checkpoint directory resolved."""
         sections = {name: getattr(self, name) for name in TRAINER_SECTIONS}
-        sections["checkpoint"] = replace(self.checkpoint, save=str(self.checkpoint_dir().resolve()))
+        sections["checkpoint"] = self.checkpoint.for_trainer(save=str(self.checkpoint_dir().resolve()))
         return TrainerConfig(**sections)
 
     def problems(self, world_size: Optional[int] = None) -> list[str]:
@@ -178,6 +181,8 @@ class RunConfig(TrainerConfig):
                        f"letter, a digit or '_' (at most 128 characters), got {self.run.name!r}")
         out += self.policy.problems()
         out += self.metrics.problems()
+        out += self.checkpoint.s3.problems()
+        out += [f"watcher.storage.{problem}" for problem in self.watcher.storage.problems()]
         out += self.chaos.problems(self.training.train_iters)
         try:
             validate_health(self.health)

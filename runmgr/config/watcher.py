@@ -187,6 +187,20 @@ class DeviceConfig:
 
 
 @dataclass(frozen=True)
+class StorageConfig:
+    """The durable tier (checkpoint.s3) failing: OPT's "blob storage issues"."""
+
+    outage_after_s: float = 300.0
+    """Uploads failing without a success for this long are an outage incident (a blip that
+    a retry absorbs within it is not); the first success after it records the recovery."""
+
+    def problems(self) -> list[str]:
+        if self.outage_after_s <= 0:
+            return [f"outage_after_s must be > 0, got {self.outage_after_s}"]
+        return []
+
+
+@dataclass(frozen=True)
 class WatcherConfig:
     """All detector thresholds (Hydra group ``watcher``)."""
 
@@ -203,6 +217,8 @@ class WatcherConfig:
     straggler: StragglerConfig = field(default_factory=StragglerConfig)
     slowdown: SlowdownConfig = field(default_factory=SlowdownConfig)
     devices: DeviceConfig = field(default_factory=DeviceConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    """Uploads of the checkpoints' durable copies (checkpoint.s3)."""
 
 
 def watcher_config_from_dict(data: Any) -> WatcherConfig:

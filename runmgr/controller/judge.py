@@ -22,7 +22,7 @@ from runmgr.policy.ladder import decide
 from runmgr.config.watcher import WatcherConfig
 from runmgr.watch.incidents import Incident
 from runmgr.watch.observations import (
-    DeviceObservation, HeartbeatObservation, LaunchFailure, StepObservation, WorkerExit,
+    HeartbeatObservation, LaunchFailure, StepObservation, WorkerExit,
 )
 from runmgr.watch.watcher import Observation, Watcher
 
@@ -84,12 +84,13 @@ class Judge:
         self._world = len(rank_nodes) or None
         self.watcher = self.watcher.for_new_subrun(self._nodes)
 
-    def judge(self, subrun: str, poll: GroupPoll, devices: Sequence[DeviceObservation], now: float,
+    def judge(self, subrun: str, poll: GroupPoll, readings: Sequence[Observation], now: float,
               last_step: int) -> list[Judgement]:
-        """Every incident this poll (and the silence since the last one) produced, decided.
+        """Every incident this poll, the ``readings`` from outside the ranks (device polls,
+        the S3 mirror's uploads) and the time since the last poll produced, decided.
         With ``watcher.enabled`` false only worker deaths are judged."""
         detecting = self.watcher_config.enabled
-        observations: list[Observation] = self._observations(subrun, poll, devices) if detecting else []
+        observations: list[Observation] = self._observations(subrun, poll, readings) if detecting else []
         if poll.failures:
             observations.append(self._exit_of(root_cause(poll.failures), subrun))
         for rank in poll.finished_ranks:
@@ -115,12 +116,12 @@ class Judge:
         return [self._decide(incident, last_step) for incident in incidents]
 
     def _observations(self, subrun: str, poll: GroupPoll,
-                      devices: Sequence[DeviceObservation]) -> list[Observation]:
-        """The detectors' inputs from this poll's reports, heartbeats and device readings."""
+                      readings: Sequence[Observation]) -> list[Observation]:
+        """The detectors' inputs from this poll's reports, heartbeats and the outside readings."""
         found: list[Observation] = [StepObservation.from_report(report) for report in poll.steps]
         found += [HeartbeatObservation.from_heartbeat(beat, self._nodes.get(beat.rank, ""), subrun)
                   for beat in poll.heartbeats]
-        return found + list(devices)
+        return found + list(readings)
 
     def _exit_of(self, failure: WorkerFailure, subrun: str) -> WorkerExit:
         worker = failure.worker

@@ -23,7 +23,7 @@ from runmgr.errors import ClusterError, ClusterLostError
 from runmgr.policy.decision import ABORT
 from runmgr.policy.plan_update import next_plan
 from runmgr.resume import ResumePoint
-from runmgr.watch.observations import DeviceObservation
+from runmgr.watch.observations import DeviceObservation, UploadObservation
 from trainer.config import TrainerConfig
 
 
@@ -60,6 +60,10 @@ def no_devices() -> list[DeviceObservation]:
     return []
 
 
+def no_uploads() -> list[UploadObservation]:
+    return []
+
+
 class Controller:
     """Drives sub-runs until the run finishes or needs a person."""
 
@@ -74,13 +78,16 @@ class Controller:
         poll_interval_s: float,
         observers: Sequence[Observer] = (),
         read_devices: Callable[[], list[DeviceObservation]] = no_devices,
+        read_uploads: Callable[[], list[UploadObservation]] = no_uploads,
         dump_stacks: Callable[[str, Sequence[WorkerInfo]], None] = lambda subrun, workers: None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         """``make_group()`` builds an empty group that places a sub-run's ranks as its
         plan says (data-parallel size, nodes to avoid); ``resume_at(step, why)`` finds
-        the newest verified checkpoint at or before that step (None: from initialisation)."""
+        the newest verified checkpoint at or before that step (None: from initialisation);
+        ``read_devices()`` and ``read_uploads()`` the device poll's readings and the S3
+        mirror's attempts since the last call, read after the observers saw the poll."""
         self.state: State = initial
         self.trainer_config = trainer_config
         self.make_group = make_group
@@ -90,6 +97,7 @@ class Controller:
         self.poll_interval_s = poll_interval_s
         self.observers = list(observers)
         self.read_devices = read_devices
+        self.read_uploads = read_uploads
         self.dump_stacks = dump_stacks
         self.clock = clock
         self.sleep = sleep
@@ -160,7 +168,8 @@ class Controller:
             self.last_step = max(self.last_step, poll.steps[-1].step)
         for observer in self.observers:
             observer.on_poll(state, poll)
-        judgements = self.judge.judge(state.subrun, poll, self.read_devices(), self.clock(), self.last_step)
+        readings = [*self.read_devices(), *self.read_uploads()]
+        judgements = self.judge.judge(state.subrun, poll, readings, self.clock(), self.last_step)
         for judgement in judgements:
             for observer in self.observers:
                 observer.on_judgement(state, judgement)
@@ -206,6 +215,7 @@ class Controller:
             "steps_lost": max(0, state.last_step - point.step),
             "rejected_checkpoints": [list(r) for r in point.rejected],
             "excluded_nodes": list(plan.avoid_nodes),
+            **({"fetched_from": point.fetched_from} if point.fetched_from else {}),
         }
         return Launching(subrun, plan, point.step, state.judgement.incident.summary(), evidence)
 

@@ -89,6 +89,12 @@ class LogbookObserver:
         for path, reason in new.evidence.get("rejected_checkpoints", []):
             self.book.record_event(new.subrun, "checkpoint_rejected", f"checkpoint {path} rejected: {reason}",
                                    {"path": path, "reason": reason})
+        if new.evidence.get("fetched_from"):
+            source = new.evidence["fetched_from"]
+            self.book.record_event(new.subrun, "checkpoint_downloaded",
+                                   f"checkpoint {new.start_step} downloaded from {source} and verified",
+                                   {"step": new.start_step, "source": source, "path": new.plan.start_checkpoint},
+                                   step=new.start_step)
 
     def on_poll(self, state: Running, poll: GroupPoll) -> None:
         for start in poll.starts:

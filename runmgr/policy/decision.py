@@ -22,6 +22,7 @@ EXCLUDE_NODE: Final = Action.exclude_node
 RESTART: Final = Action.restart
 DUMP_AND_RESTART: Final = Action.dump_and_restart
 RETRY_LAUNCH: Final = Action.retry_launch
+KEEP_LOCAL: Final = Action.keep_local
 ABORT: Final = Action.abort
 
 ACTIONS: tuple[str, ...] = Action.values()

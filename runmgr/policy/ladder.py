@@ -21,13 +21,16 @@ from runmgr.policy.decision import ABORT, IGNORE, RESET_OPTIMIZER, Decision
 from runmgr.policy.faults import decide_fault
 from runmgr.policy.guards import storm_abort
 from runmgr.policy.history import History
-from runmgr.watch.incidents import DEVICE_FAULT, INSTABILITY_KINDS, Incident
+from runmgr.policy.storage import decide_storage_outage
+from runmgr.watch.incidents import DEVICE_FAULT, INSTABILITY_KINDS, STORAGE_OUTAGE, Incident
 
 
 def decide(incident: Incident, history: History, config: PolicyConfig,
            checkpoints: Sequence[VerifiedCheckpoint], capacity: Optional[Capacity] = None) -> Decision:
     """The decision for ``incident``. ``checkpoints`` are the verified ones, any order;
     ``capacity`` what the cluster can hold now (None: unknown, keep the data-parallel size)."""
+    if incident.kind == STORAGE_OUTAGE:  # the driver's uploads, whatever the sub-run is doing
+        return decide_storage_outage(incident)
     closing = history.closing_entry(incident.subrun)
     if closing is not None and incident.kind != DEVICE_FAULT:
         return Decision(IGNORE, (

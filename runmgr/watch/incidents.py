@@ -17,6 +17,7 @@ SLOWDOWN: Final = IncidentKind.slowdown
 DEVICE_FAULT: Final = IncidentKind.device_fault
 WORKER_DEATH: Final = IncidentKind.worker_death
 LAUNCH_FAILURE: Final = IncidentKind.launch_failure
+STORAGE_OUTAGE: Final = IncidentKind.storage_outage
 
 INCIDENT_KINDS: tuple[str, ...] = IncidentKind.values()
 INSTABILITY_KINDS = frozenset(InstabilityKind.values())

@@ -180,3 +180,17 @@ class LaunchFailure:
     subrun: str
     text: str
     time: float
+
+
+@dataclass(frozen=True)
+class UploadObservation:
+    """One attempt of the driver's S3 mirror: a checkpoint's copy uploaded and
+    verified (``ok``), or an attempt that failed (``error``: one line, no credentials)."""
+
+    step: int
+    """Step of the checkpoint the attempt was for."""
+    time: float
+    ok: bool
+    error: str = ""
+    pending_steps: tuple[int, ...] = ()
+    """Checkpoints still waiting for their copy after this attempt (kept on the local disk)."""

@@ -17,15 +17,17 @@ from runmgr.watch.hang import HangDetector
 from runmgr.watch.incidents import GRAD_SPIKE, LAUNCH_FAILURE, LOSS_SPIKE, Incident
 from runmgr.watch.nonfinite import NonFiniteDetector
 from runmgr.watch.observations import (
-    CheckpointObservation, DeviceObservation, HeartbeatObservation, LaunchFailure, StepObservation, WorkerExit,
+    CheckpointObservation, DeviceObservation, HeartbeatObservation, LaunchFailure, StepObservation, UploadObservation,
+    WorkerExit,
 )
 from runmgr.watch.scale import LossScaleDetector
 from runmgr.watch.slowdown import SlowdownDetector
 from runmgr.watch.spikes import SpikeDetector
+from runmgr.watch.storage import StorageOutageDetector
 from runmgr.watch.stragglers import StragglerDetector
 
 Observation = Union[StepObservation, HeartbeatObservation, DeviceObservation, WorkerExit, CheckpointObservation,
-                    LaunchFailure]
+                    LaunchFailure, UploadObservation]
 
 
 class Watcher:
@@ -48,14 +50,17 @@ class Watcher:
         self.hang = HangDetector(config.hang)
         self.devices = DeviceDetector(config.devices)
         self.deaths = DeathDetector(config.devices.fatal_event_codes)
+        self.storage = StorageOutageDetector(config.storage)
 
     def for_new_subrun(self, rank_nodes: Optional[Mapping[int, str]] = None) -> "Watcher":
         """A watcher for the ranks of a new sub-run: the per-rank and per-sub-run
         detectors start afresh; the device detector keeps its memory, so a
         device that stays faulty is reported once, not once per sub-run; the
-        spike detectors keep the lineage's curve up to the resume step."""
+        spike detectors keep the lineage's curve up to the resume step; an S3
+        outage outlives sub-runs (the driver's uploads go on across them)."""
         fresh = Watcher(self.config, rank_nodes)
         fresh.devices = self.devices
+        fresh.storage = self.storage
         fresh.spikes = self.spikes
         return fresh
 
@@ -70,6 +75,8 @@ class Watcher:
             return self.devices.update(obs, now)
         if isinstance(obs, WorkerExit):
             return self.deaths.update(obs, now)
+        if isinstance(obs, UploadObservation):
+            return self.storage.update(obs, now)
         if isinstance(obs, CheckpointObservation):
             return []  # checkpoints inform the policy (where to restart), not the detectors
         if isinstance(obs, LaunchFailure):
@@ -78,5 +85,5 @@ class Watcher:
         raise TypeError(f"not an observation: {type(obs).__name__}")
 
     def check(self, now: float) -> list[Incident]:
-        """Incidents that silence alone produces (hangs), as of ``now``."""
-        return self.hang.check(now)
+        """Incidents that time alone produces (hangs, an S3 outage), as of ``now``."""
+        return self.hang.check(now) + self.storage.check(now)

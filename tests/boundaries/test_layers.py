@@ -18,8 +18,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"watch"}),
     frozenset({"policy"}),
     frozenset({"controller", "resume"}),
-    frozenset({"workers", "observers", "metrics", "chaos", "healthcheck", "stacks", "status", "rundir", "cluster", "dryrun",
-               "refusals", "stopping", "logbook_samples", "reaper", "headwatch", "diskspace"}),
+    frozenset({"workers", "observers", "metrics", "chaos", "healthcheck", "stacks", "status", "rundir", "cluster",
+               "dryrun", "refusals", "stopping", "logbook_samples", "reaper", "headwatch", "diskspace", "s3"}),
     frozenset({"launch", "replay", "cli", "__main__"}),
 )
 """Lowest first. A part may import its own layer and the ones below."""
@@ -98,3 +98,13 @@ def test_importing_them_loads_no_ray_at_run_time():
             "print(loaded); sys.exit(1 if loaded else 0)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_only_the_s3_part_talks_to_s3():
+    """boto3 stays in runmgr/s3: the detectors, the policy and the controller see upload
+    observations, and the trainer never needs boto3 (the driver mirrors its checkpoints)."""
+    aws = {"boto3", "botocore", "s3transfer"}
+    sources = [*PACKAGE.rglob("*.py"), *(ROOT / "trainer").rglob("*.py")]
+    offenders = {str(path.relative_to(ROOT)) for path in sources
+                 if aws & top_level_imports(path) and not path.is_relative_to(PACKAGE / "s3")}
+    assert offenders == set()

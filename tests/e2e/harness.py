@@ -34,22 +34,30 @@ E2E_OVERRIDES = [
 ]
 
 
-def pause_label(step: int) -> str:
-    """The schedule label of the pause :func:`pause_after` adds (the only fault of its schedule)."""
-    return f"0:pause_at_step@{step}"
+def pause_label(step: int, index: int = 0) -> str:
+    """The schedule label of the pause :func:`pause_after` adds (the only fault of its schedule),
+    or of the ``index``-th of :func:`pauses_after`."""
+    return f"{index}:pause_at_step@{step}"
 
 
 def pause_after(step: int) -> str:
     """The override that makes every rank finish ``step``, then wait for its release."""
-    return f"chaos.faults=[{{kind: pause_at_step, at_step: {step}}}]"
+    return pauses_after(step)
+
+
+def pauses_after(*steps: int) -> str:
+    """The override of several pauses, in order: the ``index``-th is :func:`pause_label` (step, index)."""
+    return "chaos.faults=[" + ", ".join(f"{{kind: pause_at_step, at_step: {step}}}" for step in steps) + "]"
 
 
 class LaunchedRun:
     """A `runmgr launch` subprocess and the run directory it writes."""
 
-    def __init__(self, run_dir: Path, extra: list[str] | None = None, base: list[str] | None = None) -> None:
-        """``base`` replaces the small e2e config (E2E_OVERRIDES)."""
+    def __init__(self, run_dir: Path, extra: list[str] | None = None, base: list[str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        """``base`` replaces the small e2e config (E2E_OVERRIDES); ``env`` the driver's environment."""
         self.run_dir = run_dir
+        self.env = env
         self.args = [sys.executable, "-m", "runmgr", "launch", "conf=demo", f"run.dir={run_dir}",
                      f"run.name={run_dir.name}", *(E2E_OVERRIDES if base is None else base), *(extra or [])]
         self.log = run_dir.parent / f"{run_dir.name}.driver.log"
@@ -58,7 +66,7 @@ class LaunchedRun:
     def start(self) -> "LaunchedRun":
         self.log_file = open(self.log, "a")
         self.proc = subprocess.Popen(self.args, cwd=ROOT, stdout=self.log_file, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+                                     start_new_session=True, env=self.env)
         return self
 
     def wait(self, timeout: float = 300) -> int:
@@ -90,11 +98,11 @@ class LaunchedRun:
             time.sleep(0.1)
         pytest.fail(f"timed out waiting for {what}:\n{self.output()[-3000:]}")
 
-    def wait_paused(self, step: int, timeout: float = 300) -> dict:
+    def wait_paused(self, step: int, timeout: float = 300, index: int = 0) -> dict:
         """Wait until every rank has finished ``step`` and waits (status.json) and the
         lineage has recorded the pause (chaos_state.json), so that no later sub-run or
         relaunch pauses again; the status then."""
-        label = pause_label(step)
+        label = pause_label(step, index)
         status = self.wait_for(lambda s: s["state"] == "running" and bool(s["workers"])
                                and s.get("paused_ranks") == sorted(w["rank"] for w in s["workers"])
                                and ChaosState(self.run_dir).has_fired(label),
@@ -102,9 +110,9 @@ class LaunchedRun:
         assert status["step"] == step, status
         return status
 
-    def release(self, step: int) -> None:
+    def release(self, step: int, index: int = 0) -> None:
         """Let the ranks paused after ``step`` go on."""
-        release_file(self.run_dir, pause_label(step)).touch()
+        release_file(self.run_dir, pause_label(step, index)).touch()
 
     def kill_driver(self) -> None:
         assert self.proc is not None

@@ -16,7 +16,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import boto3
 import botocore.config
@@ -126,3 +126,15 @@ class SeaweedS3:
                 time.sleep(0.1)
         pytest.fail(f"weed mini did not answer on {self.endpoint} within {timeout_s:.0f} s:\n"
                     f"{(self.root / 'weed.log').read_text()[-3000:]}")
+
+
+def serving(folder: Path, *buckets: str) -> Iterator[SeaweedS3]:
+    """A fixture's body: a started server that accepts only the tests' identity, with
+    ``buckets`` made; it stops when the fixture ends."""
+    server = SeaweedS3(folder, credentials=True).start()
+    try:
+        for bucket in buckets:
+            server.make_bucket(bucket)
+        yield server
+    finally:
+        server.stop()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.seaweed import SECRET_KEY, SeaweedS3
+from tests.seaweed import SECRET_KEY, SeaweedS3, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "runmgr-probe"
@@ -21,10 +21,7 @@ WRONG_SECRET = "wrong-secret-that-must-never-be-printed"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> SeaweedS3:
-    s3 = SeaweedS3(tmp_path_factory.mktemp("seaweed-probe"), credentials=True).start()
-    s3.make_bucket(BUCKET)
-    yield s3
-    s3.stop()
+    yield from serving(tmp_path_factory.mktemp("seaweed-probe"), BUCKET)
 
 
 def launch(run_dir: Path, endpoint: str, bucket: str, env: dict[str, str]) -> subprocess.CompletedProcess:

@@ -29,7 +29,7 @@ from runmgr.s3.client import S3Client
 from runmgr.s3.copies import complete_steps, download_checkpoint, transfer_config
 from runmgr.s3.mirror import S3Mirror
 from tests.e2e.harness import E2E_OVERRIDES, LaunchedRun, kept_losses, pauses_after, pid_gone
-from tests.seaweed import SeaweedS3
+from tests.seaweed import SeaweedS3, serving
 from trainer.manifest import MANIFEST_NAME, checkpoint_dir, list_checkpoints, step_of, verify_checkpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:torch.distributed is disabled")]
@@ -40,10 +40,7 @@ OUTAGE_AFTER, BACK_AFTER = 15, 35
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> SeaweedS3:
-    s3 = SeaweedS3(tmp_path_factory.mktemp("seaweed-e2e"), credentials=True).start()
-    s3.make_bucket(BUCKET)
-    yield s3
-    s3.stop()
+    yield from serving(tmp_path_factory.mktemp("seaweed-e2e"), BUCKET)
 
 
 def s3_settings(server: SeaweedS3) -> list[str]:

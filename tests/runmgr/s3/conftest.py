@@ -10,7 +10,7 @@ import pytest
 from runmgr.config.s3 import S3Config
 from runmgr.s3.client import S3Client
 from tests.faults.checkpoint_damage import small_checkpoint
-from tests.seaweed import ACCESS_KEY, SECRET_KEY, SeaweedS3
+from tests.seaweed import ACCESS_KEY, SECRET_KEY, SeaweedS3, serving
 from trainer.manifest import checkpoint_dir, write_manifest
 
 _buckets = itertools.count()
@@ -22,9 +22,7 @@ BIG_SIZE = 11 * 1024 * 1024 + 123
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory) -> SeaweedS3:
     """A server that accepts only the tests' identity (so wrong credentials are refused for real)."""
-    server = SeaweedS3(tmp_path_factory.mktemp("seaweed"), credentials=True).start()
-    yield server
-    server.stop()
+    yield from serving(tmp_path_factory.mktemp("seaweed"))
 
 
 @pytest.fixture

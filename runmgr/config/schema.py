@@ -22,6 +22,7 @@ from runmgr.config.metrics import MetricsConfig
 from runmgr.config.numbers import number_problems
 from runmgr.config.policy import PolicyConfig
 from runmgr.config.s3 import RunCheckpointConfig
+from runmgr.config.typed import nested_problems
 from runmgr.config.watcher import WatcherConfig
 
 RUN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
@@ -182,7 +183,7 @@ class RunConfig(TrainerConfig):
         out += self.policy.problems()
         out += self.metrics.problems()
         out += self.checkpoint.s3.problems()
-        out += [f"watcher.storage.{problem}" for problem in self.watcher.storage.problems()]
+        out += nested_problems(self.watcher, "watcher")
         out += self.chaos.problems(self.training.train_iters)
         try:
             validate_health(self.health)

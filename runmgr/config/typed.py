@@ -89,3 +89,19 @@ def _scalar(hint: Any, value: Any, where: str, error: type[Exception]) -> Any:
             return value
         raise error(f"{where}: expected a string, got {value!r}")
     return value
+
+
+def nested_problems(section: Any, where: str) -> list[str]:
+    """What ``problems()`` of every dataclass inside ``section`` reports, each named by
+    its path (``watcher.hang.step: ...``). A config built by OmegaConf rather than
+    :func:`build` is checked this way, so no nested range check is skipped."""
+    out: list[str] = []
+    for item in dataclasses.fields(section):
+        value = getattr(section, item.name)
+        if not dataclasses.is_dataclass(value):
+            continue
+        path = f"{where}.{item.name}"
+        problems = getattr(value, "problems", None)
+        out += [f"{path}: {problem}" for problem in (problems() if problems is not None else [])]
+        out += nested_problems(value, path)
+    return out

@@ -31,7 +31,7 @@ def test_the_trainer_gets_its_own_checkpoint_section_without_s3():
     ("checkpoint.s3.max_attempts=0", "max_concurrency and max_attempts must be at least 1"),
     ("checkpoint.s3.max_backoff_s=0.5", "max_backoff_s >= retry_backoff_s"),
     ("checkpoint.s3.access_key=AKIA", "unknown config key 'checkpoint.s3.access_key'"),
-    ("watcher.storage.outage_after_s=0", "watcher.storage.outage_after_s must be > 0"),
+    ("watcher.storage.outage_after_s=0", "watcher.storage: outage_after_s must be > 0"),
 ])
 def test_bad_settings_are_one_line(setting, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):

@@ -75,3 +75,16 @@ def test_a_cluster_lost_timeout_that_ray_would_beat_or_never_ends_is_refused(val
 
 def test_the_cluster_lost_timeout_defaults_below_rays_own():
     assert 0 < load_run_config("demo", []).controller.cluster_lost_timeout_s < 60
+
+
+@pytest.mark.parametrize("override, message", [
+    ("watcher.loss_spike.window=1", "watcher.loss_spike: need 3 <= min_history (10) <= window (1)"),
+    ("watcher.grad_spike.recovery_points=0", "watcher.grad_spike: recovery_points and grace_steps must be at least 1"),
+    ("watcher.hang.step.min_s=0", "watcher.hang.step: need 0 < min_s <= initial_s <= max_s"),
+    ("watcher.straggler.ratio=0.5", "watcher.straggler: need ratio > 1"),
+])
+def test_every_detector_s_range_check_runs_at_launch(override, message):
+    # The run's config is built by OmegaConf, not section by section: the nested checks
+    # of the watcher must still refuse a threshold the detector cannot work with.
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_run_config("demo", [override])

@@ -222,7 +222,7 @@ class Logbook:
 
     def events(self) -> list[dict]:
         """Everything that happened, in order, as dicts with a ``type``."""
-        with self._lock:
+        with self._snapshot():
             return queries.fetch_events(self._connection)
 
     def all_metrics(self) -> list[dict]:
@@ -267,7 +267,7 @@ class Logbook:
 
     def summary(self) -> dict:
         """Run-level figures; ETTR is defined in logbook.accounting."""
-        with self._lock:
+        with self._snapshot():
             activity = queries.last_activity(self._connection)
             return run_summary(
                 queries.fetch_subruns(self._connection), queries.fetch_metrics(self._connection),
@@ -279,12 +279,27 @@ class Logbook:
         (as :meth:`summary`), ``decisions`` (the action of each, in order),
         ``checkpoints`` ((seq, step, time recorded) each) and ``events`` ((seq, step)
         of each event of one of ``event_kinds``)."""
-        with self._lock:
+        with self._snapshot():
             return {"summary": self.summary(), "decisions": queries.decision_actions(self._connection),
                     "checkpoints": queries.checkpoint_times(self._connection),
                     "events": queries.event_steps(self._connection, event_kinds)}
 
     # ---- internals -----------------------------------------------------
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """Several reads that must agree: one read transaction, so a record the
+        driver commits meanwhile (its journal row and its details together) is
+        seen whole or not at all. Nested snapshots share the outer one."""
+        with self._lock:
+            if self._connection.in_transaction:
+                yield
+                return
+            self._connection.execute("BEGIN")
+            try:
+                yield
+            finally:
+                self._connection.execute("COMMIT")
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:

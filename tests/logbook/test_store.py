@@ -204,3 +204,28 @@ def test_sigkill_at_a_random_moment_loses_nothing_committed(tmp_path):
     with Logbook.open(run_dir) as book:
         states = [s.end_state for s in book.lineage()]
     assert states == ["abandoned", "abandoned", None]  # each relaunch closed its killed predecessor
+
+
+def test_a_reader_sees_each_record_whole_while_the_driver_writes(tmp_path, clock, monkeypatch):
+    # A live run's logbook is read (runmgr logbook events, a test, the metrics exporter)
+    # while the driver appends. The reader fetches the details tables, then the journal:
+    # the driver commits an event between the two, exactly there.
+    from logbook import queries
+
+    with Logbook.open(tmp_path, clock=clock) as driver, Logbook.open(tmp_path, clock=clock, create=False) as reader:
+        subrun = start(driver)
+        driver.record_event(subrun, "note", "before")
+        fetch_details = queries._by_seq
+        written = []
+
+        def details_then_a_write(*args):
+            found = fetch_details(*args)
+            if not written:
+                written.append(driver.record_event(subrun, "note", "meanwhile"))
+            return found
+
+        monkeypatch.setattr(queries, "_by_seq", details_then_a_write)
+        seen = [e.get("message") for e in reader.events() if e["type"] == "event"]
+        assert written and seen == ["before"]  # the snapshot predates the write
+        monkeypatch.undo()
+        assert [e.get("message") for e in reader.events() if e["type"] == "event"] == ["before", "meanwhile"]

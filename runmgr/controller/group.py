@@ -60,6 +60,13 @@ class GroupPoll:
     starts: list[StartReport] = field(default_factory=list)
     finished_ranks: list[int] = field(default_factory=list)
     failures: list[WorkerFailure] = field(default_factory=list)
+    observations: list = field(default_factory=list)
+    """Watcher inputs the group read itself (a Megatron job's log: its step lines, straggler
+    timings); when non-empty the judge uses them instead of converting ``steps``, which stay
+    for the observers."""
+    commands: list[dict] = field(default_factory=list)
+    """The exact command and environment of each node of a sub-run that runs a command
+    (``NodeCommand.masked()``: secrets masked), on its first poll: the logbook records them."""
 
 
 class WorkerGroup(Protocol):

@@ -118,7 +118,8 @@ class Judge:
     def _observations(self, subrun: str, poll: GroupPoll,
                       readings: Sequence[Observation]) -> list[Observation]:
         """The detectors' inputs from this poll's reports, heartbeats and the outside readings."""
-        found: list[Observation] = [StepObservation.from_report(report) for report in poll.steps]
+        found: list[Observation] = (list(poll.observations) if poll.observations
+                                    else [StepObservation.from_report(report) for report in poll.steps])
         found += [HeartbeatObservation.from_heartbeat(beat, self._nodes.get(beat.rank, ""), subrun)
                   for beat in poll.heartbeats]
         return found + list(readings)

@@ -4,6 +4,8 @@ The driver is the logbook's only writer, and this is the only place it writes.""
 
 from __future__ import annotations
 
+import shlex
+
 from logbook import Logbook
 from runmgr.controller.judge import Judgement
 from runmgr.controller.states import Failed, Finished, Launching, Restarting, Running, State
@@ -27,6 +29,14 @@ def describe_start(start) -> str:
     state = "fresh Adam state (step 0, zero moments)" if fresh else f"Adam state at step {first.get('step')}"
     return (f"effective optimizer at step {start.start_step}: betas {tuple(first.get('betas', ()))}, "
             f"eps {first.get('eps')}, lr scale {start.lr_scale:g}, clip {start.clip_grad:g}, {state}")
+
+
+def describe_command(command: dict) -> str:
+    """One line a person can paste into a shell on that node: the environment runmgr set, then the command
+    (secrets already masked by whoever built it)."""
+    env = " ".join(f"{key}={shlex.quote(str(value))}" for key, value in sorted(command.get("env", {}).items()))
+    argv = " ".join(shlex.quote(str(arg)) for arg in command.get("argv", ()))
+    return f"node {command.get('node_rank', '?')}: {env + ' ' if env else ''}{argv}"
 
 
 def record_stop(book: Logbook, reason: str, end_state: str = "stopped") -> tuple[str, int] | None:
@@ -97,6 +107,8 @@ class LogbookObserver:
                                    step=new.start_step)
 
     def on_poll(self, state: Running, poll: GroupPoll) -> None:
+        for command in poll.commands:
+            self.book.record_event(state.subrun, "command", describe_command(command), command)
         for start in poll.starts:
             self.book.record_event(state.subrun, "effective_settings", describe_start(start), start.to_dict(),
                                    step=start.start_step)

@@ -73,3 +73,19 @@ def test_show_tells_the_story(tmp_path):
     text = out.getvalue()
     for expected in ("1.00", "1.01", "1.02", "worker_death", "device_fault", "exclude_node", "finished"):
         assert expected in text, expected
+
+
+def test_the_command_of_each_node_is_recorded_so_a_person_can_rerun_it(tmp_path):
+    command = {"node_rank": 0, "argv": ["python", "-m", "torch.distributed.run", "--nnodes", "1",
+                                        "pretrain_gpt.py", "--lr", "1.5e-4", "--data-path", "/data/my corpus"],
+               "env": {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "WANDB_API_KEY": "***"}}
+    group = FakeGroup([GroupPoll(steps=[step_report(s) for s in range(1, 31)], commands=[command]),
+                       GroupPoll(finished_ranks=[0])])
+    with Logbook.open(tmp_path) as book:
+        controller, _ = make_controller([group], observers=(LogbookObserver(book, CONFIG),))
+        controller.run()
+        events = [e for e in book.events() if e["type"] == "event" and e["kind"] == "command"]
+    assert len(events) == 1 and events[0]["subrun"] == "1.00" and events[0]["data"] == command
+    line = events[0]["message"]
+    assert line.startswith("node 0: CUDA_DEVICE_MAX_CONNECTIONS=1 WANDB_API_KEY='***' python -m torch.distributed.run")
+    assert "'/data/my corpus'" in line  # quoted: it pastes into a shell as one argument

@@ -39,6 +39,16 @@ from trainer.rng import reseed_for_step, rng_snapshot, seed_everything
 from trainer.steps import StepContext, forward_backward, micro_batches, optimizer_step
 
 
+SCHEDULE_ORIGIN_FIELD = "schedule_origin"
+"""Manifest field: the step at which the LR schedule (re)started (0, or where a
+``restart_schedule`` plan began); absent in older checkpoints means 0."""
+SKIPPED_SAMPLES_FIELD = "skipped_samples"
+"""Manifest field: samples of dummy iterations so far (absent: 0)."""
+LR_SCHEDULE_FIELD = "lr_schedule"
+"""Manifest field: the schedule the checkpoint was trained with, as Megatron's
+scheduler state names it (max_lr and min_lr effective, i.e. times the plan's lr_scale)."""
+
+
 @dataclass(frozen=True)
 class TrainResult:
     """What one call of :func:`train` did (identical on every rank unless noted)."""
@@ -270,16 +280,6 @@ def _checkpointer(config: TrainerConfig, plan: ResumePlan, dist_env: DistEnv, ck
 def save_due(config: TrainerConfig, step: int) -> bool:
     """Whether the loop starts a checkpoint after ``step``."""
     return step % config.checkpoint.save_interval == 0 or step == config.training.train_iters
-
-
-SCHEDULE_ORIGIN_FIELD = "schedule_origin"
-"""Manifest field: the step at which the LR schedule (re)started (0, or where a
-``restart_schedule`` plan began); absent in older checkpoints means 0."""
-SKIPPED_SAMPLES_FIELD = "skipped_samples"
-"""Manifest field: samples of dummy iterations so far (absent: 0)."""
-LR_SCHEDULE_FIELD = "lr_schedule"
-"""Manifest field: the schedule the checkpoint was trained with, as Megatron's
-scheduler state names it (max_lr and min_lr effective, i.e. times the plan's lr_scale)."""
 
 
 def lr_schedule_of(config: TrainerConfig, plan: ResumePlan) -> dict:

@@ -1,4 +1,5 @@
-"""``python -m trainer conf=NAME [key=value ...] [--config-dir DIR]``.
+"""``python -m trainer conf=NAME [key=value ...] [--config-dir DIR]``, or
+``python -m trainer --num-layers 2 ...`` in Megatron-LM's dialect (trainer.megatron_main).
 
 Composes ``conf/NAME.yaml`` with Hydra's compose API, keeps the trainer's
 sections (runmgr's ``run``, ``cluster``, ``controller``... are ignored),
@@ -168,11 +169,23 @@ def run(argv: Sequence[str], out: Optional[TextIO] = None) -> int:
     return exitcodes.DONE
 
 
+def speaks_megatron(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` is Megatron's dialect (``--num-layers 2 ...``: it starts
+    with a flag and names no conf) rather than ``conf=NAME [key=value ...]``."""
+    return bool(argv) and argv[0].startswith("--") and argv[0] != "--config-dir" \
+        and not any(item.startswith("conf=") for item in argv)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from trainer.data import DataError
 
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        return run(sys.argv[1:] if argv is None else argv)
+        if speaks_megatron(argv):
+            from trainer.megatron_main import run_megatron
+
+            return run_megatron(argv)
+        return run(argv)
     except (TrainerConfigError, DataError) as error:
         sys.stderr.write(f"error: {error}\n")
         return exitcodes.BAD_INPUT

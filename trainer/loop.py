@@ -23,12 +23,30 @@ from trainer.device import Device, resolve_device
 from trainer.distributed import DistEnv, broadcast_parameters, destroy_process_groups, gather_floats, init_process_groups
 from trainer.errors import TrainerConfigError
 from trainer.model import build_model
-from trainer.optim import GroupSettings, apply_hyperparameters, build_optimizer, effective_settings, set_lr, warmup_iters
+from trainer.optim import (
+    GroupSettings,
+    apply_hyperparameters,
+    build_optimizer,
+    decay_iters,
+    effective_settings,
+    set_lr,
+    warmup_iters,
+)
 from trainer.plan import ResumePlan
 from trainer.precision import LossScaler
 from trainer.report import CheckpointReport, Heartbeat, Reporter, StartReport, StepReport
 from trainer.rng import reseed_for_step, rng_snapshot, seed_everything
 from trainer.steps import StepContext, forward_backward, micro_batches, optimizer_step
+
+
+SCHEDULE_ORIGIN_FIELD = "schedule_origin"
+"""Manifest field: the step at which the LR schedule (re)started (0, or where a
+``restart_schedule`` plan began); absent in older checkpoints means 0."""
+SKIPPED_SAMPLES_FIELD = "skipped_samples"
+"""Manifest field: samples of dummy iterations so far (absent: 0)."""
+LR_SCHEDULE_FIELD = "lr_schedule"
+"""Manifest field: the schedule the checkpoint was trained with, as Megatron's
+scheduler state names it (max_lr and min_lr effective, i.e. times the plan's lr_scale)."""
 
 
 @dataclass(frozen=True)
@@ -107,8 +125,9 @@ def train(
 
 def _rewarmup_iters(config: TrainerConfig, plan: ResumePlan) -> int:
     """The plan's re-warmup; an Adam reset without one gets the config's
-    warmup length, because fresh moments with the full LR diverge."""
-    if plan.rewarmup_iters or not plan.reset_optimizer:
+    warmup length, because fresh moments with the full LR diverge (unless the
+    schedule restarts: its own warmup is the ramp)."""
+    if plan.rewarmup_iters or not plan.reset_optimizer or plan.restart_schedule:
         return plan.rewarmup_iters
     return warmup_iters(config.optim, config.training.train_iters)
 
@@ -126,6 +145,8 @@ class _Session:
     reporter: Reporter
     cursor: int
     optimizer_at_start: tuple[GroupSettings, ...]
+    skipped_samples: int = 0
+    """Samples of dummy iterations (plan.skip_iterations), over the lineage."""
     losses: list[float] = field(default_factory=list)
     last_checkpoint: Optional[str] = None
 
@@ -143,13 +164,14 @@ def _start(config: TrainerConfig, plan: ResumePlan, reporter: Reporter, dist_env
     broadcast_parameters(list(model.parameters()), dist_env.world_size)
     optimizer = build_optimizer(model, config.optim)
     scaler = LossScaler.from_config(config.precision)
-    start_step, cursor, resumed_from = 0, 0, None
+    start_step, cursor, resumed_from, manifest = 0, 0, None, {}
     if plan.start_checkpoint:
         loaded = load_checkpoint(Path(plan.start_checkpoint), model, optimizer, scaler,
                                  load_optimizer=not plan.reset_optimizer, group=ckpt_group)
-        start_step, cursor, resumed_from = loaded.step, loaded.consumed_samples, loaded.path
+        start_step, cursor, resumed_from, manifest = loaded.step, loaded.consumed_samples, loaded.path, loaded.manifest
     apply_hyperparameters(optimizer, config.optim)  # the config's betas/eps/wd, not the checkpoint's
-    ctx = StepContext(config, plan, dist_env, device, start_step, _rewarmup_iters(config, plan))
+    origin = start_step if plan.restart_schedule else int(manifest.get(SCHEDULE_ORIGIN_FIELD, 0))
+    ctx = StepContext(config, plan, dist_env, device, start_step, _rewarmup_iters(config, plan), origin)
     set_lr(optimizer, ctx.lr(start_step + 1))
     settings = tuple(effective_settings(optimizer))
     if dist_env.rank == 0:
@@ -162,7 +184,15 @@ def _start(config: TrainerConfig, plan: ResumePlan, reporter: Reporter, dist_env
         ))
     return _Session(ctx, stream, model, optimizer, scaler,
                     _checkpointer(config, plan, dist_env, ckpt_group, start_step, resumed_from), reporter, cursor,
-                    settings)
+                    settings, int(manifest.get(SKIPPED_SAMPLES_FIELD, 0)))
+
+
+def _skip_step(session: _Session) -> None:
+    """A dummy iteration (Megatron's --iterations-to-skip): consume one global
+    batch without training on it, so later steps see the data they would have."""
+    batch = session.ctx.config.training.global_batch_size
+    _positions, session.cursor = session.stream.take(session.cursor, batch)
+    session.skipped_samples += batch
 
 
 def _run_step(session: _Session, step: int) -> None:
@@ -185,6 +215,7 @@ def _run_step(session: _Session, step: int) -> None:
             loss_scale=loss_scale, tokens=config.training.global_batch_size * config.model.seq_length,
             consumed_samples=session.cursor, step_time=time.perf_counter() - started,
             compute_times=tuple(row[1] for row in gathered), skipped=skipped, time=time.time(),
+            skipped_samples=session.skipped_samples,
         ))
 
 
@@ -208,10 +239,10 @@ def _checkpoint_phase(session: _Session, step: int) -> None:
         if ctx.dist_env.rank == 0:  # rank 0 alone commits (writes the manifest)
             session.reporter.heartbeat(Heartbeat(ctx.dist_env.rank, "checkpoint", step, time.time()))
         _report_saved(session, [checkpointer.wait()])
-    if step % ctx.config.checkpoint.save_interval and step != ctx.config.training.train_iters:
+    if not save_due(ctx.config, step):
         return
     session.reporter.heartbeat(Heartbeat(ctx.dist_env.rank, "checkpoint", step, time.time()))
-    fields = _manifest_fields(ctx.config, ctx.plan, session.cursor, ctx.dist_env)
+    fields = _manifest_fields(session)
     _report_saved(session, checkpointer.save(step, session.model, session.optimizer, session.scaler,
                                              session.cursor, fields))
 
@@ -222,7 +253,10 @@ def _train(config: TrainerConfig, plan: ResumePlan, reporter: Reporter, dist_env
     start_step, end_step = session.ctx.start_step, max(session.ctx.start_step, config.training.train_iters)
     for step in range(start_step + 1, end_step + 1):
         reporter.heartbeat(Heartbeat(dist_env.rank, "step", step, time.time()))
-        _run_step(session, step)
+        if step in plan.skip_iterations:
+            _skip_step(session)
+        else:
+            _run_step(session, step)
         _checkpoint_phase(session, step)
     if session.checkpointer is not None:
         reporter.heartbeat(Heartbeat(dist_env.rank, "checkpoint", end_step, time.time()))
@@ -243,13 +277,31 @@ def _checkpointer(config: TrainerConfig, plan: ResumePlan, dist_env: DistEnv, ck
     return Checkpointer(save_dir, config.checkpoint, dist_env.rank, ckpt_group, protect=protect)
 
 
-def _manifest_fields(config: TrainerConfig, plan: ResumePlan, cursor: int, dist_env: DistEnv) -> dict:
+def save_due(config: TrainerConfig, step: int) -> bool:
+    """Whether the loop starts a checkpoint after ``step``."""
+    return step % config.checkpoint.save_interval == 0 or step == config.training.train_iters
+
+
+def lr_schedule_of(config: TrainerConfig, plan: ResumePlan) -> dict:
+    """What :data:`LR_SCHEDULE_FIELD` records for ``config`` under ``plan``."""
+    optim, iters = config.optim, config.training.train_iters
+    return {"max_lr": optim.lr * plan.lr_scale, "min_lr": optim.min_lr * plan.lr_scale,
+            "lr_warmup_steps": warmup_iters(optim, iters), "lr_decay_steps": decay_iters(optim, iters),
+            "lr_decay_style": str(optim.lr_decay_style)}
+
+
+def _manifest_fields(session: _Session) -> dict:
+    ctx = session.ctx
+    config, plan = ctx.config, ctx.plan
     return {
-        "consumed_samples": cursor,
+        "consumed_samples": session.cursor,
         "subrun": plan.subrun,
         "plan": plan.to_dict(),
         "config_hash": config_hash(config),
-        "world_size": dist_env.world_size,
+        "world_size": ctx.dist_env.world_size,
         "seed": config.training.seed,
         "rng": rng_snapshot(),
+        SKIPPED_SAMPLES_FIELD: session.skipped_samples,
+        SCHEDULE_ORIGIN_FIELD: ctx.schedule_origin,
+        LR_SCHEDULE_FIELD: lr_schedule_of(config, plan),
     }

@@ -47,6 +47,16 @@ class ResumePlan:
     """Ranks of data parallel for this sub-run; None means the configured world size.
     A smaller one (after a node is excluded without a spare) keeps the global batch
     by gradient accumulation; the trainer refuses to run at another world size."""
+    skip_iterations: tuple[int, ...] = ()
+    """Iterations (1-indexed, Megatron's ``--iterations-to-skip``) run as dummy
+    steps: each consumes its global batch and advances the step, counted as
+    skipped samples, with no update and no step report. Unlike ``skip_ranges``
+    (stream positions jumped over), the step count and the stream stay aligned."""
+    restart_schedule: bool = False
+    """The LR schedule restarts at the start step (Megatron's ``--no-load-optim``
+    skips the scheduler state): step s gets the schedule's LR of s - start, a fresh
+    warmup then the decay from the peak. Checkpoints record the restart point, so
+    later resumes continue the restarted schedule."""
     avoid_nodes: tuple[str, ...] = ()
     """Nodes no rank of this sub-run may be placed on (cumulative over the lineage:
     excluded for hardware faults or repeated straggling). Read by the executor, not
@@ -63,6 +73,7 @@ class ResumePlan:
         out = asdict(self)
         out["skip_ranges"] = [[r.start, r.end] for r in self.skip_ranges]
         out["avoid_nodes"] = list(self.avoid_nodes)
+        out["skip_iterations"] = list(self.skip_iterations)
         return out
 
     @classmethod
@@ -70,6 +81,7 @@ class ResumePlan:
         values = dict(data)
         values["skip_ranges"] = tuple(SkipRange(int(a), int(b)) for a, b in values.get("skip_ranges", ()))
         values["avoid_nodes"] = tuple(str(node) for node in values.get("avoid_nodes", ()))
+        values["skip_iterations"] = tuple(int(i) for i in values.get("skip_iterations", ()))
         return cls(**values)
 
     def to_json(self) -> str:

@@ -40,6 +40,9 @@ class StepReport:
     """True when fp16 overflow skipped the update."""
     time: float
     """Unix time at the end of the step."""
+    skipped_samples: int = 0
+    """Samples consumed by dummy iterations (``ResumePlan.skip_iterations``) so
+    far, over the lineage (Megatron's ``skipped samples``)."""
 
     def to_dict(self) -> dict:
         out = asdict(self)

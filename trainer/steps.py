@@ -31,6 +31,8 @@ class StepContext:
     start_step: int
     """Step the sub-run resumed from; re-warmup counts from here."""
     rewarmup_iters: int
+    schedule_origin: int = 0
+    """Step at which the LR schedule (re)started: step s gets the schedule's s - origin."""
 
     @property
     def accumulation(self) -> int:
@@ -46,8 +48,8 @@ class StepContext:
         return self.plan.clip_grad if self.plan.clip_grad is not None else self.config.optim.clip_grad
 
     def lr(self, step: int) -> float:
-        return lr_at(step, self.config.optim, self.config.training.train_iters, self.plan.lr_scale,
-                     self.start_step, self.rewarmup_iters)
+        return lr_at(step - self.schedule_origin, self.config.optim, self.config.training.train_iters,
+                     self.plan.lr_scale, self.start_step - self.schedule_origin, self.rewarmup_iters)
 
 
 def micro_batches(stream, cursor: int, ctx: StepContext) -> tuple[list[torch.Tensor], int]:

@@ -54,6 +54,12 @@ class DeathCategory(Choice):
     driver_lost = "driver_lost"
     config = "config"
     bug = "bug"
+    rerun = "rerun"
+    """Megatron's rerun state machine saved a checkpoint and exited 16: resume from it
+    (preferably on another device) to tell a transient fault from a persistent one."""
+    validation = "validation"
+    """Megatron's rerun state machine rejected a result (exit 17, a tracker line): the
+    device that produced it is suspect."""
     unknown = "unknown"
 
 

@@ -42,3 +42,26 @@ def resolve_device_kind(configured: str, cluster_resources: dict) -> str:
         if cluster_resources.get(resource, 0) > 0:
             return kind
     return "cpu"
+
+
+ASCEND_ENV = {
+    "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True",  # what MindSpeed-LLM's scripts set: less fragmentation
+    "HCCL_CONNECT_TIMEOUT": "3600",  # seconds for the ranks to link up; HCCL's 120 s is short for a large job
+}
+"""What an Ascend Megatron job's processes need besides the visible devices Ray sets."""
+
+
+def device_env(device_kind: str, flavor: str) -> dict[str, str]:
+    """Environment of a Megatron job's processes on ``device_kind`` (``cuda``, ``npu``, ``cpu``;
+    already resolved from ``auto``). The visible devices are the ones Ray gave the node's actor
+    (CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES), inherited as they are. ``flavor`` is the
+    Megatron flavor; both flavors want one hardware queue per device, so that a tensor-parallel
+    communication is scheduled before the computation that overlaps it."""
+    if device_kind not in ("cuda", "npu", "cpu"):
+        raise ValueError(f"no Megatron environment for device kind {device_kind!r}: resolve 'auto' first")
+    if device_kind == "cpu":
+        return {}
+    env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}  # Megatron-LM and MindSpeed-LLM both assert or warn without it
+    if device_kind == "npu":
+        env.update(ASCEND_ENV)
+    return env

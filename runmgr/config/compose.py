@@ -17,6 +17,9 @@ from runmgr.config.schema import RunConfig
 from runmgr.errors import ConfigError
 
 CONF_DIR_ENV = "RUNMGR_CONF_DIR"
+OPEN_MAPPINGS = ("megatron.env",)
+"""Mappings whose keys the user chooses (environment variable names): open to new keys,
+their values still typed."""
 
 
 def default_conf_dir() -> Path:
@@ -71,6 +74,8 @@ def to_run_config(raw: DictConfig, settings: list[str] = ()) -> RunConfig:
     # Frozen dataclasses (watcher, policy) make read-only nodes; the YAML and
     # the overrides must still be able to set them before they are typed.
     _make_writable(schema)
+    for key in OPEN_MAPPINGS:
+        OmegaConf.set_struct(OmegaConf.select(schema, key), False)
     try:
         merged = OmegaConf.merge(schema, raw)
     except OmegaConfBaseException as exc:

@@ -141,7 +141,8 @@ def _default_death_actions() -> dict[DeathCategory, DeathAction]:
     return {category.hardware: exclude, category.node: exclude, category.network: restart,
             category.storage: exclude, category.io: restart, category.checkpoint: DeathAction.reject_checkpoint,
             category.memory: restart, category.device: restart, category.killed: restart,
-            category.driver_lost: restart, category.config: abort, category.bug: abort, category.unknown: restart}
+            category.driver_lost: restart, category.config: abort, category.bug: abort,
+            category.rerun: restart, category.validation: exclude, category.unknown: restart}
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from typing import Optional
 from trainer.config import TRAINER_SECTIONS, Choice, TrainerConfig
 
 from health.config import HealthConfig, HealthConfigError, validate as validate_health
-from runmgr.config.chaos import ChaosConfig
+from runmgr.config.chaos import INPUT_KINDS, ChaosConfig
+from runmgr.config.megatron import MegatronConfig, TrainerKind, TrainerSection, save_dir
 from runmgr.config.metrics import MetricsConfig
 from runmgr.config.numbers import number_problems
 from runmgr.config.policy import PolicyConfig
@@ -128,6 +129,10 @@ class RunConfig(TrainerConfig):
     """Faults injected into the run's real processes and inputs (conf/chaos/*.yaml; ``chaos=none``: off)."""
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     """The driver's Prometheus exporter: on or off, and its address (conf/metrics/default.yaml)."""
+    trainer: TrainerSection = field(default_factory=TrainerSection)
+    """Which trainer runs the ranks: the built-in one (default) or a Megatron job (``trainer.kind=megatron``)."""
+    megatron: MegatronConfig = field(default_factory=MegatronConfig)
+    """The Megatron-LM / MindSpeed-LLM job of ``trainer.kind=megatron``: flavor, script, args, env, ranks per node."""
 
     @property
     def world_size(self) -> int:
@@ -136,7 +141,17 @@ class RunConfig(TrainerConfig):
     def run_dir(self) -> Path:
         return self.run.directory()
 
+    @property
+    def drives_megatron(self) -> bool:
+        """True when the ranks are a Megatron job under torchrun (``trainer.kind=megatron``)."""
+        return self.trainer.kind == TrainerKind.megatron
+
     def checkpoint_dir(self) -> Path:
+        """Where the trainer saves. A Megatron job's own args say it (``--save``); derived args
+        (no script, no args) carry this conf's, so the two never disagree."""
+        saved_by_args = save_dir(self.megatron.args) if self.drives_megatron else None
+        if saved_by_args:
+            return Path(saved_by_args)
         return Path(self.checkpoint.save) if self.checkpoint.save else self.run_dir() / "checkpoints"
 
     def trainer_config(self) -> TrainerConfig:
@@ -189,6 +204,26 @@ class RunConfig(TrainerConfig):
             validate_health(self.health)
         except HealthConfigError as exc:
             out.append(str(exc))
+        out += self._trainer_problems(self.world_size if world_size is None else world_size)
         if out:
             return out
+        if self.drives_megatron and self.megatron.args:
+            return []  # the job's own arguments describe it; its script judges them at start
         return self.trainer_config().problems(self.world_size if world_size is None else world_size)
+
+    def _trainer_problems(self, world_size: int) -> list[str]:
+        """The ``trainer`` and ``megatron`` sections: a Megatron job runmgr can drive, or none set."""
+        if not self.drives_megatron:
+            if self.megatron != MegatronConfig():
+                return ["megatron.* is set but trainer.kind is builtin: add trainer.kind=megatron or remove "
+                        "the megatron settings"]
+            return []
+        out = self.megatron.problems(world_size)
+        if self.checkpoint.s3.enabled:
+            out.append("checkpoint.s3 is not supported yet for trainer.kind=megatron: set checkpoint.s3.bucket=null")
+        if self.megatron.script is not None:
+            rewritten = sorted({str(fault.kind) for _, fault in self.chaos.of_kinds(INPUT_KINDS)})
+            if rewritten:
+                out.append(f"chaos faults {', '.join(rewritten)} rewrite the built-in trainer's data or LR and "
+                           f"cannot reach a user's Megatron script: remove them (or chaos=none)")
+        return out

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Sequence
 
 from runmgr.controller.group import GroupPoll, WorkerFailure, WorkerInfo, root_cause
+from runmgr.policy.abilities import BUILTIN_ABILITIES, TrainerAbilities
 from runmgr.policy.capacity import Capacity
 from runmgr.policy.checkpoints import VerifiedCheckpoint
 from runmgr.config.policy import PolicyConfig
@@ -62,13 +63,15 @@ class Judge:
 
     def __init__(self, watcher_config: WatcherConfig, policy_config: PolicyConfig,
                  checkpoints: Callable[[int], Sequence[VerifiedCheckpoint]],
-                 cluster: Optional[ClusterSlots] = None) -> None:
+                 cluster: Optional[ClusterSlots] = None, abilities: TrainerAbilities = BUILTIN_ABILITIES) -> None:
         """``checkpoints(max_step)``: the verified checkpoints at or before ``max_step``;
-        ``cluster``: None where no cluster is in view (a replay keeps the sizes)."""
+        ``cluster``: None where no cluster is in view (a replay keeps the sizes);
+        ``abilities``: the remedies the trainer in use can carry out."""
         self.watcher_config = watcher_config
         self.policy_config = policy_config
         self.checkpoints = checkpoints
         self.cluster = cluster
+        self.abilities = abilities
         self.history = History()
         self.watcher = Watcher(watcher_config)
         self._nodes: dict[int, str] = {}
@@ -137,6 +140,7 @@ class Judge:
 
     def _decide(self, incident: Incident, last_step: int) -> Judgement:
         checkpoints = list(self.checkpoints(last_step))
-        decision = decide(incident, self.history, self.policy_config, checkpoints, self._capacity())
+        decision = decide(incident, self.history, self.policy_config, checkpoints, self._capacity(),
+                          self.abilities)
         self.history = self.history.record(incident, decision, checkpoints)
         return Judgement(incident, decision)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Optional
 from trainer.plan import SkipRange
 
+from runmgr.policy.abilities import BUILTIN_ABILITIES, TrainerAbilities
 from runmgr.policy.capacity import Capacity
 from runmgr.policy.checkpoints import VerifiedCheckpoint, newest_at_or_before
 from runmgr.config.policy import PolicyConfig, Rung
@@ -26,9 +27,11 @@ from runmgr.watch.incidents import DEVICE_FAULT, INSTABILITY_KINDS, STORAGE_OUTA
 
 
 def decide(incident: Incident, history: History, config: PolicyConfig,
-           checkpoints: Sequence[VerifiedCheckpoint], capacity: Optional[Capacity] = None) -> Decision:
+           checkpoints: Sequence[VerifiedCheckpoint], capacity: Optional[Capacity] = None,
+           abilities: TrainerAbilities = BUILTIN_ABILITIES) -> Decision:
     """The decision for ``incident``. ``checkpoints`` are the verified ones, any order;
-    ``capacity`` what the cluster can hold now (None: unknown, keep the data-parallel size)."""
+    ``capacity`` what the cluster can hold now (None: unknown, keep the data-parallel size);
+    ``abilities`` the remedies the trainer in use can carry out (a rung asks no more)."""
     if incident.kind == STORAGE_OUTAGE:  # the driver's uploads, whatever the sub-run is doing
         return decide_storage_outage(incident)
     closing = history.closing_entry(incident.subrun)
@@ -41,12 +44,12 @@ def decide(incident: Incident, history: History, config: PolicyConfig,
             return Decision(IGNORE, f"recorded, training goes on: {_recovery(incident)}")
         if incident.kind not in config.instability.kinds:
             return Decision(IGNORE, f"recorded: {incident.kind} is not in policy.instability.kinds")
-        return _climb(incident, history, config, checkpoints)
+        return _climb(incident, history, config, checkpoints, abilities)
     return decide_fault(incident, history, config, checkpoints, capacity)
 
 
 def _climb(incident: Incident, history: History, config: PolicyConfig,
-           checkpoints: Sequence[VerifiedCheckpoint]) -> Decision:
+           checkpoints: Sequence[VerifiedCheckpoint], abilities: TrainerAbilities) -> Decision:
     onset = incident.onset_step if incident.onset_step is not None else 0
     ladder = config.instability.ladder
     chain = history.instability_streak(onset, config.instability.repeat_window_steps)
@@ -75,7 +78,7 @@ def _climb(incident: Incident, history: History, config: PolicyConfig,
     storm = storm_abort(incident, history, config, checkpoints)
     if storm is not None:
         return storm
-    return _rung_decision(incident, history, config, rung, start, why, used)
+    return _rung_decision(incident, history, config, rung, start, why, used, abilities)
 
 
 def _recovery(incident: Incident) -> str:
@@ -88,12 +91,20 @@ def _recovery(incident: Incident) -> str:
 
 
 def _rung_decision(incident: Incident, history: History, config: PolicyConfig, rung: Rung,
-                   start: Optional[VerifiedCheckpoint], why: str, used: int) -> Decision:
+                   start: Optional[VerifiedCheckpoint], why: str, used: int,
+                   abilities: TrainerAbilities = BUILTIN_ABILITIES) -> Decision:
     """``start`` None: no verified checkpoint is old enough, and the run is young
-    enough to start again from initialisation."""
+    enough to start again from initialisation. What the trainer cannot carry out (a
+    skip, a re-warmup) is left out of the decision, and its reason says why."""
     onset = incident.onset_step if incident.onset_step is not None else 0
     origin = start or VerifiedCheckpoint(0, 0)
-    skips, skip_note = _skip_window(incident, config, origin) if rung.skip_data else ((), "no data skipped")
+    if not rung.skip_data:
+        skips, skip_note = (), "no data skipped"
+    elif not abilities.skip_data:
+        skips, skip_note = (), f"no data skipped: {abilities.skip_data_why_not}"
+    else:
+        skips, skip_note = _skip_window(incident, config, origin)
+    rewarmup = rung.rewarmup_iters if abilities.rewarmup else 0
     if start is None:
         restart = (f"restart from initialisation (no verified checkpoint at or before step "
                    f"{onset - config.rollback.margin_steps}; onset {onset} is within "
@@ -108,17 +119,27 @@ def _rung_decision(incident: Incident, history: History, config: PolicyConfig, r
     if rung.clip_grad is not None:
         changes.append(f"gradient clipping {history.clip_grad() or 'as configured'} -> {rung.clip_grad:g} "
                        f"for the rest of the run")
-    if rung.action == RESET_OPTIMIZER:
-        changes.append(f"reset Adam's moments, keep the weights, re-warm up over {rung.rewarmup_iters} steps")
-    elif rung.rewarmup_iters:
-        changes.append(f"re-warm up over {rung.rewarmup_iters} steps")
+    changes += _rewarmup_notes(rung, abilities)
     return Decision(
         rung.action,
         f"{why} -> {rung.action} (use {used + 1} of {rung.max_uses}): {'; '.join(changes)}",
         restart_from_step=start.step if start else None, skip_ranges=skips, lr_factor=rung.lr_factor,
         clip_grad=rung.clip_grad,
-        reset_optimizer=rung.action == RESET_OPTIMIZER, rewarmup_iters=rung.rewarmup_iters,
+        reset_optimizer=rung.action == RESET_OPTIMIZER, rewarmup_iters=rewarmup,
     )
+
+
+def _rewarmup_notes(rung: Rung, abilities: TrainerAbilities) -> list[str]:
+    """The reset and re-warmup a rung asks for, as the trainer in use carries them out."""
+    reset = rung.action == RESET_OPTIMIZER
+    if abilities.rewarmup or not (reset or rung.rewarmup_iters):
+        if reset:
+            return [f"reset Adam's moments, keep the weights, re-warm up over {rung.rewarmup_iters} steps"]
+        return [f"re-warm up over {rung.rewarmup_iters} steps"] if rung.rewarmup_iters else []
+    dropped = f"no re-warmup of {rung.rewarmup_iters} steps" if rung.rewarmup_iters else "no re-warmup"
+    if reset:
+        return [f"reset Adam's moments, keep the weights; {dropped}: {abilities.rewarmup_why_not}"]
+    return [f"{dropped}: {abilities.rewarmup_why_not}"]
 
 
 def _skip_window(incident: Incident, config: PolicyConfig,

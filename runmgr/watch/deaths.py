@@ -55,6 +55,16 @@ _SIGNATURES = (
                "the driver's host (load, disk, its link to the workers); raise controller.worker_lease_s if the "
                "driver is often busy that long", (
                    r"\bDriverLostError\b", r"runmgr worker \d+ \(rank \d+\) stopped itself")),
+    # Megatron's rerun state machine ends a job on purpose (megatron/core/rerun_state_machine.py).
+    _Signature("megatron_rerun", "rerun", "Megatron's rerun machine saved a checkpoint to rerun an iteration (exit 16)",
+               "resume from the checkpoint it saved (on another device if possible); the rerun tells a transient "
+               "fault from a wrong result", (
+                   r"exited with code 16\b", r"exitcode\s*:\s*16\b",
+                   r"resume the job from the (?:same )?checkpoint\s+to rerun")),
+    _Signature("megatron_validation", "validation", "Megatron rejected a result in validation (exit 17)",
+               "the rank, device and iteration of --result-rejected-tracker-filename's line; the device's health", (
+                   r"exited with code 17\b", r"exitcode\s*:\s*17\b", r"failed (?:on )?result validation",
+                   r"\bts=.+ node=\S+ device=\S+ jobID=\S+ rank=\d+ iteration=\d+ status=")),
     _Signature("npu_hbm_ecc", "hardware", "Ascend HBM multi-bit ECC error (507054)",
                "the NPU's HBM: npu-smi info -t ecc -i N; isolate the device", (
                    r"\b507054\b", r"hbm Multi-bit ECC", r"HBM MULTI BIT ECC")),
@@ -149,6 +159,9 @@ to a dead process or a real error (FORMATS.md 1.6 and 2.4; MEGATRON.md)."""
 _BAD_CHECKPOINT = re.compile(r"BadCheckpointError: checkpoint (\S.*?)(?: \(step (\d+)\))? is unusable: ")
 """trainer.errors.BadCheckpointError's message: the checkpoint's path and step come first."""
 _COMPILED = tuple((sig, tuple(re.compile(p, re.MULTILINE) for p in sig.patterns)) for sig in _SIGNATURES)
+_EXIT_CODE_CAUSES = {16: "megatron_rerun", 17: "megatron_validation"}
+"""Exit codes that say the cause themselves (Megatron's EXIT_CODE_RESUME_TO_DISAMBIGUATE and
+EXIT_CODE_FAILED_ON_RESULT_VALIDATION)."""
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?[0-9A-Fa-f:.]+\): (\d+),")
 _EXCEPTION_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*)$", re.MULTILINE)
 
@@ -156,6 +169,10 @@ _EXCEPTION_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Exit|Inter
 def classify(text: str, exit_code: Optional[int] = None,
              fatal_codes: tuple[int, ...] = DeviceConfig().fatal_event_codes) -> DeathCause:
     """The cause of a worker's death from its error text (and exit code)."""
+    chosen = _EXIT_CODE_CAUSES.get(exit_code) if exit_code is not None else None
+    if chosen is not None:
+        sig = next(sig for sig, _ in _COMPILED if sig.name == chosen)
+        return DeathCause(sig.name, sig.category, sig.label, sig.hint, f"exit code {exit_code}")
     xid = _XID.search(text)
     if xid:
         code = int(xid.group(1))

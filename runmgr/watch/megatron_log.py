@@ -16,9 +16,17 @@ ISO stamps with a zone, a ``current time: <unix>`` field, ``(s)`` instead of
 iteration of the interval was an overflow skip, and ``grad norm`` on skipped
 steps: those come through as None. Values are averages over the log interval,
 so one line covers ``iterations`` steps. ``successfully saved checkpoint at|from
-iteration N`` lines give the checkpoints; an iteration number going back marks
-a restart (a new sub-run); lines carrying a worker-death signature (NCCL/HCCL
-errors, Xids, UCE...) become worker exits.
+iteration N`` lines give the checkpoints, ``saving checkpoint at iteration N``
+the start of a save, ``successfully loaded checkpoint from DIR ... at iteration
+N`` the resume; ``--log-straggler``'s report (``| MnRtt/Rnk: 1052.20ms/3 |
+MxRtt/Rnk: 1400.50ms/7 | ...``, megatron/core/utils.py) the fastest and slowest
+ranks' iteration times. An iteration number going back marks a restart (a new
+sub-run); lines carrying a worker-death signature (NCCL/HCCL errors, Xids,
+UCE, the rerun machine's exits...) become worker exits.
+
+One reader serves ``runmgr watch replay`` (each line's time is its stamp) and a
+live Megatron job (``received_at``: when the line arrived; ``subrun``: the
+sub-run the job is).
 """
 
 from __future__ import annotations
@@ -30,13 +38,18 @@ from datetime import datetime, timezone
 from typing import Optional, Union
 
 from runmgr.watch.deaths import classify
-from runmgr.watch.observations import CheckpointObservation, StepObservation, WorkerExit
+from runmgr.watch.observations import (
+    CheckpointObservation, LoadedCheckpoint, RankTimings, SaveStarted, StepObservation, WorkerExit,
+)
 
-LogEvent = Union[StepObservation, CheckpointObservation, WorkerExit]
+LogEvent = Union[StepObservation, CheckpointObservation, WorkerExit, RankTimings, SaveStarted, LoadedCheckpoint]
 
 _ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)$")
 _STAMP = re.compile(r"\[(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\]")
 _SAVED = re.compile(r"successfully saved checkpoint (?:at|from) iteration\s+(\d+)")
+_SAVING = re.compile(r"saving checkpoint at iteration\s+(\d+) to ")
+_LOADED = re.compile(r"successfully loaded checkpoint from (\S+).*?\bat iteration\s+(\d+)")
+_STRAGGLER = re.compile(r"MnRtt/Rnk:\s*([\d.]+)ms/(\d+)\s*\|\s*MxRtt/Rnk:\s*([\d.]+)ms/(\d+)")
 _RANK = re.compile(r"\[[Rr]ank\s*(\d+)\]|\[rank(\d+)\]:")
 _NUMBER = re.compile(r"[-+]?(?:nan|inf(?:inity)?|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)",
                      re.IGNORECASE)
@@ -75,12 +88,17 @@ def stamp_seconds(line: str) -> Optional[float]:
 
 
 class MegatronLogReader:
-    """Turns log lines into observations, keeping what spans lines (time, sub-run)."""
+    """Turns log lines into observations, keeping what spans lines (time, sub-run).
 
-    def __init__(self) -> None:
+    ``subrun``: the id every observation carries (a live sub-run's); None numbers the
+    log's own restarts ``00``, ``01``, ... (a replay)."""
+
+    def __init__(self, subrun: Optional[str] = None) -> None:
         self._previous: Optional[StepObservation] = None
         self._subrun_index = 0
+        self._subrun_id = subrun
         self._consumed_at: dict[int, Optional[int]] = {}
+        self._received_at: Optional[float] = None
 
     def events(self, lines: Iterable[str]) -> Iterator[LogEvent]:
         """Every observation the lines hold, in order."""
@@ -89,8 +107,10 @@ class MegatronLogReader:
             if event is not None:
                 yield event
 
-    def parse(self, line: str) -> Optional[LogEvent]:
-        """The observation one line holds, if any."""
+    def parse(self, line: str, received_at: Optional[float] = None) -> Optional[LogEvent]:
+        """The observation one line holds, if any. ``received_at`` (a live job: when the line
+        arrived) is the observation's time; without it, the line's own stamp or the log's clock."""
+        self._received_at = received_at
         match = _ITERATION.search(line)
         if match:
             return self._iteration(line, int(match.group(1)), parse_fields(match.group(3)))
@@ -99,12 +119,34 @@ class MegatronLogReader:
             step = int(saved.group(1))
             return CheckpointObservation(step=step, time=self._now(), consumed_samples=self._consumed_at.get(step),
                                          subrun=self._subrun())
-        return self._death(line)
+        return self._checkpoint_event(line) or self._rank_timings(line) or self._death(line)
+
+    def _checkpoint_event(self, line: str) -> Optional[Union[SaveStarted, LoadedCheckpoint]]:
+        saving = _SAVING.search(line)
+        if saving:
+            return SaveStarted(step=int(saving.group(1)), time=self._now(), subrun=self._subrun())
+        loaded = _LOADED.search(line)
+        if loaded:
+            return LoadedCheckpoint(step=int(loaded.group(2)), path=loaded.group(1), time=self._now(),
+                                    subrun=self._subrun())
+        return None
+
+    def _rank_timings(self, line: str) -> Optional[RankTimings]:
+        """The straggler report: the fastest and the slowest rank's mean iteration time."""
+        found = _STRAGGLER.search(line)
+        if not found:
+            return None
+        fastest_ms, fastest, slowest_ms, slowest = found.groups()
+        seconds = {int(fastest): float(fastest_ms) / 1000.0, int(slowest): float(slowest_ms) / 1000.0}
+        step = self._previous.step if self._previous is not None else 0
+        return RankTimings(step=step, time=self._now(), subrun=self._subrun(), seconds=seconds)
 
     def _subrun(self) -> str:
-        return f"{self._subrun_index:02d}"
+        return self._subrun_id if self._subrun_id is not None else f"{self._subrun_index:02d}"
 
     def _now(self) -> float:
+        if self._received_at is not None:
+            return self._received_at
         return self._previous.time if self._previous is not None else 0.0
 
     def _iteration(self, line: str, step: int, fields: dict[str, str]) -> StepObservation:
@@ -136,6 +178,8 @@ class MegatronLogReader:
         return obs
 
     def _time(self, line: str, fields: dict[str, str], step_time: Optional[float], iterations: int) -> float:
+        if self._received_at is not None:
+            return self._received_at
         stamped = stamp_seconds(line)
         if stamped is not None:
             return stamped

@@ -8,7 +8,8 @@ or from a worker's exit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Optional
 
 from trainer.report import Heartbeat, StepReport
@@ -194,3 +195,35 @@ class UploadObservation:
     error: str = ""
     pending_steps: tuple[int, ...] = ()
     """Checkpoints still waiting for their copy after this attempt (kept on the local disk)."""
+
+
+@dataclass(frozen=True)
+class RankTimings:
+    """Per-rank iteration times of one report, for the ranks the source names (Megatron's
+    straggler line gives only the fastest and the slowest rank)."""
+
+    step: int
+    """The last step logged before the report."""
+    time: float
+    subrun: str = ""
+    seconds: Mapping[int, float] = field(default_factory=dict)
+    """Mean seconds per iteration, by global rank."""
+
+
+@dataclass(frozen=True)
+class SaveStarted:
+    """The trainer began writing the checkpoint of ``step`` (Megatron's ``saving checkpoint at iteration``)."""
+
+    step: int
+    time: float
+    subrun: str = ""
+
+
+@dataclass(frozen=True)
+class LoadedCheckpoint:
+    """The trainer resumed from the checkpoint of ``step`` at ``path``."""
+
+    step: int
+    path: str
+    time: float
+    subrun: str = ""

@@ -6,6 +6,12 @@ comparing them with the fleet, then exclude them). Each step, a rank's
 forward+backward time is divided by the median of the *other* ranks; a rank
 slow in at least ``min_share`` of the last ``window`` steps is a straggler.
 Reported once per episode; the episode ends when the share halves.
+
+Partial timings (Megatron's straggler report names only the fastest and the
+slowest rank) compare only the ranks they name; a rank known from an earlier
+report and absent from this one was not the slowest, so it counts as not slow.
+A rank that is the slowest report after report, above ``ratio`` x the fastest,
+is a straggler.
 """
 
 from __future__ import annotations
@@ -16,12 +22,12 @@ from typing import Optional
 
 from runmgr.config.watcher import StragglerConfig
 from runmgr.watch.incidents import STRAGGLER, Incident
-from runmgr.watch.observations import StepObservation
+from runmgr.watch.observations import RankTimings, StepObservation
 from runmgr.watch.robust_stats import median
 
 
 class StragglerDetector:
-    """Watches StepObservation.compute_times (index = rank)."""
+    """Watches StepObservation.compute_times (index = rank) and RankTimings (some ranks)."""
 
     def __init__(self, config: StragglerConfig, rank_nodes: Optional[Mapping[int, str]] = None) -> None:
         self.config = config
@@ -30,20 +36,28 @@ class StragglerDetector:
         self._flagged: set[int] = set()
         self._subrun: Optional[str] = None
 
-    def update(self, obs: StepObservation, now: float) -> list[Incident]:
+    def update(self, obs: StepObservation | RankTimings, now: float) -> list[Incident]:
         """Feed one observation; returns an incident naming newly persistent stragglers."""
         if obs.subrun != self._subrun:
             self._ratios.clear()  # the world (and its placement) may have changed
             self._flagged.clear()
             self._subrun = obs.subrun
-        times = obs.compute_times
+        if isinstance(obs, RankTimings):
+            times = dict(obs.seconds)
+            absent = [rank for rank in self._ratios if rank not in times]
+        else:
+            times, absent = dict(enumerate(obs.compute_times)), []
         if len(times) < 2:
             return []
-        for rank, seconds in enumerate(times):
-            peers = median(t for r, t in enumerate(times) if r != rank)
-            ratio = seconds / peers if peers > 0 else 1.0
-            self._ratios.setdefault(rank, deque(maxlen=self.config.window)).append((obs.step, ratio))
-        return self._judge(obs, now)
+        for rank, seconds in times.items():
+            peers = median(t for r, t in times.items() if r != rank)
+            self._record(rank, obs.step, seconds / peers if peers > 0 else 1.0)
+        for rank in absent:
+            self._record(rank, obs.step, 1.0)
+        return self._judge(obs.subrun, now, world=len(self._ratios))
+
+    def _record(self, rank: int, step: int, ratio: float) -> None:
+        self._ratios.setdefault(rank, deque(maxlen=self.config.window)).append((step, ratio))
 
     def _share_slow(self, rank: int) -> float:
         ratios = self._ratios[rank]
@@ -60,7 +74,7 @@ class StragglerDetector:
                 best_score, best_step = score, step
         return best_step if best_step is not None else self._ratios[rank][-1][0]
 
-    def _judge(self, obs: StepObservation, now: float) -> list[Incident]:
+    def _judge(self, subrun: str, now: float, world: int) -> list[Incident]:
         new = []
         for rank, ratios in sorted(self._ratios.items()):
             if len(ratios) < self.config.window:
@@ -84,9 +98,9 @@ class StragglerDetector:
         if len(new) > 1:
             description += f"; {len(new) - 1} more rank(s) slow"
         return [Incident(
-            kind=STRAGGLER, time=now, subrun=obs.subrun, description=description,
+            kind=STRAGGLER, time=now, subrun=subrun, description=description,
             onset_step=min(self._onset(rank) for rank in new),
             ranks=tuple(new),
             nodes=tuple(sorted({d["node"] for d in details.values() if d["node"]})),
-            evidence={"ranks": {str(r): d for r, d in details.items()}, "world_size": len(obs.compute_times)},
+            evidence={"ranks": {str(r): d for r, d in details.items()}, "world_size": world},
         )]

@@ -17,8 +17,8 @@ from runmgr.watch.hang import HangDetector
 from runmgr.watch.incidents import GRAD_SPIKE, LAUNCH_FAILURE, LOSS_SPIKE, Incident
 from runmgr.watch.nonfinite import NonFiniteDetector
 from runmgr.watch.observations import (
-    CheckpointObservation, DeviceObservation, HeartbeatObservation, LaunchFailure, StepObservation, UploadObservation,
-    WorkerExit,
+    CheckpointObservation, DeviceObservation, HeartbeatObservation, LaunchFailure, LoadedCheckpoint, RankTimings,
+    SaveStarted, StepObservation, UploadObservation, WorkerExit,
 )
 from runmgr.watch.scale import LossScaleDetector
 from runmgr.watch.slowdown import SlowdownDetector
@@ -27,7 +27,7 @@ from runmgr.watch.storage import StorageOutageDetector
 from runmgr.watch.stragglers import StragglerDetector
 
 Observation = Union[StepObservation, HeartbeatObservation, DeviceObservation, WorkerExit, CheckpointObservation,
-                    LaunchFailure, UploadObservation]
+                    LaunchFailure, UploadObservation, RankTimings, SaveStarted, LoadedCheckpoint]
 
 
 class Watcher:
@@ -41,10 +41,11 @@ class Watcher:
             SpikeDetector("loss", LOSS_SPIKE, config.loss_spike),
             SpikeDetector("grad_norm", GRAD_SPIKE, config.grad_spike),
         )
+        self.stragglers = StragglerDetector(config.straggler, rank_nodes)
         self.subrun_detectors = (
             NonFiniteDetector(),
             LossScaleDetector(config.loss_scale),
-            StragglerDetector(config.straggler, rank_nodes),
+            self.stragglers,
             SlowdownDetector(config.slowdown),
         )
         self.hang = HangDetector(config.hang)
@@ -77,7 +78,9 @@ class Watcher:
             return self.deaths.update(obs, now)
         if isinstance(obs, UploadObservation):
             return self.storage.update(obs, now)
-        if isinstance(obs, CheckpointObservation):
+        if isinstance(obs, RankTimings):
+            return self.stragglers.update(obs, now)
+        if isinstance(obs, (CheckpointObservation, SaveStarted, LoadedCheckpoint)):
             return []  # checkpoints inform the policy (where to restart), not the detectors
         if isinstance(obs, LaunchFailure):
             return [Incident(LAUNCH_FAILURE, now, f"the workers could not be started: {obs.text}", subrun=obs.subrun,

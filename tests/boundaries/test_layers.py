@@ -16,14 +16,14 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors", "choices", "__init__"}),
     frozenset({"config", "placement"}),
     frozenset({"watch"}),
-    frozenset({"policy"}),
+    frozenset({"policy", "megatron"}),
     frozenset({"controller", "resume"}),
     frozenset({"workers", "observers", "metrics", "chaos", "healthcheck", "stacks", "status", "rundir", "cluster",
                "dryrun", "refusals", "stopping", "logbook_samples", "reaper", "headwatch", "diskspace", "s3"}),
     frozenset({"launch", "replay", "cli", "__main__"}),
 )
 """Lowest first. A part may import its own layer and the ones below."""
-RAY_FREE = ("controller", "policy", "watch", "config")
+RAY_FREE = ("controller", "policy", "megatron", "watch", "config")
 
 
 def layer_of(part: str) -> int:

@@ -122,3 +122,24 @@ def test_overrides_without_a_config_or_with_a_wrong_key_are_one_line():
     assert code == 2 and out == "" and err.count("\n") == 1 and "need a config" in err
     code, out, err = run(SPIKE_LOG, conf="demo", overrides=["watcher.loss_spike.grace=5"])
     assert code == 2 and out == "" and err.count("\n") == 1 and "grace" in err
+
+
+def test_megatrons_straggler_report_and_save_lines_are_replayed_through_the_same_judge(tmp_path):
+    """A log with --log-straggler: rank 7 is the slowest in every report, well above the fastest."""
+    lines = []
+    for step in range(10, 310, 10):
+        lines.append(f" [2024-09-03 16:{step // 60:02d}:{step % 60:02d}] iteration {step:8d}/    3000 | consumed "
+                     f"samples: {step * 512:12d} | elapsed time per iteration (ms): 430.2 | learning rate: "
+                     f"3.750E-04 | global batch size:   512 | lm loss: 2.500000E+00 | loss scale: 1.0 | grad norm: "
+                     f"0.300 | number of skipped iterations:   0 | number of nan iterations:   0 |")
+        lines.append(f"[2024-09-03 16:{step // 60:02d}:{step % 60:02d}] | MnRtt/Rnk: 400.10ms/2 | "
+                     f"MxRtt/Rnk: 620.40ms/7 | MnPwr/Rnk: 310.00W/2 | MxEtpt/Rnk: 240.33TF/2")
+        if step % 100 == 0:
+            lines.append(f"saving checkpoint at iteration {step:8d} to /ckpt in torch_dist format")
+            lines.append(f"  successfully saved checkpoint from iteration {step:8d} to /ckpt [ t 1/1, p 1/1 ]")
+    log = tmp_path / "straggler.log"
+    log.write_text("\n".join(lines) + "\n")
+    code, out, err = run(str(log))
+    assert code == 0 and err == ""
+    assert "3 checkpoint(s)" in out.splitlines()[0]
+    assert "straggler" in out and "rank 7" in out

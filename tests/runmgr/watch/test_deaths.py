@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from runmgr.config.policy import PolicyConfig
+from runmgr.policy.decision import EXCLUDE_NODE, RESTART
+from runmgr.policy.history import History
+from runmgr.policy.ladder import decide
 from runmgr.watch.deaths import DeathDetector, classify
 from runmgr.watch.incidents import WORKER_DEATH
 from runmgr.watch.observations import WorkerExit
@@ -182,3 +186,49 @@ def test_a_bad_checkpoint_outside_the_step_directories_names_its_path_but_no_ste
     text = "trainer.errors.BadCheckpointError: checkpoint /data/warm start is unusable: file .metadata is missing"
     (incident,) = DeathDetector().update(WorkerExit(0, "node-0", text, 5.0, subrun="1.01"), 5.0)
     assert incident.evidence["checkpoint"] == "/data/warm start" and "checkpoint_step" not in incident.evidence
+
+
+MEGATRON_DEATHS = [
+    # helper text of the worker group, torchrun's summary field, Megatron's own warning, its tracker line
+    ("megatron_rerun", "rerun", "rank 3 exited with code 16"),
+    ("megatron_rerun", "rerun", "  exitcode  : 16 (pid: 7081) "),
+    ("megatron_rerun", "rerun", "Exiting now. Please resume the job from the same checkpoint to rerun the last "
+                                "iteration and establish a diagnostic"),
+    ("megatron_validation", "validation", "rank 2 exited with code 17"),
+    ("megatron_validation", "validation", "  exitcode  : 17 (pid: 7081) "),
+    ("megatron_validation", "validation",
+     "ts=2026-08-22 10:11:12.123456 node=n3 device=2 jobID=N/A rank=5 iteration=120 "
+     "status=RerunValidationStatus.FIRST_RERUN_REPRODUCIBLE result=nan message='Unexpected result nan'"),
+]
+
+
+@pytest.mark.parametrize("name,category,text", MEGATRON_DEATHS)
+def test_megatrons_rerun_machine_exits_are_their_own_categories(name, category, text):
+    cause = classify(text)
+    assert (cause.name, cause.category) == (name, category) and cause.line in text
+
+
+def test_the_exit_codes_16_and_17_alone_say_the_cause():
+    assert classify("", exit_code=16).category == "rerun"
+    assert classify("", exit_code=17).category == "validation"
+
+
+def test_an_nccl_watchdog_sigabrt_and_an_hccl_heartbeat_loss_stay_network_failures():
+    watchdog = ("[rank3]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] [Rank 3] Watchdog caught collective "
+                "operation timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600060 "
+                "milliseconds before timing out.\n"
+                "  rank      : 3 (local_rank: 3)\n  exitcode  : -6 (pid: 912)\n  traceback : Signal 6 (SIGABRT) "
+                "received by PID 912")
+    assert classify(watchdog, exit_code=-6).category == "network"
+    heartbeat = ("EI0002: [PID: 2969] 2025-10-11-15:09:34.713.335 The wait execution of the Notify register times "
+                 "out. Reason: The Notify register has not received the Notify record from remote rank: [24]. "
+                 "[Heartbeat Lost Occurred]")
+    assert classify(heartbeat).category == "network"
+
+
+def test_a_rerun_restarts_and_a_rejected_result_takes_its_node_out():
+    actions = []
+    for text in ("rank 3 exited with code 16", "rank 3 exited with code 17"):
+        (incident,) = DeathDetector().update(WorkerExit(3, "node-1", text, 1.0, subrun="1.00"), 1.0)
+        actions.append(decide(incident, History(), PolicyConfig(), []).action)
+    assert actions == [RESTART, EXCLUDE_NODE]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 
 from runmgr.watch.megatron_log import MegatronLogReader, parse_fields
-from runmgr.watch.observations import CheckpointObservation, StepObservation, WorkerExit
+from runmgr.watch.observations import (
+    CheckpointObservation, LoadedCheckpoint, RankTimings, SaveStarted, StepObservation, WorkerExit,
+)
 
 CORE = (" [2024-09-03 16:02:57] iteration       50/  500000 | consumed samples:        51200 | elapsed time per "
         "iteration (ms): 12056.1 | throughput per GPU (TFLOP/s/GPU): 878.5 | learning rate: 4.744186E-06 | global "
@@ -95,3 +97,39 @@ def test_a_fatal_error_line_becomes_a_worker_exit_with_its_rank():
 
 def test_fields_split_on_the_first_colon_only():
     assert parse_fields(" elapsed time: 1:02:03 | lm loss: 2.0 |") == {"elapsed time": "1:02:03", "lm loss": "2.0"}
+
+
+SAVING = "saving checkpoint at iteration      50 to /ckpt in torch_dist format"
+LOADED = "  successfully loaded checkpoint from /ckpt [ t 1/1, p 1/1 ] at iteration 40"
+# megatron/core/utils.py StragglerDetector.report: rank 0 logs it after the iteration line
+STRAGGLER = ("[2024-09-03 16:03:10] | MnRtt/Rnk: 1052.20ms/3 | MxRtt/Rnk: 1400.50ms/7 | MnPwr/Rnk: 310.00W/2 | "
+             "MxPwr/Rnk: 520.00W/5 | MnTmp/Rnk: 40.00C/1 | MxTmp/Rnk: 61.00C/6 | MnUtl/Rnk: 88.00%/7 | "
+             "MxUtl/Rnk: 99.00%/3 | MnClk/Rnk: 1400.00MHz/4 | MxClk/Rnk: 1980.00MHz/0 | MnDRtt/Rnk: 0.12us/1 | "
+             "MxDRtt/Rnk: 0.40us/2 | MnEtpt/Rnk: 180.12TF/7 | MxEtpt/Rnk: 240.33TF/3")
+
+
+def test_save_start_load_and_straggler_lines_are_observations():
+    reader = MegatronLogReader()
+    events = [reader.parse(line) for line in (CORE, SAVING, LOADED, STRAGGLER)]
+    assert events[1] == SaveStarted(step=50, time=events[0].time, subrun="00")
+    assert events[2] == LoadedCheckpoint(step=40, path="/ckpt", time=events[0].time, subrun="00")
+    timings = events[3]
+    assert isinstance(timings, RankTimings) and timings.step == 50
+    assert timings.seconds == {3: 1.0522, 7: 1.4005}
+
+
+def test_a_live_line_takes_its_arrival_time_and_the_subruns_id():
+    reader = MegatronLogReader(subrun="12.03")
+    step = reader.parse(CORE, received_at=500.0)
+    saved = reader.parse("  successfully saved checkpoint from iteration      50 to /ckpt [ t 1/1, p 1/1 ]",
+                         received_at=501.5)
+    assert (step.time, step.subrun) == (500.0, "12.03")
+    assert (saved.step, saved.time, saved.subrun) == (50, 501.5, "12.03")
+    assert reader.parse(CORE).time == 1725379377.0  # without it (a replay), the line's own stamp
+
+
+def test_the_rerun_machines_exit_message_is_a_worker_exit():
+    line = ("WARNING:megatron.core.rerun_state_machine:Saving a checkpoint and exiting now. Please resume the job "
+            "from the checkpoint to rerun the last iteration and establish a diagnostic")
+    (event,) = read([CORE, line])[1:]
+    assert isinstance(event, WorkerExit) and "resume the job" in event.text

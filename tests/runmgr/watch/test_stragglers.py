@@ -6,7 +6,7 @@ import random
 
 from runmgr.config.watcher import StragglerConfig
 from runmgr.watch.incidents import STRAGGLER
-from runmgr.watch.observations import StepObservation
+from runmgr.watch.observations import RankTimings, StepObservation
 from runmgr.watch.stragglers import StragglerDetector
 
 NODES = {rank: f"node-{rank // 4}" for rank in range(8)}
@@ -62,3 +62,23 @@ def test_the_onset_is_where_the_slowness_began_not_an_earlier_noisy_step():
     observations[25] = StepObservation(step=noisy.step, time=noisy.time, compute_times=tuple(times))
     (straggler,) = feed(StragglerDetector(StragglerConfig(), NODES), observations)
     assert straggler.onset_step == 30
+
+
+def timings(n, slowest, fastest=0, slow_ms=1500.0, fast_ms=1000.0, subrun="1.00"):
+    """Megatron's straggler reports: only the fastest and the slowest rank, each time."""
+    return [RankTimings(step=10 * i, time=float(i), subrun=subrun,
+                        seconds={fastest: fast_ms / 1000, (slowest(i) if callable(slowest) else slowest): slow_ms / 1000})
+            for i in range(1, n + 1)]
+
+
+def test_a_rank_that_is_the_slowest_in_every_partial_report_is_a_straggler():
+    found = feed(StragglerDetector(StragglerConfig(), NODES), timings(30, slowest=5))
+    assert len(found) == 1 and found[0].ranks == (5,) and found[0].nodes == (NODES[5],)
+
+
+def test_the_slowest_place_changing_hands_names_no_straggler():
+    assert feed(StragglerDetector(StragglerConfig(), NODES), timings(60, slowest=lambda i: 3 + i % 4)) == []
+
+
+def test_partial_reports_within_the_ratio_name_no_straggler():
+    assert feed(StragglerDetector(StragglerConfig(), NODES), timings(30, slowest=5, slow_ms=1200.0)) == []

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from runmgr.config.watcher import WatcherConfig
-from runmgr.watch.incidents import DEVICE_FAULT, HANG, WORKER_DEATH
-from runmgr.watch.observations import DeviceObservation, HeartbeatObservation, WorkerExit
+from runmgr.watch.incidents import DEVICE_FAULT, HANG, STRAGGLER, WORKER_DEATH
+from runmgr.watch.observations import (
+    DeviceObservation, HeartbeatObservation, LoadedCheckpoint, RankTimings, SaveStarted, WorkerExit,
+)
 from runmgr.watch.watcher import Watcher
 
 
@@ -22,3 +24,12 @@ def test_heartbeats_devices_and_exits_reach_their_detectors():
 def test_anything_else_is_refused():
     with pytest.raises(TypeError, match="not an observation"):
         Watcher(WatcherConfig()).observe("loss went up", 0.0)
+
+
+def test_megatrons_rank_timings_reach_the_straggler_detector_and_save_lines_nothing():
+    watcher = Watcher(WatcherConfig(), {0: "node-0", 5: "node-1"})
+    assert watcher.observe(SaveStarted(10, 1.0, "1.00"), 1.0) == []
+    assert watcher.observe(LoadedCheckpoint(10, "/ckpt", 1.0, "1.00"), 1.0) == []
+    found = [incident for i in range(1, 31)
+             for incident in watcher.observe(RankTimings(10 * i, float(i), "1.00", {0: 1.0, 5: 1.6}), float(i))]
+    assert [(i.kind, i.ranks, i.nodes) for i in found] == [(STRAGGLER, (5,), ("node-1",))]

@@ -60,6 +60,9 @@ class GroupPoll:
     starts: list[StartReport] = field(default_factory=list)
     finished_ranks: list[int] = field(default_factory=list)
     failures: list[WorkerFailure] = field(default_factory=list)
+    observations: list = field(default_factory=list)   # watcher inputs the group read itself (a log): when
+                                                       # non-empty the judge uses them instead of converting steps
+    commands: list[dict] = field(default_factory=list) # NodeCommand.masked() of a sub-run's nodes: the logbook records them
 
 
 class WorkerGroup(Protocol):

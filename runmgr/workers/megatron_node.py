@@ -38,6 +38,9 @@ TRACKER_FLAG = "--result-rejected-tracker-filename"
 STOP_CHECK_S = 0.05
 LOST_DRIVER_GRACE_S = 2.0
 """SIGTERM to SIGKILL when the driver is gone: nobody waits for a checkpoint to finish."""
+OUTPUT_SETTLE_S = 2.0
+"""After the command ended: how long its last lines may take to be read (a process it left
+behind may keep the pipe open; its exit is reported then, without them)."""
 PR_SET_PDEATHSIG = 1
 
 
@@ -133,13 +136,19 @@ class MegatronNode:
         self._groups.add(proc.pid)  # a new session: its group id is its pid
         started["pid"] = proc.pid
         ready.set()
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            self._keep(line.rstrip("\n"))
+        reader = threading.Thread(target=self._read, args=(proc,), name="megatron-output", daemon=True)
+        reader.start()
         code = proc.wait()
+        # The output ends with the command, unless a process it left behind holds the pipe open.
+        reader.join(timeout=OUTPUT_SETTLE_S)
         with self._cond:
             self._exit_code = code
             self._cond.notify_all()
+
+    def _read(self, proc: subprocess.Popen) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self._keep(line.rstrip("\n"))
 
     def _keep(self, line: str) -> None:
         with self._cond:

@@ -159,8 +159,8 @@ class MegatronWorkerGroup:
     def _collect(self, result: GroupPoll) -> None:
         """Take the drains that came back; a node that does not answer keeps its request
         pending for the next poll, so one wedged node never stalls the driver."""
-        ready, _ = ray.wait(list(self._drains.values()), num_returns=len(self._drains), timeout=0)
-        ready_set = set(ready)
+        refs = list(self._drains.values())
+        ready_set = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0]) if refs else set()
         lines, ended = [], []
         for node, ref in list(self._drains.items()):
             if ref not in ready_set:

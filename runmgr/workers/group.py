@@ -10,45 +10,29 @@ decides (retry, resize, or a human).
 from __future__ import annotations
 
 import time
-from typing import Mapping, Optional
+from typing import Optional
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-from ray.util.placement_group import placement_group, remove_placement_group
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from runmgr import cluster as ray_cluster
 from runmgr.config.schema import ClusterConfig
 from runmgr.controller.group import GroupPoll, WorkerFailure, WorkerInfo
-from runmgr.controller.judge import node_name
 from runmgr.errors import ClusterError
 from runmgr.placement import actor_resources, bundle_for
-from runmgr.policy.capacity import slots_of
 from runmgr.workers.actor import RemoteTrainerWorker, WrapReporter
 from runmgr.workers.lease import DriverIdentity
+from runmgr.workers.placing import node_slots, place, release
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
+
+__all__ = ["RayWorkerGroup", "node_slots"]  # node_slots: launch imports it from here
 
 # After the first failure, how long to wait for the others to surface so that
 # the root cause (a dead process) wins over its echo (a peer's broken socket).
 FAILURE_SETTLE_S = 1.0
 # How long one poll waits for the ranks' buffered reports.
 DRAIN_WAIT_S = 0.5
-
-
-def usable_nodes(admitted_node_ids: Optional[list[str]]) -> dict[str, Mapping[str, float]]:
-    """Alive Ray nodes the run may use (the health check's admissions, or every alive
-    node when none ran), by node id, with their total resources."""
-    admitted = set(admitted_node_ids) if admitted_node_ids is not None else None
-    return {node["NodeID"]: node["Resources"] for node in ray.nodes()
-            if node["Alive"] and (admitted is None or node["NodeID"] in admitted)}
-
-
-def node_slots(cluster: ClusterConfig, device_kind: str, admitted_node_ids: Optional[list[str]]) -> dict[str, int]:
-    """Ranks of the run's size each usable node can hold, by node name (for the policy)."""
-    bundle = bundle_for(device_kind, cluster.cpus_per_worker, cluster.devices_per_worker)
-    nodes = usable_nodes(admitted_node_ids)
-    return slots_of({node_name(node_id): resources for node_id, resources in nodes.items()}, bundle)
 
 
 class RayWorkerGroup:
@@ -79,10 +63,9 @@ class RayWorkerGroup:
     def start(self, config: TrainerConfig, plan: ResumePlan) -> list[WorkerInfo]:
         ray_cluster.check_head()  # placing ranks needs the head: without it Ray waits until it ends the driver
         world = plan.data_parallel_size or self.cluster.num_workers
-        if self.admitted_node_ids is not None or plan.avoid_nodes:
-            strategies = self._pinned_strategies(world, plan.avoid_nodes)
-        else:
-            strategies = self._placement(world)
+        bundle = bundle_for(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
+        self._pg, strategies = place(bundle, world, "workers", self.cluster.placement_strategy,
+                                     self.start_timeout_s, self.admitted_node_ids, plan.avoid_nodes)
         self._actors = [
             RemoteTrainerWorker.options(
                 **actor_resources(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker),
@@ -102,33 +85,6 @@ class RayWorkerGroup:
         self._runs = {a.run.remote(config, plan, master, port, self.wrap_reporter): rank
                       for rank, a in enumerate(self._actors)}
         return self.workers
-
-    def _placement(self, world: int) -> list:
-        """One bundle per rank in a placement group over the whole cluster."""
-        bundle = bundle_for(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
-        self._pg = placement_group([dict(bundle) for _ in range(world)], strategy=self.cluster.placement_strategy)
-        try:
-            ray_cluster.get_while_head_lives([self._pg.ready()], self.start_timeout_s)
-        except GetTimeoutError:
-            self.shutdown()
-            raise ClusterError(
-                f"the cluster could not place {world} workers of {bundle} within {self.start_timeout_s:.0f} s: "
-                f"free resources are {ray.available_resources()}; lower cluster.num_workers or add nodes"
-            ) from None
-        return [PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=rank) for rank in range(world)]
-
-    def _pinned_strategies(self, world: int, avoid: tuple[str, ...]) -> list:
-        """``world`` ranks pinned to the usable nodes outside ``avoid``, packed in node
-        order by capacity; a :class:`ClusterError` when they cannot hold them."""
-        bundle = bundle_for(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
-        nodes = {node_id: resources for node_id, resources in usable_nodes(self.admitted_node_ids).items()
-                 if node_name(node_id) not in avoid}
-        slots = [node_id for node_id, count in slots_of(nodes, bundle).items() for _ in range(min(count, world))]
-        if len(slots) < world:
-            raise ClusterError(
-                f"the {len(nodes)} usable nodes hold {len(slots)} of the {world} workers of {bundle} the plan asks "
-                f"for (avoided: {', '.join(avoid) or 'none'})")
-        return [NodeAffinitySchedulingStrategy(node_id, soft=False) for node_id in slots[:world]]
 
     def poll(self, timeout_s: float) -> GroupPoll:
         result = GroupPoll()
@@ -190,10 +146,8 @@ class RayWorkerGroup:
         for actor in self._actors:
             ray.kill(actor, no_restart=True)
         self._actors, self._runs, self._drains = [], {}, {}
-        if self._pg is not None:
-            if not ray_cluster.head_lost():  # removing it asks the head, and would wait for Ray's 60 s
-                remove_placement_group(self._pg)
-            self._pg = None
+        release(self._pg)
+        self._pg = None
 
 
 def _short(exc: BaseException) -> str:

@@ -1,0 +1,223 @@
+"""The ranks of a Megatron-style sub-run: one :mod:`megatron_node` actor per
+node, each running the node's ``torchrun`` of the user's script.
+
+Placed like the built-in trainer's ranks (runmgr/workers/placing.py), but a
+node actor holds all its ranks' resources. The group never decides anything:
+it starts what ``make_commands`` builds from the plan, reports what the
+output says (runmgr/workers/megatron_output.py) and stops every process of
+every node on shutdown.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Protocol, Sequence
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from runmgr import cluster as ray_cluster
+from runmgr.config.schema import ClusterConfig
+from runmgr.controller.group import GroupPoll, WorkerFailure, WorkerInfo
+from runmgr.errors import ClusterError
+from runmgr.placement import actor_resources, bundle_for
+from runmgr.stacks import DUMP_TIMEOUT_S
+from runmgr.watch.megatron_log import MegatronLogReader
+from runmgr.workers.lease import DriverIdentity
+from runmgr.workers.megatron_node import RemoteMegatronNode
+from runmgr.workers.megatron_output import LineReader, OutputTranslator, TorchrunReader, node_failure
+from runmgr.workers.placing import place, release
+from trainer.config import TrainerConfig
+from trainer.plan import ResumePlan
+
+DRAIN_WAIT_S = 0.5
+"""Beyond the poll's own wait: how long a node's drain may take to come back."""
+STOP_MARGIN_S = 10.0
+"""Beyond the stop grace: how long shutdown waits for the nodes to say they stopped."""
+
+
+class NodeCommandLike(Protocol):
+    """What ``runmgr.megatron.command.NodeCommand`` carries for one node."""
+
+    node_rank: int
+    argv: Sequence[str]
+    env: Mapping[str, str]
+
+    def masked(self) -> dict: ...
+
+
+MakeCommands = Callable[[ResumePlan, str, int, int], Sequence[NodeCommandLike]]
+"""``(plan, master address, master port, nodes) -> one command per node``, in node-rank order."""
+
+
+class MegatronWorkerGroup:
+    """One actor per node, each running the node's torchrun; implements
+    :class:`runmgr.controller.group.WorkerGroup`."""
+
+    def __init__(self, cluster: ClusterConfig, device_kind: str, nproc_per_node: int, make_commands: MakeCommands,
+                 torchrun: TorchrunReader, start_timeout_s: float, lease_s: float,
+                 checkpoint_dir: Optional[Path] = None, seq_length: Optional[int] = None,
+                 admitted_node_ids: Optional[list[str]] = None, stop_grace_s: float = 10.0,
+                 make_reader: Callable[[], LineReader] = MegatronLogReader) -> None:
+        """``make_commands``: the sub-run's node commands from its plan; ``torchrun``: reads
+        torchrun's failure report and the tracker lines (runmgr.watch.torchrun);
+        ``checkpoint_dir``: the job's ``--save``; ``seq_length``: its ``--seq-length``
+        (None: steps report 0 tokens); ``stop_grace_s``: SIGTERM to SIGKILL on shutdown."""
+        self.cluster = cluster
+        self.device_kind = device_kind
+        self.nproc_per_node = nproc_per_node
+        self.make_commands = make_commands
+        self.torchrun = torchrun
+        self.start_timeout_s = start_timeout_s
+        self.lease_s = lease_s
+        self.checkpoint_dir = checkpoint_dir
+        self.seq_length = seq_length
+        self.admitted_node_ids = admitted_node_ids
+        self.stop_grace_s = stop_grace_s
+        self.make_reader = make_reader
+        self._driver = DriverIdentity.of_this_process()  # so that a node tells a silent driver from a dead one
+        self._pg = None
+        self._nodes: list = []
+        self._infos: list[WorkerInfo] = []
+        self._running: set[int] = set()
+        self._drains: dict = {}
+        self._first_poll = GroupPoll()
+        self._translator: Optional[OutputTranslator] = None
+
+    @property
+    def workers(self) -> list[WorkerInfo]:
+        return list(self._infos)
+
+    def start(self, config: TrainerConfig, plan: ResumePlan) -> list[WorkerInfo]:
+        """Place the nodes, start their torchruns; one WorkerInfo per rank (its own process).
+        ``config`` is not used: the user's arguments carry the training settings."""
+        ray_cluster.check_head()  # placing nodes needs the head: without it Ray waits until it ends the driver
+        world = plan.data_parallel_size or self.cluster.num_workers
+        if world % self.nproc_per_node:
+            raise ClusterError(f"{world} ranks do not fill nodes of megatron.nproc_per_node="
+                               f"{self.nproc_per_node}; use a world size that is a multiple of it")
+        nnodes = world // self.nproc_per_node
+        cpus = self.cluster.cpus_per_worker * self.nproc_per_node
+        devices = self.cluster.devices_per_worker * self.nproc_per_node
+        self._pg, strategies = place(bundle_for(self.device_kind, cpus, devices), nnodes, "nodes",
+                                     self.cluster.placement_strategy, self.start_timeout_s,
+                                     self.admitted_node_ids, plan.avoid_nodes)
+        self._nodes = [RemoteMegatronNode.options(**actor_resources(self.device_kind, cpus, devices),
+                                                  scheduling_strategy=strategy).remote(node, self.lease_s, self._driver)
+                       for node, strategy in enumerate(strategies)]
+        try:
+            self._infos = self._launch(plan, nnodes)
+        except BaseException:
+            self.shutdown()  # no node left running a half-started sub-run
+            raise
+        self._running = set(range(nnodes))
+        self._translator = OutputTranslator(plan, range(world), self.make_reader(), self.checkpoint_dir,
+                                            self.seq_length)
+        self._translator.started(self._first_poll, time.time())
+        return self.workers
+
+    def _launch(self, plan: ResumePlan, nnodes: int) -> list[WorkerInfo]:
+        try:
+            described = ray_cluster.get_while_head_lives([n.describe.remote() for n in self._nodes],
+                                                         self.start_timeout_s)
+        except GetTimeoutError:
+            raise ClusterError(f"{nnodes} nodes did not start within {self.start_timeout_s:.0f} s "
+                               f"(free resources: {ray.available_resources()})") from None
+        port = ray.get(self._nodes[0].reserve_port.remote())
+        commands = list(self.make_commands(plan, described[0]["node_ip"], port, nnodes))
+        self._first_poll.commands = [command.masked() for command in commands]
+        torchrun_pids = ray.get([node.launch.remote(tuple(command.argv), dict(command.env), os.getcwd())
+                                 for node, command in zip(self._nodes, commands)])
+        found = ray_cluster.get_while_head_lives(
+            [node.rank_pids.remote(self.nproc_per_node, self.start_timeout_s) for node in self._nodes],
+            self.start_timeout_s + DRAIN_WAIT_S)
+        infos = []
+        for node, (where, pids, torchrun_pid) in enumerate(zip(described, found, torchrun_pids)):
+            for rank in self._ranks_of(node):
+                # A rank not found (its torchrun already ended) is reached through its torchrun.
+                infos.append(WorkerInfo(rank, pids.get(rank, torchrun_pid), where["node_id"], where["node_ip"]))
+        return infos
+
+    def _ranks_of(self, node: int) -> list[int]:
+        return list(range(node * self.nproc_per_node, (node + 1) * self.nproc_per_node))
+
+    def poll(self, timeout_s: float) -> GroupPoll:
+        """What the nodes printed since the last poll, and the nodes whose torchrun ended."""
+        result, self._first_poll = self._first_poll, GroupPoll()
+        for node in self._running:
+            if node not in self._drains:
+                self._drains[node] = self._nodes[node].drain.remote(timeout_s)
+        if self._drains:
+            ray_cluster.check_head()
+            refs = list(self._drains.values())
+            ray.wait(refs, num_returns=len(refs), timeout=timeout_s + DRAIN_WAIT_S)
+        self._collect(result)
+        return result
+
+    def _collect(self, result: GroupPoll) -> None:
+        """Take the drains that came back; a node that does not answer keeps its request
+        pending for the next poll, so one wedged node never stalls the driver."""
+        refs = list(self._drains.values())
+        ready_set = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0]) if refs else set()
+        lines, ended = [], []
+        for node, ref in list(self._drains.items()):
+            if ref not in ready_set:
+                continue
+            del self._drains[node]
+            try:
+                drained = ray.get(ref)
+            except RayActorError as exc:
+                self._running.discard(node)
+                rank = self._ranks_of(node)[0]
+                result.failures.append(WorkerFailure(rank, "died", f"the actor of node {node} died: "
+                                                     f"{str(exc).strip()[:500]}", self._info(rank), time.time()))
+                continue
+            lines += drained["lines"]
+            if drained["exit"] is not None:
+                ended.append((node, drained))
+        assert self._translator is not None
+        self._translator.lines(lines, result)
+        for node, drained in ended:
+            self._ended(node, drained, result)
+
+    def _ended(self, node: int, drained: dict, result: GroupPoll) -> None:
+        self._running.discard(node)
+        if drained["exit"] == 0:
+            result.finished_ranks += self._ranks_of(node)
+            return
+        result.failures.append(node_failure(self._ranks_of(node), drained["exit"], drained["tail"],
+                                            drained["tracker"], self.torchrun, self._info, time.time()))
+
+    def _info(self, rank: int) -> Optional[WorkerInfo]:
+        return self._infos[rank] if rank < len(self._infos) else None
+
+    def dump_stacks(self, out_dir: Path) -> list[Path]:
+        """Every rank's stacks, dumped with py-spy by its node, one file per rank in ``out_dir``."""
+        out_dir.mkdir(parents=True, exist_ok=True)
+        refs = [node.dump_stacks.remote() for node in self._nodes]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=DUMP_TIMEOUT_S * self.nproc_per_node + DRAIN_WAIT_S)
+        written = []
+        for node, ref in enumerate(refs):
+            try:
+                texts = ray.get(ref) if ref in ready else {}
+            except RayActorError as exc:
+                texts = {rank: f"the actor of node {node} died: {exc}\n" for rank in self._ranks_of(node)}
+            for rank in self._ranks_of(node):
+                target = out_dir / f"rank{rank}.txt"
+                target.write_text(texts.get(rank, f"rank {rank}: node {node} gave no stack (not answering, "
+                                                  f"or the rank's process was never found)\n"))
+                written.append(target)
+        return written
+
+    def shutdown(self) -> None:
+        """Stop every process of every node (SIGTERM, SIGKILL after the grace), then the actors."""
+        stops = [node.stop.remote(self.stop_grace_s) for node in self._nodes]
+        if stops:
+            ray.wait(stops, num_returns=len(stops), timeout=self.stop_grace_s + STOP_MARGIN_S)
+        for node in self._nodes:
+            ray.kill(node, no_restart=True)
+        self._nodes, self._drains, self._running = [], {}, set()
+        release(self._pg)
+        self._pg = None

@@ -1,0 +1,162 @@
+"""What a Megatron-style sub-run's output means to the controller: the lines
+its nodes printed become step and checkpoint reports, the watcher's
+observations and heartbeats; a node's torchrun that failed becomes one
+:class:`WorkerFailure` naming the rank to blame.
+
+Plain data in, plain data out (no Ray): :class:`MegatronWorkerGroup` feeds it.
+The log is read by the one Megatron parser (runmgr/watch/megatron_log.py);
+torchrun's failure report and the rerun machine's tracker lines by the reader
+given (runmgr/watch/torchrun.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+from pathlib import Path
+from typing import Any, Callable, Optional, Protocol, Sequence
+
+from runmgr.controller.group import GroupPoll, WorkerFailure, WorkerInfo
+from trainer.plan import ResumePlan
+from trainer.report import CheckpointReport, Heartbeat, StepReport
+
+FAILURE_TAIL_LINES = 40
+"""Lines of a failed node's output that go into its failure's text."""
+VALIDATION_EXIT = 17
+"""Megatron's rerun machine: failed result validation (the tracker file names the rank)."""
+_BLOCK_EDGE = "====="
+_ROOT_CAUSE = "Root Cause (first observed failure):"
+_TORCHRUN_TRACEBACK_END = "ChildFailedError"
+
+
+class LineReader(Protocol):
+    """The Megatron log parser (``MegatronLogReader``): one line in, an event or None out."""
+
+    def parse(self, line: str, *args: Any, **kwargs: Any) -> Any: ...
+
+
+class TorchrunReader(Protocol):
+    """Reads torchrun's failure report (runmgr/watch/torchrun.py; the module itself fits)."""
+
+    def root_cause(self, text: str) -> Any:
+        """The first observed failure (``.rank``, ``.exitcode``), or None."""
+
+    def tracker_lines(self, text: str) -> list:
+        """The rerun machine's tracker lines in ``text`` (each with ``.rank``)."""
+
+
+class OutputTranslator:
+    """Turns one sub-run's lines into a :class:`GroupPoll`'s reports. Keeps the
+    parser's state (the previous step, save starts) for this sub-run only."""
+
+    def __init__(self, plan: ResumePlan, ranks: Sequence[int], reader: LineReader,
+                 checkpoint_dir: Optional[Path], seq_length: Optional[int]) -> None:
+        self.plan = plan
+        self.ranks = tuple(ranks)
+        self.reader = reader
+        self.checkpoint_dir = checkpoint_dir
+        self.seq_length = seq_length
+        # Until the parser takes the arrival time itself, the adapter below sets it.
+        self._reader_takes_time = "received_at" in inspect.signature(reader.parse).parameters
+        self._save_started: dict[int, float] = {}
+
+    def started(self, poll: GroupPoll, at: float) -> None:
+        """Every rank beats ``init`` when its node's command starts."""
+        poll.heartbeats += [Heartbeat(rank, "init", 0, at) for rank in self.ranks]
+
+    def lines(self, lines: Sequence[tuple[float, str]], poll: GroupPoll) -> None:
+        """Parse ``(arrival time, line)`` pairs, in arrival order, into ``poll``."""
+        for at, line in sorted(lines, key=lambda pair: pair[0]):
+            event = self._parse(line, at)
+            if event is not None:
+                self._handle(event, poll)
+        poll.steps.sort(key=lambda report: report.step)
+
+    def _parse(self, line: str, at: float) -> Any:
+        if self._reader_takes_time:
+            event = self.reader.parse(line, received_at=at)
+        else:
+            event = self.reader.parse(line)
+            event = dataclasses.replace(event, time=at) if event is not None and hasattr(event, "time") else event
+        if event is not None and hasattr(event, "subrun"):
+            event = dataclasses.replace(event, subrun=self.plan.subrun)  # the plan's id, not the parser's numbering
+        return event
+
+    def _handle(self, event: Any, poll: GroupPoll) -> None:
+        # By name: the parser's event classes (runmgr/watch/observations.py) are the contract.
+        kind = type(event).__name__
+        if kind == "WorkerExit":
+            return  # a death line: the node's exit status reports the failure, with its output
+        poll.observations.append(event)
+        if kind == "StepObservation":
+            poll.steps.append(self._step_report(event))
+            poll.heartbeats += [Heartbeat(rank, "step", event.step, event.time) for rank in self.ranks]
+        elif kind == "SaveStarted":
+            self._save_started[event.step] = event.time
+            poll.heartbeats += [Heartbeat(rank, "checkpoint", event.step, event.time) for rank in self.ranks]
+        elif kind == "CheckpointObservation":
+            poll.checkpoints.append(self._checkpoint_report(event))
+
+    def _step_report(self, obs: Any) -> StepReport:
+        known = lambda value, default: default if value is None else value  # noqa: E731
+        tokens = obs.global_batch * self.seq_length if obs.global_batch and self.seq_length else 0
+        return StepReport(
+            subrun=self.plan.subrun, step=obs.step, loss=known(obs.loss, math.nan),
+            grad_norm=known(obs.grad_norm, math.nan), lr=known(obs.lr, math.nan),
+            loss_scale=known(obs.loss_scale, 1.0), tokens=tokens, consumed_samples=known(obs.consumed_samples, 0),
+            step_time=known(obs.step_time, 0.0), compute_times=(), skipped=obs.skipped, time=obs.time)
+
+    def _checkpoint_report(self, obs: Any) -> CheckpointReport:
+        started = self._save_started.get(obs.step)
+        return CheckpointReport(subrun=self.plan.subrun, step=obs.step, path=self.checkpoint_path(obs.step),
+                                seconds=obs.time - started if started is not None else 0.0, time=obs.time)
+
+    def checkpoint_path(self, step: int) -> str:
+        """The built-in trainer's ``step_%08d`` when it exists there, else Megatron's ``iter_%07d``."""
+        if self.checkpoint_dir is None:
+            return ""
+        ours = self.checkpoint_dir / f"step_{step:08d}"
+        return str(ours if ours.exists() else self.checkpoint_dir / f"iter_{step:07d}")
+
+
+def node_failure(node_ranks: Sequence[int], exit_code: int, tail: Sequence[str], tracker: Sequence[str],
+                 torchrun: TorchrunReader, worker_of: Callable[[int], Optional[WorkerInfo]], at: float) -> WorkerFailure:
+    """One failure for a node whose torchrun exited with ``exit_code`` (non-zero). The rank
+    blamed: the tracker's for a failed validation, else torchrun's root cause, else the
+    node's first. Its text: what the rank's exit was, torchrun's root-cause block, the
+    output's last lines and the tracker lines of the sub-run."""
+    lines = list(tail)
+    cause = torchrun.root_cause("\n".join(lines))
+    code = cause.exitcode if cause is not None and cause.exitcode is not None else exit_code
+    rejected = torchrun.tracker_lines("\n".join(tracker)) if tracker else []
+    if code == VALIDATION_EXIT and rejected:
+        rank = int(rejected[0].rank)
+    elif cause is not None and cause.rank is not None:
+        rank = int(cause.rank)
+    else:
+        rank = node_ranks[0]
+    block, rest = split_root_cause(lines)
+    parts = [f"rank {rank} exited with code {code}", *block, *rest[-FAILURE_TAIL_LINES:], *tracker]
+    return WorkerFailure(rank, "error", "\n".join(parts), worker_of(rank), at)
+
+
+def split_root_cause(lines: Sequence[str]) -> tuple[list[str], list[str]]:
+    """torchrun's last failure report (the ``=====`` block holding the root cause) and
+    the other lines, without torchrun's own traceback (it says only that a child failed)."""
+    lines = list(lines)
+    marks = [i for i, line in enumerate(lines) if _ROOT_CAUSE in line]
+    block: list[str] = []
+    if marks:
+        start = next((i for i in range(marks[-1], -1, -1) if lines[i].startswith(_BLOCK_EDGE)), marks[-1])
+        end = next((i for i in range(marks[-1], len(lines)) if lines[i].startswith(_BLOCK_EDGE)), len(lines) - 1)
+        block, lines = lines[start:end + 1], lines[:start] + lines[end + 1:]
+    return block, _without_torchrun_traceback(lines)
+
+
+def _without_torchrun_traceback(lines: list[str]) -> list[str]:
+    ends = [i for i, line in enumerate(lines) if _TORCHRUN_TRACEBACK_END in line and "Error:" in line]
+    if not ends:
+        return lines
+    starts = [i for i in range(ends[-1]) if lines[i].startswith("Traceback (most recent call last):")]
+    return lines[:starts[-1]] + lines[ends[-1] + 1:] if starts else lines

@@ -1,0 +1,155 @@
+"""A Megatron-style job under the worker group: real torchrun processes of a
+fake pretrain script on a real local Ray. What the group reports is what the
+controller and the watcher act on: the steps and checkpoints the log shows,
+and one failure per failed node naming the rank to blame."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from runmgr.watch.observations import CheckpointObservation, StepObservation
+from runmgr.workers import proctree
+from tests.runmgr.workers.megatron_helpers import make_group, poll_until
+from trainer.config import TrainerConfig
+from trainer.plan import ResumePlan
+
+pytestmark = pytest.mark.slow
+PLAN = ResumePlan(subrun="3.01")
+
+
+@pytest.fixture
+def gate(tmp_path: Path) -> Path:
+    where = tmp_path / "gate"
+    where.mkdir()
+    return where
+
+
+def started(local_ray, args, **kwargs):
+    group = make_group(args, **kwargs)
+    workers = group.start(TrainerConfig(), PLAN)
+    return group, workers
+
+
+def only_failure(group):
+    seen = poll_until(group, lambda s: s.all("failures"))
+    failures = seen.all("failures")
+    assert len(failures) == 1, failures
+    return failures[0], seen
+
+
+def test_a_job_that_trains_and_ends_reports_its_steps_its_checkpoint_and_its_end(local_ray, gate, tmp_path):
+    save = tmp_path / "save"
+    group, workers = started(local_ray, ["--mode", "ok", "--gate", str(gate), "--save", str(save)],
+                             checkpoint_dir=save, seq_length=16)
+    try:
+        assert [w.rank for w in workers] == [0, 1]
+        for worker in workers:  # each rank's own process, the one chaos kills
+            assert proctree.environment(worker.pid)["RANK"] == str(worker.rank)
+        (gate / "release").touch()
+        seen = poll_until(group, lambda s: set(s.all("finished_ranks")) == {0, 1})
+    finally:
+        group.shutdown()
+    assert not seen.all("failures")
+    steps = seen.all("steps")
+    assert [s.step for s in steps] == [1, 2, 3]
+    assert [s.loss for s in steps] == pytest.approx([4.9, 4.8, 4.7])
+    assert {(s.subrun, s.tokens, s.consumed_samples) for s in steps[:1]} == {("3.01", 8 * 16, 8)}
+    assert all(s.compute_times == () and not s.skipped and not math.isnan(s.grad_norm) for s in steps)
+    observations = seen.all("observations")
+    assert [o.step for o in observations if isinstance(o, StepObservation)] == [1, 2, 3]
+    assert {o.subrun for o in observations} == {"3.01"}  # the plan's id, not the parser's own numbering
+    assert [o.step for o in observations if isinstance(o, CheckpointObservation)] == [2]
+    [checkpoint] = seen.all("checkpoints")
+    assert (checkpoint.step, checkpoint.path, checkpoint.subrun) == (2, str(save / "iter_0000002"), "3.01")
+    beats = {(b.rank, b.phase, b.step) for b in seen.all("heartbeats")}
+    assert {(0, "init", 0), (1, "init", 0), (0, "step", 3), (1, "step", 3)} <= beats
+    commands = seen.polls[0].commands
+    assert [c["node_rank"] for c in commands] == [0] and "--nproc-per-node" in commands[0]["argv"]
+    assert all(not poll.commands for poll in seen.polls[1:])
+
+
+def test_megatrons_resume_to_disambiguate_exit_is_one_failure_with_its_code_and_message(local_ray, gate):
+    group, _ = started(local_ray, ["--mode", "rerun", "--gate", str(gate)])
+    try:
+        failure, _ = only_failure(group)
+    finally:
+        group.shutdown()
+    assert failure.rank in (0, 1) and failure.kind == "error"
+    assert failure.text.startswith(f"rank {failure.rank} exited with code 16")
+    assert "Please resume the job from the checkpoint to rerun the last iteration" in failure.text
+    assert "Root Cause (first observed failure)" in failure.text
+
+
+def test_a_failed_validation_blames_the_rank_the_tracker_file_names(local_ray, gate, tmp_path):
+    tracker = tmp_path / "rejected.txt"
+    tracker.write_text("ts=2026-08-01 node=old device=0 jobID=N/A rank=0 iteration=2 status=initial_run "
+                       "result=nan message='an earlier sub-run'\n")
+    group, workers = started(local_ray, ["--mode", "validation", "--gate", str(gate),
+                                         "--result-rejected-tracker-filename", str(tracker)])
+    try:
+        failure, _ = only_failure(group)
+    finally:
+        group.shutdown()
+    # Rank 0 exited first (torchrun's root cause); the tracker line of this sub-run names rank 1.
+    assert failure.rank == 1 and failure.worker == workers[1]
+    assert failure.text.startswith("rank 1 exited with code 17")
+    assert "rank=1 iteration=7 status=RerunValidationStatus.INITIAL_RUN" in failure.text
+    assert "an earlier sub-run" not in failure.text
+
+
+def test_an_nccl_watchdog_abort_is_the_aborting_ranks_failure_with_its_text(local_ray, gate):
+    group, _ = started(local_ray, ["--mode", "watchdog", "--gate", str(gate)])
+    try:
+        failure, _ = only_failure(group)
+    finally:
+        group.shutdown()
+    assert failure.rank == 1
+    assert failure.text.startswith("rank 1 exited with code -6")
+    assert "Watchdog caught collective operation timeout" in failure.text
+    assert "we are taking the entire process down" in failure.text
+    assert "raise ChildFailedError" not in failure.text  # torchrun's own traceback says nothing more
+
+
+def test_an_hccl_heartbeat_lost_exit_carries_the_hccl_text(local_ray, gate):
+    group, _ = started(local_ray, ["--mode", "hccl", "--gate", str(gate)])
+    try:
+        failure, _ = only_failure(group)
+    finally:
+        group.shutdown()
+    assert failure.rank == 1
+    assert failure.text.startswith("rank 1 exited with code 1")
+    assert "EI0002" in failure.text and "[Heartbeat Lost Occurred]" in failure.text
+
+
+def test_a_rank_killed_by_its_pid_is_that_ranks_failure(local_ray, gate):
+    group, workers = started(local_ray, ["--mode", "forever", "--gate", str(gate)])
+    try:
+        seen = poll_until(group, lambda s: s.all("steps"))
+        os.kill(workers[1].pid, signal.SIGKILL)
+        failure, _ = only_failure(group)
+    finally:
+        group.shutdown()
+    assert failure.rank == 1 and failure.worker == workers[1]
+    assert failure.text.startswith("rank 1 exited with code -9")
+
+
+def test_shutdown_leaves_no_process_of_any_node(local_ray, gate, tmp_path):
+    group, workers = started(local_ray, ["--mode", "forever", "--gate", str(gate)], nodes=2, nproc=1)
+    try:
+        poll_until(group, lambda s: all((gate / f"pids-{rank}").exists() for rank in (0, 1)))
+        ranks_and_grandchildren = [int(p) for rank in (0, 1) for p in (gate / f"pids-{rank}").read_text().split()]
+        assert [w.pid for w in workers] == ranks_and_grandchildren[::2]
+        torchruns = [proctree.parent_of(w.pid) for w in workers]
+        stacks = group.dump_stacks(tmp_path / "stacks")
+        assert [p.name for p in stacks] == ["rank0.txt", "rank1.txt"]
+        assert stacks[1].read_text().startswith(f"rank 1  pid {workers[1].pid}  node rank 1")
+    finally:
+        group.shutdown()
+    everything = [*torchruns, *ranks_and_grandchildren]
+    assert len(set(everything)) == 6
+    assert [pid for pid in everything if proctree.alive(pid)] == []

@@ -27,7 +27,7 @@ from runmgr.stacks import DUMP_TIMEOUT_S
 from runmgr.watch.megatron_log import MegatronLogReader
 from runmgr.workers.lease import DriverIdentity
 from runmgr.workers.megatron_node import RemoteMegatronNode
-from runmgr.workers.megatron_output import LineReader, OutputTranslator, TorchrunReader, node_failure
+from runmgr.workers.megatron_output import OutputTranslator, TorchrunReader, node_failure
 from runmgr.workers.placing import place, release
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
@@ -60,7 +60,7 @@ class MegatronWorkerGroup:
                  torchrun: TorchrunReader, start_timeout_s: float, lease_s: float,
                  checkpoint_dir: Optional[Path] = None, seq_length: Optional[int] = None,
                  admitted_node_ids: Optional[list[str]] = None, stop_grace_s: float = 10.0,
-                 make_reader: Callable[[], LineReader] = MegatronLogReader) -> None:
+                 make_reader: Callable[[], MegatronLogReader] = MegatronLogReader) -> None:
         """``make_commands``: the sub-run's node commands from its plan; ``torchrun``: reads
         torchrun's failure report and the tracker lines (runmgr.watch.torchrun);
         ``checkpoint_dir``: the job's ``--save``; ``seq_length``: its ``--seq-length``

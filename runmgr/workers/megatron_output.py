@@ -12,12 +12,13 @@ given (runmgr/watch/torchrun.py).
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 from runmgr.controller.group import GroupPoll, WorkerFailure, WorkerInfo
+from runmgr.watch.megatron_log import LogEvent, MegatronLogReader
+from runmgr.watch.observations import CheckpointObservation, SaveStarted, StepObservation, WorkerExit
 from trainer.plan import ResumePlan
 from trainer.report import CheckpointReport, Heartbeat, StepReport
 
@@ -28,12 +29,6 @@ VALIDATION_EXIT = 17
 _BLOCK_EDGE = "====="
 _ROOT_CAUSE = "Root Cause (first observed failure):"
 _TORCHRUN_TRACEBACK_END = "ChildFailedError"
-
-
-class LineReader(Protocol):
-    """The Megatron log parser (``MegatronLogReader``): one line in, an event or None out."""
-
-    def parse(self, line: str, *args: Any, **kwargs: Any) -> Any: ...
 
 
 class TorchrunReader(Protocol):
@@ -50,15 +45,13 @@ class OutputTranslator:
     """Turns one sub-run's lines into a :class:`GroupPoll`'s reports. Keeps the
     parser's state (the previous step, save starts) for this sub-run only."""
 
-    def __init__(self, plan: ResumePlan, ranks: Sequence[int], reader: LineReader,
+    def __init__(self, plan: ResumePlan, ranks: Sequence[int], reader: MegatronLogReader,
                  checkpoint_dir: Optional[Path], seq_length: Optional[int]) -> None:
         self.plan = plan
         self.ranks = tuple(ranks)
         self.reader = reader
         self.checkpoint_dir = checkpoint_dir
         self.seq_length = seq_length
-        # Until the parser takes the arrival time itself, the adapter below sets it.
-        self._reader_takes_time = "received_at" in inspect.signature(reader.parse).parameters
         self._save_started: dict[int, float] = {}
 
     def started(self, poll: GroupPoll, at: float) -> None:
@@ -73,32 +66,26 @@ class OutputTranslator:
                 self._handle(event, poll)
         poll.steps.sort(key=lambda report: report.step)
 
-    def _parse(self, line: str, at: float) -> Any:
-        if self._reader_takes_time:
-            event = self.reader.parse(line, received_at=at)
-        else:
-            event = self.reader.parse(line)
-            event = dataclasses.replace(event, time=at) if event is not None and hasattr(event, "time") else event
-        if event is not None and hasattr(event, "subrun"):
+    def _parse(self, line: str, at: float) -> Optional[LogEvent]:
+        event = self.reader.parse(line, received_at=at)
+        if event is not None:
             event = dataclasses.replace(event, subrun=self.plan.subrun)  # the plan's id, not the parser's numbering
         return event
 
-    def _handle(self, event: Any, poll: GroupPoll) -> None:
-        # By name: the parser's event classes (runmgr/watch/observations.py) are the contract.
-        kind = type(event).__name__
-        if kind == "WorkerExit":
+    def _handle(self, event: LogEvent, poll: GroupPoll) -> None:
+        if isinstance(event, WorkerExit):
             return  # a death line: the node's exit status reports the failure, with its output
         poll.observations.append(event)
-        if kind == "StepObservation":
+        if isinstance(event, StepObservation):
             poll.steps.append(self._step_report(event))
             poll.heartbeats += [Heartbeat(rank, "step", event.step, event.time) for rank in self.ranks]
-        elif kind == "SaveStarted":
+        elif isinstance(event, SaveStarted):
             self._save_started[event.step] = event.time
             poll.heartbeats += [Heartbeat(rank, "checkpoint", event.step, event.time) for rank in self.ranks]
-        elif kind == "CheckpointObservation":
+        elif isinstance(event, CheckpointObservation):
             poll.checkpoints.append(self._checkpoint_report(event))
 
-    def _step_report(self, obs: Any) -> StepReport:
+    def _step_report(self, obs: StepObservation) -> StepReport:
         known = lambda value, default: default if value is None else value  # noqa: E731
         tokens = obs.global_batch * self.seq_length if obs.global_batch and self.seq_length else 0
         return StepReport(
@@ -107,7 +94,7 @@ class OutputTranslator:
             loss_scale=known(obs.loss_scale, 1.0), tokens=tokens, consumed_samples=known(obs.consumed_samples, 0),
             step_time=known(obs.step_time, 0.0), compute_times=(), skipped=obs.skipped, time=obs.time)
 
-    def _checkpoint_report(self, obs: Any) -> CheckpointReport:
+    def _checkpoint_report(self, obs: CheckpointObservation) -> CheckpointReport:
         started = self._save_started.get(obs.step)
         return CheckpointReport(subrun=self.plan.subrun, step=obs.step, path=self.checkpoint_path(obs.step),
                                 seconds=obs.time - started if started is not None else 0.0, time=obs.time)

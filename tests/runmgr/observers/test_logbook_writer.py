@@ -80,7 +80,7 @@ def test_the_command_of_each_node_is_recorded_so_a_person_can_rerun_it(tmp_path)
                                         "pretrain_gpt.py", "--lr", "1.5e-4", "--data-path", "/data/my corpus"],
                "env": {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "WANDB_API_KEY": "***"}}
     group = FakeGroup([GroupPoll(steps=[step_report(s) for s in range(1, 31)], commands=[command]),
-                       GroupPoll(finished_ranks=[0])])
+                       GroupPoll(finished_ranks=[0, 1])])
     with Logbook.open(tmp_path) as book:
         controller, _ = make_controller([group], observers=(LogbookObserver(book, CONFIG),))
         controller.run()

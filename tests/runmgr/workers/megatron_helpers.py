@@ -13,7 +13,7 @@ from typing import Callable, Mapping, Sequence
 from runmgr.config.schema import ClusterConfig
 from runmgr.controller.group import GroupPoll
 from runmgr.workers.megatron_group import MegatronWorkerGroup
-from tests.runmgr.workers import torchrun_standin
+from runmgr.watch import torchrun
 from trainer.plan import ResumePlan
 
 SCRIPT = Path(__file__).parent / "megatron_scripts" / "fake_megatron.py"
@@ -45,7 +45,7 @@ def torchrun_commands(script_args: Sequence[str], nproc: int):
 
 def make_group(script_args: Sequence[str], nodes: int = 1, nproc: int = 2, **kwargs) -> MegatronWorkerGroup:
     cluster = ClusterConfig(num_workers=nodes * nproc, cpus_per_worker=0.25)
-    return MegatronWorkerGroup(cluster, "cpu", nproc, torchrun_commands(script_args, nproc), torchrun_standin,
+    return MegatronWorkerGroup(cluster, "cpu", nproc, torchrun_commands(script_args, nproc), torchrun,
                                start_timeout_s=60.0, lease_s=30.0, stop_grace_s=5.0, **kwargs)
 
 

@@ -6,15 +6,14 @@ node's text keeps torchrun's root cause but not its own traceback."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from runmgr.controller.group import GroupPoll, WorkerInfo
 from runmgr.watch.megatron_log import MegatronLogReader
-from runmgr.watch.observations import CheckpointObservation
+from runmgr.watch.observations import CheckpointObservation, SaveStarted
 from runmgr.workers.megatron_output import OutputTranslator, node_failure
-from tests.runmgr.workers import torchrun_standin
+from runmgr.watch import torchrun
 from trainer.plan import ResumePlan
 
 PLAN = ResumePlan(subrun="7.02")
@@ -32,15 +31,6 @@ def test_a_step_is_reported_at_its_arrival_under_the_plans_sub_run_with_missing_
     assert [(o.subrun, o.time) for o in poll.observations] == [("7.02", 1000.0)]
     assert {(b.rank, b.phase, b.step, b.time) for b in poll.heartbeats} == {(0, "step", 5, 1000.0),
                                                                             (1, "step", 5, 1000.0)}
-
-
-@dataclass(frozen=True)
-class SaveStarted:
-    """Stand-in for the parser's event of the same name (runmgr.watch.observations, another branch)."""
-
-    step: int
-    time: float
-    subrun: str
 
 
 class SavingReader:
@@ -86,7 +76,7 @@ Root Cause (first observed failure):
 
 def test_a_failed_node_blames_the_root_cause_rank_and_keeps_its_block_without_torchruns_traceback():
     worker = WorkerInfo(2, 4242, "n1", "10.0.0.2")
-    failure = node_failure([2, 3], 1, TORCHRUN_REPORT.splitlines(), [], torchrun_standin,
+    failure = node_failure([2, 3], 1, TORCHRUN_REPORT.splitlines(), [], torchrun,
                            lambda rank: worker if rank == 2 else None, 5.0)
     assert (failure.rank, failure.worker, failure.kind, failure.time) == (2, worker, "error", 5.0)
     lines = failure.text.splitlines()
@@ -96,5 +86,5 @@ def test_a_failed_node_blames_the_root_cause_rank_and_keeps_its_block_without_to
 
 
 def test_a_node_without_torchruns_report_blames_its_first_rank_with_torchruns_own_code():
-    failure = node_failure([4, 5], -9, ["Killed"], [], torchrun_standin, lambda rank: None, 1.0)
+    failure = node_failure([4, 5], -9, ["Killed"], [], torchrun, lambda rank: None, 1.0)
     assert (failure.rank, failure.text) == (4, "rank 4 exited with code -9\nKilled")

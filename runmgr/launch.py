@@ -14,6 +14,7 @@ from logbook import Logbook
 from runmgr import cluster as ray_cluster
 from runmgr.config.compose import config_as_dict, load_run_config
 from runmgr.config.schema import RunConfig
+from runmgr.megatron.job import aligned
 from runmgr.controller.judge import ClusterSlots, Judge
 from runmgr.controller.machine import Controller, SubrunIds, no_uploads
 from runmgr.controller.states import Finished, Launching
@@ -31,7 +32,6 @@ from runmgr.placement import resolve_device_kind
 from runmgr.resume import RemoteCheckpoints, RemoteUnavailable, find_resume_point, listed_checkpoints, resume_at
 from runmgr.s3.client import S3Client
 from runmgr.s3.mirror import S3Mirror
-from runmgr.stacks import dump_stacks
 from runmgr.chaos.build import Chaos, build_chaos
 from runmgr.workers.devicepoll import DevicePollGroup
 from runmgr.diskspace import DISK_WRITE_ERRORS, DiskReserve, end_on_full_disk, is_disk_full
@@ -40,7 +40,8 @@ from runmgr.errors import DiskFullError, RunStateError
 from runmgr.rundir import RunDirLock
 from runmgr.status import ENDED_STATES, mark_stopped, read_status
 from runmgr.stopping import StopRequest, stop_on_signals
-from runmgr.workers.group import RayWorkerGroup, node_slots
+from runmgr.runners import builtin_runner, megatron_runner
+from runmgr.workers.group import node_slots
 from trainer.data import check_data_path
 from trainer.manifest import read_manifest
 from trainer.plan import ResumePlan
@@ -115,17 +116,26 @@ def wait_for_lost_workers(run_dir: Path, lease_s: float, out: TextIO, clock=time
         sleep(remaining)
 
 
+def load_config(conf_name: str, overrides: list[str], conf_dir: Path | None) -> RunConfig:
+    """The checked config; for a Megatron job, with the iterations, batch sizes and checkpoint
+    directory its arguments say (they are the truth runmgr's progress and arithmetic read)."""
+    config = load_run_config(conf_name, overrides, conf_dir)
+    return aligned(config) if config.drives_megatron else config
+
+
 def launch(conf_name: str, overrides: list[str], dry_run: bool = False, conf_dir: Path | None = None,
            out: TextIO = sys.stdout) -> int:
-    config = load_run_config(conf_name, overrides, conf_dir)
+    config = load_config(conf_name, overrides, conf_dir)
     check_data_path(config.data)
     if dry_run:
         out.write(render_plan(build_plan(config, inspect_cluster(config.cluster))) + "\n")
         return 0
     # Before anything is written or started: a run that cannot start is one line, exit 2.
     ray_cluster.preflight(config.cluster)
-    note = refuse_changed_model_shape(config)
-    refuse_unrunnable_plan(config, conf_name, overrides)
+    runs_this_conf = not config.drives_megatron or not (config.megatron.script or config.megatron.args)
+    note = refuse_changed_model_shape(config) if runs_this_conf else None  # else the job's own args describe it
+    if runs_this_conf:
+        refuse_unrunnable_plan(config, conf_name, overrides)
     if note:
         out.write(note + "\n")
     metrics = MetricsServer.start(config.metrics)  # an address it cannot take: one line, before anything is written
@@ -163,7 +173,7 @@ def run_lineage(config: RunConfig, conf_name: str, overrides: list[str], conf_di
     chaos = build_chaos(config)
     chaos_overrides = chaos.prepare()  # faulty inputs (garbage data, a bad LR) for this lineage
     if chaos_overrides:
-        config = load_run_config(conf_name, [*overrides, *chaos_overrides], conf_dir)
+        config = load_config(conf_name, [*overrides, *chaos_overrides], conf_dir)
     ids = SubrunIds(config.run.number, len(book.lineage()))
     mirror = S3Mirror(S3Client(config.checkpoint.s3, config.run.name)) if config.checkpoint.s3.enabled else None
     initial = initial_state(config, book, ids, remote=mirror)
@@ -239,20 +249,21 @@ def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, 
     devices = DevicePollGroup(poll_nodes, config.health.poll_interval_s,
                               path=chaos.device_path() if chaos is not None else None)
     devices.start()
-    world_sizes = tuple(size for size in range(config.world_size, 0, -1) if not trainer_config.problems(size))
-    slots = ClusterSlots(lambda: node_slots(config.cluster, device_kind, admitted_node_ids), world_sizes)
+    if config.drives_megatron:
+        runner = megatron_runner(config, device_kind, admitted_node_ids)
+    else:
+        runner = builtin_runner(config, trainer_config, device_kind, admitted_node_ids,
+                                wrap_reporter=chaos.step_gate() if chaos is not None else None)
+    slots = ClusterSlots(lambda: node_slots(config.cluster, device_kind, admitted_node_ids), runner.world_sizes)
     judge = Judge(config.watcher, config.policy,
-                  lambda max_step: listed_checkpoints(checkpoint_dir, max_step, remote=known), slots)
+                  lambda max_step: listed_checkpoints(checkpoint_dir, max_step, remote=known), slots,
+                  abilities=runner.abilities)
     controller = Controller(
-        initial, trainer_config,
-        make_group=lambda: RayWorkerGroup(
-            config.cluster, device_kind, config.controller.start_timeout_s, config.controller.worker_lease_s,
-            admitted_node_ids=admitted_node_ids,
-            wrap_reporter=chaos.step_gate() if chaos is not None else None),
+        initial, trainer_config, make_group=runner.make_group,
         resume_at=lambda step, why: resume_at(checkpoint_dir, step, why, remote=known),
         judge=judge, subrun_ids=ids, poll_interval_s=config.controller.poll_interval_s, observers=observers,
         read_devices=devices.drain, read_uploads=mirroring.read_uploads if mirroring is not None else no_uploads,
-        dump_stacks=lambda subrun, workers: dump_stacks(run_dir, subrun, workers),
+        dump_stacks=runner.dump_stacks,
     )
     try:
         final = controller.run()

@@ -17,7 +17,7 @@ from typing import Optional
 from trainer.config import TRAINER_SECTIONS, Choice, TrainerConfig
 
 from health.config import HealthConfig, HealthConfigError, validate as validate_health
-from runmgr.config.chaos import INPUT_KINDS, ChaosConfig
+from runmgr.config.chaos import INPUT_KINDS, RANK_KINDS, ChaosConfig
 from runmgr.config.megatron import MegatronConfig, TrainerKind, TrainerSection, save_dir
 from runmgr.config.metrics import MetricsConfig
 from runmgr.config.numbers import number_problems
@@ -221,9 +221,14 @@ class RunConfig(TrainerConfig):
         out = self.megatron.problems(world_size)
         if self.checkpoint.s3.enabled:
             out.append("checkpoint.s3 is not supported yet for trainer.kind=megatron: set checkpoint.s3.bucket=null")
-        if self.megatron.script is not None:
+        if self.megatron.script is not None or self.megatron.args:
             rewritten = sorted({str(fault.kind) for _, fault in self.chaos.of_kinds(INPUT_KINDS)})
             if rewritten:
-                out.append(f"chaos faults {', '.join(rewritten)} rewrite the built-in trainer's data or LR and "
-                           f"cannot reach a user's Megatron script: remove them (or chaos=none)")
+                out.append(f"chaos faults {', '.join(rewritten)} rewrite this conf's data or LR, which reach the "
+                           f"job only through the arguments runmgr derives (megatron.script and megatron.args "
+                           f"unset): remove them (or chaos=none)")
+        paused = sorted({str(fault.kind) for _, fault in self.chaos.of_kinds(RANK_KINDS)})
+        if paused:
+            out.append(f"chaos faults {', '.join(paused)} are carried out by the built-in trainer's reporter, which "
+                       f"a Megatron job under torchrun does not have: remove them (or use trainer.kind=builtin)")
         return out

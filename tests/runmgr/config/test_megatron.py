@@ -90,9 +90,21 @@ def test_s3_copies_are_refused_for_a_megatron_job(tmp_path):
 
 def test_faults_that_rewrite_the_built_in_trainers_inputs_are_refused_with_a_user_script(tmp_path):
     (tmp_path / "pretrain_gpt.py").write_text("")
-    with pytest.raises(ConfigError, match="chaos faults garbage_data, recurring_instability .*cannot reach"):
+    with pytest.raises(ConfigError, match="chaos faults garbage_data, recurring_instability .*reach the job only"):
         load_run_config("demo", [f"run.dir={tmp_path}", "trainer.kind=megatron",
                                  f"megatron.script={tmp_path / 'pretrain_gpt.py'}", job_args(tmp_path / "c")])
+
+
+def test_faults_that_rewrite_inputs_are_refused_with_the_dialects_own_args_too(tmp_path):
+    # The garbage copy reaches the job through derived args only; explicit args would never carry it.
+    with pytest.raises(ConfigError, match="chaos faults garbage_data, recurring_instability .*reach the job only"):
+        load_run_config("demo", [f"run.dir={tmp_path}", "trainer.kind=megatron", "megatron.script=-m trainer",
+                                 job_args(tmp_path / "c")])
+
+
+def test_pauses_carried_out_by_the_built_in_reporter_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match="pause_at_step are carried out by the built-in trainer's reporter"):
+        load_run_config("demo", [f"run.dir={tmp_path}", "trainer.kind=megatron", "chaos=pause_at_step"])
 
 
 def test_the_jobs_args_are_the_truth_of_iterations_batches_and_checkpoints(tmp_path):

@@ -12,6 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from runmgr.config.policy import PolicyConfig
+from runmgr.config.watcher import WatcherConfig
+from runmgr.controller.group import GroupPoll
+from runmgr.controller.judge import Judge, node_name
+from runmgr.policy.checkpoints import VerifiedCheckpoint
 from runmgr.watch.observations import CheckpointObservation, StepObservation
 from runmgr.workers import proctree
 from tests.runmgr.workers.megatron_helpers import make_group, poll_until
@@ -33,6 +38,15 @@ def started(local_ray, args, **kwargs):
     group = make_group(args, **kwargs)
     workers = group.start(TrainerConfig(), PLAN)
     return group, workers
+
+
+def judged(failure, workers):
+    """The incident and the decision the driver's judge makes of ``failure`` (default
+    watcher and policy, a verified checkpoint at step 20, two spare-less nodes)."""
+    judge = Judge(WatcherConfig(), PolicyConfig(), lambda max_step: [VerifiedCheckpoint(20, 160)])
+    judge.start_subrun(workers)
+    [judgement] = judge.judge(PLAN.subrun, GroupPoll(failures=[failure]), [], failure.time, 25)
+    return judgement.incident, judgement.decision
 
 
 def only_failure(group):
@@ -74,11 +88,14 @@ def test_a_job_that_trains_and_ends_reports_its_steps_its_checkpoint_and_its_end
 
 
 def test_megatrons_resume_to_disambiguate_exit_is_one_failure_with_its_code_and_message(local_ray, gate):
-    group, _ = started(local_ray, ["--mode", "rerun", "--gate", str(gate)])
+    group, workers = started(local_ray, ["--mode", "rerun", "--gate", str(gate)])
     try:
         failure, _ = only_failure(group)
     finally:
         group.shutdown()
+    incident, decision = judged(failure, workers)
+    assert (incident.kind, incident.evidence["category"], decision.action) == ("worker_death", "rerun", "restart")
+    assert decision.restart_point == "newest_at_restart"  # the checkpoint Megatron saved before exiting
     assert failure.rank in (0, 1) and failure.kind == "error"
     assert failure.text.startswith(f"rank {failure.rank} exited with code 16")
     assert "Please resume the job from the checkpoint to rerun the last iteration" in failure.text
@@ -98,16 +115,21 @@ def test_a_failed_validation_blames_the_rank_the_tracker_file_names(local_ray, g
     # Rank 0 exited first (torchrun's root cause); the tracker line of this sub-run names rank 1.
     assert failure.rank == 1 and failure.worker == workers[1]
     assert failure.text.startswith("rank 1 exited with code 17")
+    incident, decision = judged(failure, workers)
+    assert (incident.kind, incident.evidence["category"]) == ("worker_death", "validation")
+    assert decision.action == "exclude_node" and decision.exclude_nodes == (node_name(workers[1].node_id),)
     assert "rank=1 iteration=7 status=RerunValidationStatus.INITIAL_RUN" in failure.text
     assert "an earlier sub-run" not in failure.text
 
 
 def test_an_nccl_watchdog_abort_is_the_aborting_ranks_failure_with_its_text(local_ray, gate):
-    group, _ = started(local_ray, ["--mode", "watchdog", "--gate", str(gate)])
+    group, workers = started(local_ray, ["--mode", "watchdog", "--gate", str(gate)])
     try:
         failure, _ = only_failure(group)
     finally:
         group.shutdown()
+    incident, decision = judged(failure, workers)
+    assert (incident.kind, incident.evidence["category"], decision.action) == ("worker_death", "network", "restart")
     assert failure.rank == 1
     assert failure.text.startswith("rank 1 exited with code -6")
     assert "Watchdog caught collective operation timeout" in failure.text
@@ -116,11 +138,13 @@ def test_an_nccl_watchdog_abort_is_the_aborting_ranks_failure_with_its_text(loca
 
 
 def test_an_hccl_heartbeat_lost_exit_carries_the_hccl_text(local_ray, gate):
-    group, _ = started(local_ray, ["--mode", "hccl", "--gate", str(gate)])
+    group, workers = started(local_ray, ["--mode", "hccl", "--gate", str(gate)])
     try:
         failure, _ = only_failure(group)
     finally:
         group.shutdown()
+    incident, decision = judged(failure, workers)
+    assert (incident.kind, incident.evidence["category"], decision.action) == ("worker_death", "network", "restart")
     assert failure.rank == 1
     assert failure.text.startswith("rank 1 exited with code 1")
     assert "EI0002" in failure.text and "[Heartbeat Lost Occurred]" in failure.text

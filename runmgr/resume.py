@@ -15,6 +15,7 @@ a sub-run starts from is decided as before; S3 only supplies its files.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Protocol
@@ -84,6 +85,39 @@ def find_resume_point(checkpoint_dir: Path, max_step: int | None = None,
             point = _fetched(remote, step, checkpoint_dir, rejected)  # type: ignore[arg-type]
             if point is not None:
                 return point
+    return _newest_megatron(checkpoint_dir, max_step, limit, rejected)
+
+
+MEGATRON_TRACKER = "latest_checkpointed_iteration.txt"
+"""Megatron-LM's tracker file in its ``--save`` directory: the iteration of its last complete save."""
+_MEGATRON_DIR = re.compile(r"iter_(\d{7})")
+
+
+def megatron_checkpoints(save_dir: Path) -> dict[int, Path]:
+    """A real Megatron-LM job's own checkpoints (``iter_0000120``, no manifest) that count as
+    complete, by iteration: Megatron writes its tracker file once every rank finished a save,
+    so a folder past the tracker's iteration is a save cut short. None without a tracker."""
+    try:
+        latest = int((save_dir / MEGATRON_TRACKER).read_text().strip())
+    except (OSError, ValueError):  # no tracker (not a Megatron save dir), or "release"
+        return {}
+    found = {}
+    for path in save_dir.iterdir():
+        match = _MEGATRON_DIR.fullmatch(path.name)
+        if match and path.is_dir() and int(match.group(1)) <= latest and any(path.iterdir()):
+            found[int(match.group(1))] = path
+    return found
+
+
+def _newest_megatron(save_dir: Path, max_step: int | None, limit: str,
+                     rejected: list[tuple[str, str]]) -> ResumePoint:
+    """Where no checkpoint of runmgr's own format serves: the newest complete one of a
+    real Megatron job at or before ``max_step`` (None: from initialisation)."""
+    for step, path in sorted(megatron_checkpoints(save_dir).items(), reverse=True):
+        if max_step is not None and step > max_step:
+            rejected.append((str(path), f"{path.name} is past step {max_step}, {limit}"))
+            continue
+        return ResumePoint(str(path), step, tuple(rejected))
     return ResumePoint(None, 0, tuple(rejected))
 
 
@@ -153,4 +187,7 @@ def listed_checkpoints(checkpoint_dir: Path, max_step: int,
                     found[step] = VerifiedCheckpoint(step, remote.consumed_samples(step))
         except RemoteUnavailable:
             pass  # S3 out: the policy chooses among the local ones; the outage is judged on its own
+    for step in megatron_checkpoints(checkpoint_dir):  # a real Megatron job's (its stream position unknown here)
+        if step <= max_step and step not in found:
+            found[step] = VerifiedCheckpoint(step)
     return [found[step] for step in sorted(found)]

@@ -166,6 +166,8 @@ class Controller:
             return Failed(state.subrun, str(exc), self.last_step)
         if poll.steps:
             self.last_step = max(self.last_step, poll.steps[-1].step)
+        if poll.checkpoints:  # a job that skips iterations reports no step for them, but saves
+            self.last_step = max(self.last_step, max(c.step for c in poll.checkpoints))
         for observer in self.observers:
             observer.on_poll(state, poll)
         readings = [*self.read_devices(), *self.read_uploads()]

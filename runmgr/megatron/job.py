@@ -31,7 +31,8 @@ def effective_args(config: RunConfig) -> list[str]:
         return list(job.args)
     from trainer.megatron_args import to_megatron_args  # the dialect lives with the trainer that speaks it
 
-    return list(to_megatron_args(config.trainer_config()))
+    # runmgr reads the per-rank timings of Megatron's straggler report (runmgr/watch/stragglers.py)
+    return [*to_megatron_args(config.trainer_config()), "--log-straggler"]
 
 
 def aligned(config: RunConfig) -> RunConfig:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runmgr.resume import RemoteUnavailable, find_resume_point, listed_checkpoints
+from runmgr.resume import RemoteUnavailable, find_resume_point, listed_checkpoints, resume_at
 from tests.faults.checkpoint_damage import craft_metadata, small_checkpoint
 from trainer.manifest import MANIFEST_NAME, checkpoint_dir, list_checkpoints, read_manifest, step_of, verify_checkpoint
 
@@ -86,3 +86,29 @@ def test_the_policy_may_choose_a_checkpoint_only_the_durable_copy_holds(tmp_path
     listed = listed_checkpoints(local, max_step=25, remote=remote)
     assert [(c.step, c.consumed_samples) for c in listed] == [(10, 80), (20, 160)]
     assert remote.fetched == []
+
+
+def megatron_save_dir(tmp_path: Path, saved: tuple[int, ...], tracker: int) -> Path:
+    """A real Megatron-LM job's --save folder: iter_NNNNNNN folders and its tracker file."""
+    for step in saved:
+        folder = tmp_path / f"iter_{step:07d}"
+        folder.mkdir()
+        (folder / "common.pt").write_bytes(b"weights")
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text(f"{tracker}\n")
+    return tmp_path
+
+
+def test_a_real_megatron_jobs_checkpoints_count_up_to_its_tracker(tmp_path):
+    # 30 was being written when the job died: Megatron had not yet moved its tracker past 20.
+    save = megatron_save_dir(tmp_path, (10, 20, 30), tracker=20)
+    assert [c.step for c in listed_checkpoints(save, max_step=100)] == [10, 20]
+    point = resume_at(save, 25, "the last step the driver recorded")
+    assert (point.path, point.step) == (str(save / "iter_0000020"), 20)
+    earlier = resume_at(save, 15, "the checkpoint rollback_skip names")
+    assert earlier.step == 10 and earlier.rejected[0][0] == str(save / "iter_0000020")
+
+
+def test_a_folder_without_megatrons_tracker_holds_no_megatron_checkpoint(tmp_path):
+    save = megatron_save_dir(tmp_path, (10,), tracker=10)
+    (save / "latest_checkpointed_iteration.txt").unlink()
+    assert listed_checkpoints(save, max_step=100) == [] and resume_at(save, 50, "limit").path is None

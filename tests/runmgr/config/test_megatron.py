@@ -122,3 +122,13 @@ def test_without_script_or_args_the_conf_is_spelled_as_megatron_flags(tmp_path):
     lined_up = aligned(config)
     assert lined_up.training == config.training and lined_up.model.seq_length == config.model.seq_length
     assert lined_up.checkpoint_dir() == config.checkpoint_dir()
+
+
+def test_seed_000s_llama2_70b_on_mindspeed_composes_as_a_megatron_job(tmp_path):
+    script = tmp_path / "pretrain_gpt.py"
+    script.write_text("")
+    config = aligned(load_run_config("llama2_70b_mindspeed", [f"megatron.script={script}", f"run.dir={tmp_path}"]))
+    assert config.drives_megatron and config.megatron.flavor == "mindspeed_llm"
+    assert config.world_size == 512 and config.world_size % config.megatron.nproc_per_node == 0
+    assert (config.training.global_batch_size, config.model.seq_length) == (1024, 4096)
+    assert config.megatron.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"

@@ -9,10 +9,11 @@ Reported once per episode: NaN propagates, so every later step would repeat it.
 from __future__ import annotations
 
 import math
+import re
 from typing import Optional
 
 from runmgr.watch.incidents import NONFINITE, Incident
-from runmgr.watch.observations import StepObservation, onset_position
+from runmgr.watch.observations import StepObservation, WorkerExit, onset_position
 
 
 class NonFiniteDetector:
@@ -54,3 +55,50 @@ def _non_finite_signs(obs: StepObservation) -> list[str]:
     if obs.nan_iterations > 0:
         signs.append(f"{obs.nan_iterations} of {obs.iterations} iteration(s) had a NaN loss")
     return signs
+
+
+_RAISED = re.compile(r"Rank (\d+), node (\S+), device (\S+), iteration (\d+): Unexpected result "
+                     r"(nan|-?inf)\b(?: \(message='([^']*)'\))?", re.IGNORECASE)
+"""Megatron's result validation with reruns disabled (MindSpeed-LLM's default, Megatron-LM's
+before core_v0.14): a NaN/Inf loss or gradient raises this RuntimeError instead of being
+printed (megatron/core/rerun_state_machine.py, validate_result)."""
+
+
+class RaisedNonFiniteDetector:
+    """A rank that died raising a NaN/Inf it found (Megatron's validation of the loss or of
+    the gradients) diverged at that iteration: a NONFINITE incident for the ladder, with the
+    stream position of the iteration when the steps seen so far tell it, not a death."""
+
+    def __init__(self) -> None:
+        self._last: Optional[StepObservation] = None
+
+    def note_step(self, obs: StepObservation) -> None:
+        """The latest step seen (where the stream stood)."""
+        self._last = obs
+
+    def update(self, exit: WorkerExit, now: float) -> Optional[list[Incident]]:
+        """The incident when ``exit`` raised a non-finite result; None when it is another death."""
+        found = _RAISED.search(exit.text)
+        if found is None:
+            return None
+        rank, node, device, iteration, value, message = found.groups()
+        onset = int(iteration)
+        onset_sample, per_step = self._position(onset, exit.subrun)
+        return [Incident(
+            kind=NONFINITE, time=now, subrun=exit.subrun,
+            description=f"rank {rank} on {node} (device {device}) raised an unexpected {value} at iteration "
+                        f"{onset}" + (f" ({message})" if message else ""),
+            onset_step=onset, peak_step=onset, onset_sample=onset_sample, samples_per_step=per_step,
+            ranks=(exit.rank,) if exit.rank >= 0 else (), nodes=(exit.node,) if exit.node else (),
+            evidence={"raised": found.group(0), "host": node, "device": device, "value": value},
+        )]
+
+    def _position(self, onset: int, subrun: str) -> tuple[Optional[int], Optional[int]]:
+        """Where ``onset``'s batch starts in the stream, from the last step of this sub-run."""
+        last = self._last
+        if last is None or last.subrun != subrun or last.consumed_samples is None or last.step >= onset:
+            return None, None
+        per_step = last.global_batch
+        if per_step is None:
+            return None, None
+        return last.consumed_samples + (onset - 1 - last.step) * per_step, per_step

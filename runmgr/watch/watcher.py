@@ -15,7 +15,7 @@ from runmgr.watch.deaths import DeathDetector
 from runmgr.watch.devices import DeviceDetector
 from runmgr.watch.hang import HangDetector
 from runmgr.watch.incidents import GRAD_SPIKE, LAUNCH_FAILURE, LOSS_SPIKE, Incident
-from runmgr.watch.nonfinite import NonFiniteDetector
+from runmgr.watch.nonfinite import NonFiniteDetector, RaisedNonFiniteDetector
 from runmgr.watch.observations import (
     CheckpointObservation, DeviceObservation, HeartbeatObservation, LaunchFailure, LoadedCheckpoint, RankTimings,
     SaveStarted, StepObservation, UploadObservation, WorkerExit,
@@ -51,6 +51,7 @@ class Watcher:
         self.hang = HangDetector(config.hang)
         self.devices = DeviceDetector(config.devices)
         self.deaths = DeathDetector(config.devices.fatal_event_codes)
+        self.raised_nonfinite = RaisedNonFiniteDetector()
         self.storage = StorageOutageDetector(config.storage)
 
     def for_new_subrun(self, rank_nodes: Optional[Mapping[int, str]] = None) -> "Watcher":
@@ -68,6 +69,7 @@ class Watcher:
     def observe(self, obs: Observation, now: float) -> list[Incident]:
         """Feed one observation; returns the incidents it produced (usually none)."""
         if isinstance(obs, StepObservation):
+            self.raised_nonfinite.note_step(obs)
             detectors = self.spikes + self.subrun_detectors
             return [incident for detector in detectors for incident in detector.update(obs, now)]
         if isinstance(obs, HeartbeatObservation):
@@ -75,7 +77,8 @@ class Watcher:
         if isinstance(obs, DeviceObservation):
             return self.devices.update(obs, now)
         if isinstance(obs, WorkerExit):
-            return self.deaths.update(obs, now)
+            raised = self.raised_nonfinite.update(obs, now)  # a divergence, for the ladder, not a death
+            return raised if raised is not None else self.deaths.update(obs, now)
         if isinstance(obs, UploadObservation):
             return self.storage.update(obs, now)
         if isinstance(obs, RankTimings):

@@ -150,6 +150,24 @@ def test_an_hccl_heartbeat_lost_exit_carries_the_hccl_text(local_ray, gate):
     assert "EI0002" in failure.text and "[Heartbeat Lost Occurred]" in failure.text
 
 
+def test_a_nan_megatron_raised_is_a_divergence_for_the_ladder_not_a_bug(local_ray, gate):
+    group, workers = started(local_ray, ["--mode", "nan", "--gate", str(gate)])
+    try:
+        failure, seen = only_failure(group)
+    finally:
+        group.shutdown()
+    assert failure.rank == 1 and "Unexpected result nan" in failure.text
+    judge = Judge(WatcherConfig(), PolicyConfig(), lambda max_step: [VerifiedCheckpoint(0, 0)])
+    judge.start_subrun(workers)
+    steps = GroupPoll(observations=[o for o in seen.all("observations") if isinstance(o, StepObservation)])
+    assert judge.judge(PLAN.subrun, steps, [], failure.time, 3) == []
+    [judgement] = judge.judge(PLAN.subrun, GroupPoll(failures=[failure]), [], failure.time, 3)
+    incident, decision = judgement.incident, judgement.decision
+    assert (incident.kind, incident.onset_step, incident.onset_sample, incident.samples_per_step) == ("nonfinite", 4,
+                                                                                                     24, 8)
+    assert decision.action == "rollback_skip" and decision.skip_ranges  # the iteration's batch is skipped
+
+
 def test_a_rank_killed_by_its_pid_is_that_ranks_failure(local_ray, gate):
     group, workers = started(local_ray, ["--mode", "forever", "--gate", str(gate)])
     try:

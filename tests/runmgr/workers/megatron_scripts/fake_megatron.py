@@ -5,7 +5,8 @@ lines and ends the way Megatron does. Imports nothing but the standard library.
 once ``GATE/release`` exists), rerun (exit 16 with Megatron's message),
 validation (rank 1 writes a tracker line, then rank 0 exits 17), watchdog
 (rank 1: NCCL's watchdog text, then SIGABRT), hccl (rank 1: HCCL's lost
-heartbeat, exit 1), forever (iteration lines forever; each rank starts a
+heartbeat, exit 1), nan (three iteration lines, then the last rank raises Megatron's
+NaN validation error), forever (iteration lines forever; each rank starts a
 grandchild and writes ``GATE/pids-RANK``). Other ranks wait to be stopped.
 """
 
@@ -109,6 +110,12 @@ def main() -> None:
         sys.exit(1)
     elif args.mode == "forever":
         forever(args)
+    elif args.mode == "nan" and RANK == LAST:
+        for step in (1, 2, 3):
+            print(iteration_line(step), flush=True)
+        # Megatron's result validation with reruns disabled (rerun_state_machine.py, validate_result).
+        raise RuntimeError(f"Rank {RANK}, node {os.uname()[1]}, device 0, iteration 4: Unexpected result nan "
+                           f"(message='found NaN in local forward loss calculation')")
     wait_to_be_stopped()
 
 

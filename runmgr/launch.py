@@ -253,7 +253,7 @@ def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, 
         runner = megatron_runner(config, device_kind, admitted_node_ids)
     else:
         runner = builtin_runner(config, trainer_config, device_kind, admitted_node_ids,
-                                wrap_reporter=chaos.step_gate() if chaos is not None else None)
+                                wrap_reporter=chaos.step_gate if chaos is not None else lambda: None)
     slots = ClusterSlots(lambda: node_slots(config.cluster, device_kind, admitted_node_ids), runner.world_sizes)
     judge = Judge(config.watcher, config.policy,
                   lambda max_step: listed_checkpoints(checkpoint_dir, max_step, remote=known), slots,

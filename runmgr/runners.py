@@ -21,6 +21,7 @@ from runmgr.megatron.job import effective_args
 from runmgr.policy.abilities import BUILTIN_ABILITIES, TrainerAbilities
 from runmgr.stacks import dump_stacks, stacks_dir
 from runmgr.watch import torchrun
+from runmgr.workers.actor import WrapReporter
 from runmgr.workers.group import RayWorkerGroup
 from runmgr.workers.megatron_group import MegatronWorkerGroup
 from trainer.config import TrainerConfig
@@ -44,13 +45,15 @@ class Runner:
 
 
 def builtin_runner(config: RunConfig, trainer_config: TrainerConfig, device_kind: str,
-                   admitted_node_ids: Optional[list[str]], wrap_reporter=None) -> Runner:
-    """One Ray actor per rank running ``trainer.train`` (the built-in trainer)."""
+                   admitted_node_ids: Optional[list[str]],
+                   wrap_reporter: Callable[[], Optional[WrapReporter]] = lambda: None) -> Runner:
+    """One Ray actor per rank running ``trainer.train`` (the built-in trainer). ``wrap_reporter()``
+    is asked again for every sub-run (chaos's pauses that have not fired yet)."""
     run_dir = config.run_dir()
     return Runner(
         make_group=lambda: RayWorkerGroup(
             config.cluster, device_kind, config.controller.start_timeout_s, config.controller.worker_lease_s,
-            admitted_node_ids=admitted_node_ids, wrap_reporter=wrap_reporter),
+            admitted_node_ids=admitted_node_ids, wrap_reporter=wrap_reporter()),
         abilities=BUILTIN_ABILITIES,
         world_sizes=tuple(size for size in range(config.world_size, 0, -1) if not trainer_config.problems(size)),
         dump_stacks=lambda subrun, workers: dump_stacks(run_dir, subrun, workers),

@@ -265,6 +265,28 @@ def case_torchrun(ctx: Context) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
 
 
+def case_launch_megatron(ctx: Context) -> None:
+    run = f"{RUN}-megatron"
+    launched = ctx.ok("launch", "conf=demo", "trainer.kind=megatron", f"run.name={run}", *TINY)
+    assert f"sub-run 1.00 reached step {TRAIN_ITERS}" in launched.stdout
+    events = [json.loads(line) for line in ctx.ok("logbook", "events", run, "--json").stdout.splitlines()]
+    commands = [e["data"]["argv"] for e in events if e["type"] == "event" and e["kind"] == "command"]
+    assert commands and all("torch.distributed.run" in argv and "trainer" in argv for argv in commands)
+
+
+def case_torchrun_megatron_dialect(ctx: Context) -> None:
+    torchrun = Path(sys.executable).parent / "torchrun"
+    result = subprocess.run([str(torchrun), "--nproc_per_node=2", "-m", "trainer", "--num-layers", "1",
+                             "--hidden-size", "32", "--num-attention-heads", "2", "--seq-length", "32",
+                             "--max-position-embeddings", "32", "--normalization", "RMSNorm", "--swiglu",
+                             "--position-embedding-type", "rope", "--disable-bias-linear", "--micro-batch-size", "2",
+                             "--global-batch-size", "4", "--lr", "1e-3", "--train-iters", "3", "--log-interval", "1"],
+                            cwd=ctx.cwd, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "iteration        3/       3 | consumed samples:           12 |" in result.stdout
+
+
 CASES: dict[str, Callable[[Context], None]] = {
     "make demo": case_make_demo,
     "make test": case_make_test,
@@ -279,6 +301,7 @@ CASES: dict[str, Callable[[Context], None]] = {
     "runmgr logbook salvage RUN": case_logbook_salvage,
     "runmgr launch conf=NAME [key=value ...]": case_launch_again,
     "runmgr launch conf=NAME --dry-run": case_dry_run,
+    "runmgr launch conf=NAME trainer.kind=megatron [megatron.script=PATH megatron.args=[...]]": case_launch_megatron,
     "runmgr status RUN [--json]": case_status,
     "runmgr health-check [conf=NAME] [--json] [--k8s-label]": case_health_check,
     "runmgr watch replay FILE [--json]": case_watch_replay,
@@ -287,6 +310,7 @@ CASES: dict[str, Callable[[Context], None]] = {
     "runmgr prepare-data --input FILE --output-prefix P [--tokenizer PATH_OR_NAME]": case_prepare_data,
     "runmgr --version": case_version,
     "torchrun --nproc_per_node=2 -m trainer conf=demo": case_torchrun,
+    "torchrun --nproc_per_node=2 -m trainer --num-layers N --hidden-size H ...": case_torchrun_megatron_dialect,
     "make demo EXTRAS=test,npu": case_make_demo_npu,
     "make demo DEMO_ARGS=chaos=none": case_make_demo_no_chaos,
     **KUBERNETES_CASES,

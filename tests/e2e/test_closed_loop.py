@@ -52,18 +52,26 @@ def test_the_demo_survives_run12_by_itself(chaos_run):
     assert sorted(kept_losses(chaos_run["run"].run_dir)) == list(range(1, 201))
 
 
-@pytest.mark.parametrize("fault, incident_kind, cause, action", [
+RUN12_REMEDIES = [
     ("kill_worker", "worker_death", "killed", "restart"),
     ("hang_rank", "hang", None, "dump_and_restart"),
     ("garbage_data", "loss_spike", None, "rollback_skip"),
     ("device_ecc", "device_fault", None, "exclude_node"),
     ("checkpoint_fail", "worker_death", "io", "restart"),
-])
+]
+"""Each fault of Run 12's schedule: the incident it causes (and its death category) and the remedy."""
+
+
+@pytest.mark.parametrize("fault, incident_kind, cause, action", RUN12_REMEDIES)
 def test_each_fault_is_detected_decided_and_gotten_past(chaos_run, fault, incident_kind, cause, action):
-    events = chaos_run["events"]
+    remedy_gets_past(chaos_run["events"], fault, incident_kind, cause, action)
+
+
+def remedy_gets_past(events: list[dict], fault: str, incident_kind: str, cause: str | None, action: str) -> dict:
+    """Asserts that ``fault`` was met with ``action`` and that the run got past it; the sub-run
+    start that followed. Faults overlap in time (an ECC error can surface while a checkpoint
+    write fails): the decision is the first on an incident of the kind this fault causes."""
     (injected,) = injections(events, fault)
-    # Faults overlap in time (an ECC error can surface while a checkpoint write fails):
-    # the first incident of the kind this fault causes, after it was injected.
     decision = next(d for d in decisions_after(events, injected["time"])
                     if incident_of(events, d)["kind"] == incident_kind
                     and (cause is None or incident_of(events, d)["evidence"]["evidence"]["category"] == cause))
@@ -71,6 +79,7 @@ def test_each_fault_is_detected_decided_and_gotten_past(chaos_run, fault, incide
     start = next_subrun_start(events, decision)
     ends = [e for e in events if e["type"] == "subrun_end" and e["subrun"] >= start["subrun"]]
     assert max(e["last_step"] for e in ends) > injected["data"]["step"]  # the remedy worked
+    return start
 
 
 def test_a_hang_leaves_every_rank_s_stack_in_the_run_directory(chaos_run):

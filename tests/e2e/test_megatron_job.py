@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tests.e2e.harness import LaunchedRun, kept_losses, runmgr_json_lines
-from tests.e2e.test_closed_loop import DEMO, decisions_after, incident_of, injections, next_subrun_start
+from tests.e2e.test_closed_loop import DEMO, RUN12_REMEDIES, decisions_after, injections, next_subrun_start, remedy_gets_past
 
 pytestmark = pytest.mark.slow
 
@@ -62,23 +62,10 @@ def test_the_megatron_job_survives_run12_by_itself(megatron_run):
     assert sorted(kept_losses(megatron_run["run"].run_dir)) == [j for j in range(1, 241) if j not in skipped]
 
 
-@pytest.mark.parametrize("fault, incident_kind, cause, action", [
-    ("kill_worker", "worker_death", "killed", "restart"),
-    ("hang_rank", "hang", None, "dump_and_restart"),
-    ("garbage_data", "loss_spike", None, "rollback_skip"),
-    ("device_ecc", "device_fault", None, "exclude_node"),
-    ("checkpoint_fail", "worker_death", "io", "restart"),
-])
+@pytest.mark.parametrize("fault, incident_kind, cause, action", RUN12_REMEDIES)
 def test_each_fault_meets_the_same_remedy_as_on_the_built_in_path(megatron_run, fault, incident_kind, cause, action):
     events = megatron_run["events"]
-    (injected,) = injections(events, fault)
-    decision = next(d for d in decisions_after(events, injected["time"])
-                    if incident_of(events, d)["kind"] == incident_kind
-                    and (cause is None or incident_of(events, d)["evidence"]["evidence"]["category"] == cause))
-    assert decision["action"] == action, decision["reason"]
-    start = next_subrun_start(events, decision)
-    ends = [e for e in events if e["type"] == "subrun_end" and e["subrun"] >= start["subrun"]]
-    assert max(e["last_step"] for e in ends) > injected["data"]["step"]
+    start = remedy_gets_past(events, fault, incident_kind, cause, action)
     # The next sub-run starts from the checkpoint the decision led to, on Megatron's flags.
     for argv in commands_of(events, start["subrun"]):
         assert flag(argv, "--ckpt-step") == [str(start["start_step"])]

@@ -49,6 +49,16 @@ def judged(failure, workers):
     return judgement.incident, judgement.decision
 
 
+def failure_of(mode: str, gate: Path, *args: str):
+    """The one failure a job of the fake script in ``mode`` ends with, its ranks, and what was seen."""
+    group, workers = started(None, ["--mode", mode, "--gate", str(gate), *args])
+    try:
+        failure, seen = only_failure(group)
+    finally:
+        group.shutdown()
+    return failure, workers, seen
+
+
 def only_failure(group):
     seen = poll_until(group, lambda s: s.all("failures"))
     failures = seen.all("failures")
@@ -88,11 +98,7 @@ def test_a_job_that_trains_and_ends_reports_its_steps_its_checkpoint_and_its_end
 
 
 def test_megatrons_resume_to_disambiguate_exit_is_one_failure_with_its_code_and_message(local_ray, gate):
-    group, workers = started(local_ray, ["--mode", "rerun", "--gate", str(gate)])
-    try:
-        failure, _ = only_failure(group)
-    finally:
-        group.shutdown()
+    failure, workers, _ = failure_of("rerun", gate)
     incident, decision = judged(failure, workers)
     assert (incident.kind, incident.evidence["category"], decision.action) == ("worker_death", "rerun", "restart")
     assert decision.restart_point == "newest_at_restart"  # the checkpoint Megatron saved before exiting
@@ -106,12 +112,7 @@ def test_a_failed_validation_blames_the_rank_the_tracker_file_names(local_ray, g
     tracker = tmp_path / "rejected.txt"
     tracker.write_text("ts=2026-08-01 node=old device=0 jobID=N/A rank=0 iteration=2 status=initial_run "
                        "result=nan message='an earlier sub-run'\n")
-    group, workers = started(local_ray, ["--mode", "validation", "--gate", str(gate),
-                                         "--result-rejected-tracker-filename", str(tracker)])
-    try:
-        failure, _ = only_failure(group)
-    finally:
-        group.shutdown()
+    failure, workers, _ = failure_of("validation", gate, "--result-rejected-tracker-filename", str(tracker))
     # Rank 0 exited first (torchrun's root cause); the tracker line of this sub-run names rank 1.
     assert failure.rank == 1 and failure.worker == workers[1]
     assert failure.text.startswith("rank 1 exited with code 17")
@@ -123,11 +124,7 @@ def test_a_failed_validation_blames_the_rank_the_tracker_file_names(local_ray, g
 
 
 def test_an_nccl_watchdog_abort_is_the_aborting_ranks_failure_with_its_text(local_ray, gate):
-    group, workers = started(local_ray, ["--mode", "watchdog", "--gate", str(gate)])
-    try:
-        failure, _ = only_failure(group)
-    finally:
-        group.shutdown()
+    failure, workers, _ = failure_of("watchdog", gate)
     incident, decision = judged(failure, workers)
     assert (incident.kind, incident.evidence["category"], decision.action) == ("worker_death", "network", "restart")
     assert failure.rank == 1
@@ -138,11 +135,7 @@ def test_an_nccl_watchdog_abort_is_the_aborting_ranks_failure_with_its_text(loca
 
 
 def test_an_hccl_heartbeat_lost_exit_carries_the_hccl_text(local_ray, gate):
-    group, workers = started(local_ray, ["--mode", "hccl", "--gate", str(gate)])
-    try:
-        failure, _ = only_failure(group)
-    finally:
-        group.shutdown()
+    failure, workers, _ = failure_of("hccl", gate)
     incident, decision = judged(failure, workers)
     assert (incident.kind, incident.evidence["category"], decision.action) == ("worker_death", "network", "restart")
     assert failure.rank == 1
@@ -151,11 +144,7 @@ def test_an_hccl_heartbeat_lost_exit_carries_the_hccl_text(local_ray, gate):
 
 
 def test_a_nan_megatron_raised_is_a_divergence_for_the_ladder_not_a_bug(local_ray, gate):
-    group, workers = started(local_ray, ["--mode", "nan", "--gate", str(gate)])
-    try:
-        failure, seen = only_failure(group)
-    finally:
-        group.shutdown()
+    failure, workers, seen = failure_of("nan", gate)
     assert failure.rank == 1 and "Unexpected result nan" in failure.text
     judge = Judge(WatcherConfig(), PolicyConfig(), lambda max_step: [VerifiedCheckpoint(0, 0)])
     judge.start_subrun(workers)
@@ -171,7 +160,7 @@ def test_a_nan_megatron_raised_is_a_divergence_for_the_ladder_not_a_bug(local_ra
 def test_a_rank_killed_by_its_pid_is_that_ranks_failure(local_ray, gate):
     group, workers = started(local_ray, ["--mode", "forever", "--gate", str(gate)])
     try:
-        seen = poll_until(group, lambda s: s.all("steps"))
+        poll_until(group, lambda s: s.all("steps"))  # it trains: the kill lands in a running job
         os.kill(workers[1].pid, signal.SIGKILL)
         failure, _ = only_failure(group)
     finally:

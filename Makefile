@@ -28,7 +28,7 @@ demo: $(STAMP)
 	$(VENV)/bin/runmgr logbook show $(DEMO_RUN)
 
 test: $(STAMP) prometheus
-	$(PY) -m pytest -q --timeout=600
+	$(PY) -m pytest -q --timeout=600 --durations=30
 
 # The metrics test scrapes a real run with a real Prometheus: Debian's package
 # (about 8 s), installed when missing (as root, or through sudo).

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Optional, Sequence
 
+from logbook.accounting import RangeTotals, StepStats, first_began
 from logbook.records import METRIC_FIELDS, METRIC_FLOATS, SubRun, decode_float, from_json
 
 _SUBRUNS = """
@@ -154,3 +155,32 @@ def event_steps(connection: sqlite3.Connection, kinds: Sequence[str]) -> list[tu
             step = (from_json(data) or {}).get("step")
         out.append((seq, step))
     return out
+
+
+def step_stats(connection: sqlite3.Connection) -> dict[str, StepStats]:
+    """:class:`logbook.accounting.StepStats` per sub-run: one aggregate over the
+    metrics, then each sub-run's lowest step by its primary key.
+    TOTAL() reads the NaN and negative-zero texts as 0, as the accounting does."""
+    totals = connection.execute(
+        "SELECT subrun_id, COUNT(*), MIN(step), MAX(step), TOTAL(step_time) FROM metrics GROUP BY subrun_id").fetchall()
+    stats = {}
+    for subrun_id, rows, first_step, last_step, seconds in totals:
+        time, recorded_at, step_time = connection.execute(
+            "SELECT time, recorded_at, step_time FROM metrics WHERE subrun_id = ? AND step = ?",
+            (subrun_id, first_step)).fetchone()
+        first = {"time": decode_float(time), "recorded_at": recorded_at, "step_time": decode_float(step_time)}
+        stats[subrun_id] = StepStats(rows, first_step, last_step, seconds, first_began(first))
+    return stats
+
+
+def step_range(connection: sqlite3.Connection, subrun_id: str, above: Optional[int],
+               up_to: Optional[int]) -> RangeTotals:
+    """Rows of one sub-run with above < step <= up_to (None: no limit), by its primary key."""
+    query = "SELECT COUNT(*), TOTAL(step_time), MAX(step) FROM metrics WHERE subrun_id = ?"
+    params: list = [subrun_id]
+    if above is not None:
+        query, params = query + " AND step > ?", [*params, above]
+    if up_to is not None:
+        query, params = query + " AND step <= ?", [*params, up_to]
+    rows, seconds, last = connection.execute(query, params).fetchone()
+    return RangeTotals(rows, seconds, last)

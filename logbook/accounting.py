@@ -27,7 +27,7 @@ What each restart cost (sub-run k >= 1, against sub-run k-1), all in seconds:
              whole life (start to end, or to its last record).
 ETTR over time: at each sub-run's end, kept time of the lineage up to that
 sub-run (as it stood then) / (that end - the first sub-run's start).
-Per incident class and MTBI: see :func:`class_costs` and :func:`mtbi`.
+Per incident class and MTBI: see logbook.incident_costs.
 """
 
 from __future__ import annotations
@@ -225,6 +225,8 @@ class Ledger:
     last_kept_step: Optional[int]
     ettr_series: tuple[tuple[float, float], ...]
     """(a sub-run's end, ETTR up to then), one point per ended sub-run."""
+    reached: dict[str, int]
+    """Sub-run id -> how far it got (:func:`furthest_step`)."""
 
 
 def step_stats(rows: Iterable[dict]) -> dict[str, StepStats]:
@@ -293,6 +295,7 @@ def ledger(subruns: Sequence[SubRun], stats: Mapping[str, StepStats], superseded
            last_activity: Mapping[str, float]) -> Ledger:
     """Walk the lineage once: each start's cost, what is kept, ETTR at each end."""
     costs: dict[str, SubRunCost] = {}
+    reached = {sub.id: furthest_step(sub, stats[sub.id].last_step if sub.id in stats else None) for sub in subruns}
     kept_rows, kept_time, series = 0, 0.0, []
     for previous, subrun in zip([None, *subruns[:-1]], subruns):
         own, lost = stats.get(subrun.id), superseded.by_start.get(subrun.id, RangeTotals(0, 0.0, None))
@@ -300,15 +303,14 @@ def ledger(subruns: Sequence[SubRun], stats: Mapping[str, StepStats], superseded
         if previous is None:
             costs[subrun.id] = SubRunCost(0, 0.0, 0.0, restart)
         else:
-            reached = furthest_step(previous, stats[previous.id].last_step if previous.id in stats else None)
-            costs[subrun.id] = SubRunCost(lost_steps(reached, subrun.start_step), lost.step_time,
+            costs[subrun.id] = SubRunCost(lost_steps(reached[previous.id], subrun.start_step), lost.step_time,
                                           max(0.0, subrun.started_at - _end(previous, last_activity)), restart)
         kept_rows += (own.rows if own else 0) - lost.rows
         kept_time += (own.step_time if own else 0.0) - lost.step_time
         elapsed = None if subrun.ended_at is None else subrun.ended_at - subruns[0].started_at
         if elapsed is not None and elapsed > 0:
             series.append((subrun.ended_at, kept_time / elapsed))
-    return Ledger(costs, kept_rows, kept_time, superseded.last_kept_step, tuple(series))
+    return Ledger(costs, kept_rows, kept_time, superseded.last_kept_step, tuple(series), reached)
 
 
 def _restart(subrun: SubRun, own: Optional[StepStats], last_activity: Mapping[str, float]) -> float:

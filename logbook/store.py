@@ -271,12 +271,13 @@ class Logbook:
         with self._lock:
             return queries.checkpoint_count(self._connection, subrun_id)
 
-    def summary(self) -> dict:
-        """Run-level figures; ETTR is defined in logbook.accounting."""
+    def summary(self, books: Optional[Ledger] = None) -> dict:
+        """Run-level figures; ETTR is defined in logbook.accounting. ``books``: this
+        logbook's :meth:`ledger`, read in the same :meth:`snapshot`, when already at hand."""
         with self.snapshot():
             lineage, activity = queries.fetch_subruns(self._connection), queries.last_activity(self._connection)
-            # run_summary's convention: an open sub-run's downtime is not part of the summary's figures.
-            return summary_of(lineage, self._ledger(lineage, {}), queries.incident_kinds(self._connection),
+            books = books or self._ledger(lineage, activity)
+            return summary_of(lineage, books, queries.incident_kinds(self._connection),
                               queries.checkpoint_count(self._connection), max(activity.values(), default=None))
 
     def live_figures(self, event_kinds: Sequence[str]) -> dict:

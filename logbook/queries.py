@@ -184,3 +184,25 @@ def step_range(connection: sqlite3.Connection, subrun_id: str, above: Optional[i
         query, params = query + " AND step <= ?", [*params, up_to]
     rows, seconds, last = connection.execute(query, params).fetchone()
     return RangeTotals(rows, seconds, last)
+
+
+def metric_buckets(connection: sqlite3.Connection, metric: str, width: int) -> dict[str, dict[int, list]]:
+    """Sub-run id -> first step of each bucket of ``width`` steps -> its lowest and highest
+    (step, value) points in step order: two grouped scans (SQLite takes a bare column
+    from the row that gave MIN or MAX). A NaN (stored as text) sorts above every number.
+    ``metric`` must be a column of the metrics table (the caller checks it)."""
+    found: dict[str, dict[int, set]] = {}
+    for pick in ("MIN", "MAX"):
+        for subrun_id, bucket, step, value in connection.execute(
+                f"SELECT subrun_id, step / ? AS bucket, step, {pick}({metric}) FROM metrics NOT INDEXED "
+                "GROUP BY subrun_id, bucket", (width,)):
+            if value is not None:
+                found.setdefault(subrun_id, {}).setdefault(bucket * width, set()).add((step, decode_float(value)))
+    return {sid: {key: sorted(points) for key, points in buckets.items()} for sid, buckets in found.items()}
+
+
+def metric_points(connection: sqlite3.Connection, metric: str, subrun_id: str, first: int, last: int) -> list:
+    """(step, value) of one sub-run's rows with first <= step <= last, NULLs left out."""
+    return [(step, decode_float(value)) for step, value in connection.execute(
+        f"SELECT step, {metric} FROM metrics WHERE subrun_id = ? AND step BETWEEN ? AND ? AND {metric} IS NOT NULL "
+        "ORDER BY step", (subrun_id, first, last))]

@@ -14,7 +14,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence, TypeVar
 
 from logbook import queries
 from logbook.accounting import (Ledger, SubRunCost, furthest_step, ledger, lost_steps, needs_rows, split_metrics,
@@ -30,6 +30,8 @@ _INSERT_METRICS = (
     f"VALUES ({', '.join('?' for _ in METRIC_COLUMNS)})"
 )
 """OR IGNORE: a step re-reported in the same sub-run keeps its first row."""
+
+T = TypeVar("T")
 
 ABANDONED_REASON = "no end was recorded: its driver stopped (crash or kill) before ending it"
 
@@ -265,6 +267,12 @@ class Logbook:
         with self.snapshot():
             lineage = queries.fetch_subruns(self._connection)
             return self._ledger(lineage, queries.last_activity(self._connection))
+
+    def query(self, read: Callable[..., T], *args: Any) -> T:
+        """``read(connection, *args)``: a reading function of logbook.queries (step_stats,
+        metric_buckets ...) on this logbook, in turn with the driver's threads."""
+        with self._lock:
+            return read(self._connection, *args)
 
     def checkpoint_count(self, subrun_id: Optional[str] = None) -> int:
         """Checkpoints recorded, in all or in one sub-run."""

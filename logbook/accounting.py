@@ -278,7 +278,7 @@ def superseded_from_ranges(subruns: Sequence[SubRun], stats: Mapping[str, StepSt
             if own is not None and own.last_step > subrun.start_step and (limit is None or limit > subrun.start_step):
                 lost = read_range(earlier.id, subrun.start_step, limit)
                 rows, seconds = rows + lost.rows, seconds + lost.step_time
-                last = max(filter(None.__ne__, (last, lost.last_step)), default=None)
+                last = max((s for s in (last, lost.last_step) if s is not None), default=None)
             up_to[earlier.id] = subrun.start_step if limit is None else min(limit, subrun.start_step)
         by_start[subrun.id] = RangeTotals(rows, seconds, last)
     kept_tops = []
@@ -288,7 +288,7 @@ def superseded_from_ranges(subruns: Sequence[SubRun], stats: Mapping[str, StepSt
             continue
         kept_tops.append(own.last_step if limit is None or own.last_step <= limit
                          else read_range(subrun.id, None, limit).last_step)
-    return Superseded(by_start, max(filter(None.__ne__, kept_tops), default=None))
+    return Superseded(by_start, max((s for s in kept_tops if s is not None), default=None))
 
 
 def ledger(subruns: Sequence[SubRun], stats: Mapping[str, StepStats], superseded: Superseded,

@@ -36,8 +36,10 @@ def fetch_subruns(connection: sqlite3.Connection) -> list[SubRun]:
     ]
 
 
-def fetch_metrics(connection: sqlite3.Connection, subrun_id: Optional[str] = None) -> list[dict]:
-    """Metrics rows (each with its ``subrun``), by sub-run index then step."""
+def fetch_metrics(connection: sqlite3.Connection, subrun_id: Optional[str] = None,
+                  steps: Optional[Sequence[int]] = None) -> list[dict]:
+    """Metrics rows (each with its ``subrun``), by sub-run index then step; with
+    ``steps`` (and a ``subrun_id``), only those steps' rows."""
     columns = ", ".join(f"m.{name}" for name in METRIC_FIELDS)
     query = (
         f"SELECT m.subrun_id, {columns} FROM metrics m "
@@ -47,6 +49,9 @@ def fetch_metrics(connection: sqlite3.Connection, subrun_id: Optional[str] = Non
     if subrun_id is not None:
         query += " WHERE m.subrun_id = ?"
         params = (subrun_id,)
+    if steps is not None:
+        query += f" AND m.step IN ({', '.join('?' for _ in steps)})"
+        params = (*params, *steps)
     rows = []
     for values in connection.execute(query + " ORDER BY s.idx, m.step", params):
         row = {"subrun": values[0], **dict(zip(METRIC_FIELDS, values[1:]))}
@@ -206,3 +211,13 @@ def metric_points(connection: sqlite3.Connection, metric: str, subrun_id: str, f
     return [(step, decode_float(value)) for step, value in connection.execute(
         f"SELECT step, {metric} FROM metrics WHERE subrun_id = ? AND step BETWEEN ? AND ? AND {metric} IS NOT NULL "
         "ORDER BY step", (subrun_id, first, last))]
+
+
+def edge_metrics(connection: sqlite3.Connection) -> tuple[list[dict], dict[str, int]]:
+    """Each sub-run's first and last metrics rows, and its number of rows: what a
+    chronicle tells of its training, without reading every row."""
+    stats = step_stats(connection)
+    rows = []
+    for subrun_id, own in stats.items():
+        rows += fetch_metrics(connection, subrun_id, steps=sorted({own.first_step, own.last_step}))
+    return rows, {subrun_id: own.rows for subrun_id, own in stats.items()}

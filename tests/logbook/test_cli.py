@@ -75,8 +75,10 @@ def test_list_runs_has_one_line_per_run(scripted_run, tmp_path, clock):
     assert cli.list_runs(runs_root, out) == 0
     lines = out.getvalue().splitlines()
     assert len(lines) == 2
-    assert lines[0].split() == ["alpha", "1", "sub-runs", "open", "step", "2"]
-    assert lines[1].split() == ["seven", "3", "sub-runs", "finished", "step", "200"]
+    assert lines[0].split() == ["alpha", "running", "1", "sub-runs", "step", "2", "ETTR", "-", "last:", "no",
+                                "incident"]
+    assert lines[1].split()[:7] == ["seven", "finished", "3", "sub-runs", "step", "200", "ETTR"]
+    assert lines[1].endswith("last: loss 9.1 at step 118, 3.4x the running median")
     assert not (runs_root / "not-a-run" / LOGBOOK_FILENAME).exists()
 
 

@@ -11,7 +11,10 @@ from typing import Callable, ContextManager, TextIO
 
 from logbook.errors import LogbookError
 from logbook.salvage import salvage
-from logbook.render import chronicle, incident_description, run_title
+from logbook import queries
+from logbook.accounting import SubRunCost
+from logbook.render import chronicle, class_cost_block, incident_description, run_title
+from logbook.report import RunReport, run_report
 from logbook.schema import LOGBOOK_FILENAME
 from logbook.store import Logbook
 from logbook.textfmt import clock_text, duration, value_text
@@ -20,14 +23,24 @@ EVENT_TEXT_CHARS = 200
 """Plain ``events`` cuts each message here; ``--json`` (or ``show --full``) has it whole."""
 
 
-def show(run_dir: str | Path, out: TextIO, width: int = 100, full: bool = False) -> int:
-    """Print the run's chronicle: header figures, then every sub-run (the
-    evidence behind each line is in :func:`events_jsonl`). ``full`` prints
-    incidents and decisions whole instead of cutting them at a few lines."""
+def show(run_dir: str | Path, out: TextIO, width: int = 100, full: bool = False, as_json: bool = False) -> int:
+    """Print the run's chronicle: header figures, what each incident class cost, then
+    every sub-run (the evidence behind each line is in :func:`events_jsonl`). ``full``
+    prints incidents and decisions whole instead of cutting them at a few lines;
+    ``as_json`` prints :class:`logbook.report.RunReport` as one JSON object instead."""
     with Logbook.open(run_dir, create=False) as book:
-        lineage = book.lineage()
-        lines = chronicle(run_title(lineage), lineage, book.events(), book.all_metrics(), book.costs(),
-                          book.summary(), width, run_dir=str(run_dir), full=full)
+        with book.snapshot():
+            report = run_report(book)
+            if as_json:
+                out.write(json.dumps(report.to_dict()) + "\n")
+                return 0
+            lineage, events = book.lineage(), book.events()
+            edges, recorded = book.query(queries.edge_metrics)
+    costs = {sub.id: SubRunCost(sub.lost_steps, sub.redone_s, sub.downtime_s, sub.restart_s) for sub in report.subruns}
+    lines = chronicle(run_title(lineage), lineage, events, edges, costs, report.summary, width,
+                      run_dir=str(run_dir), full=full, recorded=recorded)
+    header_end = lines.index("") if "" in lines else len(lines)  # the header ends at the first blank line
+    lines[header_end:header_end] = class_cost_block(report.costs, report.mtbi_s, report.ettr_series, width)
     out.write("\n".join(lines) + "\n")
     return 0
 
@@ -83,8 +96,9 @@ def metrics_jsonl(run_dir: str | Path, out: TextIO, kept: bool = True) -> int:
     return 0
 
 
-def list_runs(runs_root: str | Path, out: TextIO) -> int:
-    """One line per run directory under ``runs_root``: name, sub-runs, last state, last step.
+def list_runs(runs_root: str | Path, out: TextIO, as_json: bool = False) -> int:
+    """One line per run directory under ``runs_root``: name, state, sub-runs, last
+    step, ETTR, last incident (``as_json``: :func:`run_line` as one JSON object a line).
     A logbook that cannot be read is a line saying why (and how to salvage it);
     the exit status is then 1, as ``ls`` says some entries could not be read."""
     root = Path(runs_root)
@@ -94,23 +108,36 @@ def list_runs(runs_root: str | Path, out: TextIO) -> int:
             "or pass the folder that holds the run directories"
         )
     run_dirs = sorted(p for p in root.iterdir() if (p / LOGBOOK_FILENAME).is_file())
-    if not run_dirs:
+    if not run_dirs and not as_json:
         out.write(f"no runs under {root}\n")
         return 0
-    name_width = max(len(p.name) for p in run_dirs)
+    name_width = max((len(p.name) for p in run_dirs), default=0)
     unreadable = 0
     for run_dir in run_dirs:
         try:
             with Logbook.open(run_dir, create=False) as book:
-                summary = book.summary()
+                line = run_line(run_report(book))
         except LogbookError as err:  # one damaged run hides none of the others
             unreadable += 1
-            out.write(f"{run_dir.name:<{name_width}}  unreadable: {err}\n")
+            out.write(json.dumps({"name": run_dir.name, "error": str(err)}) + "\n" if as_json
+                      else f"{run_dir.name:<{name_width}}  unreadable: {err}\n")
             continue
-        state = summary["last_state"] or ("open" if summary["subruns"] else "empty")
-        out.write(f"{run_dir.name:<{name_width}}  {summary['subruns']:>3} sub-runs  "
-                  f"{state:<10}  step {summary['last_step']}\n")
+        out.write(json.dumps(line) + "\n" if as_json else _run_text(line, name_width))
     return 1 if unreadable else 0
+
+
+def run_line(report: RunReport) -> dict:
+    """What ``list`` says of one run."""
+    return {"name": report.name, "state": report.state, "subruns": len(report.subruns),
+            "last_step": report.summary["last_step"], "ettr": report.summary["ettr"],
+            "last_incident": report.last_incident}
+
+
+def _run_text(line: dict, name_width: int) -> str:
+    ettr = "-" if line["ettr"] is None else f"{line['ettr']:.1%}"
+    incident = value_text(line["last_incident"], 60) if line["last_incident"] else "no incident"
+    return (f"{line['name']:<{name_width}}  {line['state']:<10} {line['subruns']:>3} sub-runs  "
+            f"step {line['last_step']:<8} ETTR {ettr:>6}  last: {incident}\n")
 
 
 def list_subruns(run_dir: str | Path, out: TextIO) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Optional, Sequence
 
+from logbook.accounting import RangeTotals, StepStats, first_began
 from logbook.records import METRIC_FIELDS, METRIC_FLOATS, SubRun, decode_float, from_json
 
 _SUBRUNS = """
@@ -35,8 +36,10 @@ def fetch_subruns(connection: sqlite3.Connection) -> list[SubRun]:
     ]
 
 
-def fetch_metrics(connection: sqlite3.Connection, subrun_id: Optional[str] = None) -> list[dict]:
-    """Metrics rows (each with its ``subrun``), by sub-run index then step."""
+def fetch_metrics(connection: sqlite3.Connection, subrun_id: Optional[str] = None,
+                  steps: Optional[Sequence[int]] = None) -> list[dict]:
+    """Metrics rows (each with its ``subrun``), by sub-run index then step; with
+    ``steps`` (and a ``subrun_id``), only those steps' rows."""
     columns = ", ".join(f"m.{name}" for name in METRIC_FIELDS)
     query = (
         f"SELECT m.subrun_id, {columns} FROM metrics m "
@@ -46,6 +49,9 @@ def fetch_metrics(connection: sqlite3.Connection, subrun_id: Optional[str] = Non
     if subrun_id is not None:
         query += " WHERE m.subrun_id = ?"
         params = (subrun_id,)
+    if steps is not None:
+        query += f" AND m.step IN ({', '.join('?' for _ in steps)})"
+        params = (*params, *steps)
     rows = []
     for values in connection.execute(query + " ORDER BY s.idx, m.step", params):
         row = {"subrun": values[0], **dict(zip(METRIC_FIELDS, values[1:]))}
@@ -154,3 +160,64 @@ def event_steps(connection: sqlite3.Connection, kinds: Sequence[str]) -> list[tu
             step = (from_json(data) or {}).get("step")
         out.append((seq, step))
     return out
+
+
+def step_stats(connection: sqlite3.Connection) -> dict[str, StepStats]:
+    """:class:`logbook.accounting.StepStats` per sub-run: one aggregate over the
+    metrics, then each sub-run's lowest step by its primary key.
+    TOTAL() reads the NaN and negative-zero texts as 0, as the accounting does."""
+    totals = connection.execute(
+        "SELECT subrun_id, COUNT(*), MIN(step), MAX(step), TOTAL(step_time) FROM metrics GROUP BY subrun_id").fetchall()
+    stats = {}
+    for subrun_id, rows, first_step, last_step, seconds in totals:
+        time, recorded_at, step_time = connection.execute(
+            "SELECT time, recorded_at, step_time FROM metrics WHERE subrun_id = ? AND step = ?",
+            (subrun_id, first_step)).fetchone()
+        first = {"time": decode_float(time), "recorded_at": recorded_at, "step_time": decode_float(step_time)}
+        stats[subrun_id] = StepStats(rows, first_step, last_step, seconds, first_began(first))
+    return stats
+
+
+def step_range(connection: sqlite3.Connection, subrun_id: str, above: Optional[int],
+               up_to: Optional[int]) -> RangeTotals:
+    """Rows of one sub-run with above < step <= up_to (None: no limit), by its primary key."""
+    query = "SELECT COUNT(*), TOTAL(step_time), MAX(step) FROM metrics WHERE subrun_id = ?"
+    params: list = [subrun_id]
+    if above is not None:
+        query, params = query + " AND step > ?", [*params, above]
+    if up_to is not None:
+        query, params = query + " AND step <= ?", [*params, up_to]
+    rows, seconds, last = connection.execute(query, params).fetchone()
+    return RangeTotals(rows, seconds, last)
+
+
+def metric_buckets(connection: sqlite3.Connection, metric: str, width: int) -> dict[str, dict[int, list]]:
+    """Sub-run id -> first step of each bucket of ``width`` steps -> its lowest and highest
+    (step, value) points in step order: two grouped scans (SQLite takes a bare column
+    from the row that gave MIN or MAX). A NaN (stored as text) sorts above every number.
+    ``metric`` must be a column of the metrics table (the caller checks it)."""
+    found: dict[str, dict[int, set]] = {}
+    for pick in ("MIN", "MAX"):
+        for subrun_id, bucket, step, value in connection.execute(
+                f"SELECT subrun_id, step / ? AS bucket, step, {pick}({metric}) FROM metrics NOT INDEXED "
+                "GROUP BY subrun_id, bucket", (width,)):
+            if value is not None:
+                found.setdefault(subrun_id, {}).setdefault(bucket * width, set()).add((step, decode_float(value)))
+    return {sid: {key: sorted(points) for key, points in buckets.items()} for sid, buckets in found.items()}
+
+
+def metric_points(connection: sqlite3.Connection, metric: str, subrun_id: str, first: int, last: int) -> list:
+    """(step, value) of one sub-run's rows with first <= step <= last, NULLs left out."""
+    return [(step, decode_float(value)) for step, value in connection.execute(
+        f"SELECT step, {metric} FROM metrics WHERE subrun_id = ? AND step BETWEEN ? AND ? AND {metric} IS NOT NULL "
+        "ORDER BY step", (subrun_id, first, last))]
+
+
+def edge_metrics(connection: sqlite3.Connection) -> tuple[list[dict], dict[str, int]]:
+    """Each sub-run's first and last metrics rows, and its number of rows: what a
+    chronicle tells of its training, without reading every row."""
+    stats = step_stats(connection)
+    rows = []
+    for subrun_id, own in stats.items():
+        rows += fetch_metrics(connection, subrun_id, steps=sorted({own.first_step, own.last_step}))
+    return rows, {subrun_id: own.rows for subrun_id, own in stats.items()}

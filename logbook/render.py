@@ -16,10 +16,11 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from logbook.accounting import SubRunCost
 from logbook.changes import config_changes, health_fact, node_changes, plan_changes
+from logbook.incident_costs import ClassCost
 from logbook.records import SubRun
 from logbook.textfmt import clock_text, day, duration, listing, pack, phrases, tidier, wrap
 
-__all__ = ["INDENT", "cause_text", "chronicle", "duration", "ending", "header", "pack", "plan_changes",
+__all__ = ["INDENT", "cause_text", "chronicle", "class_cost_block", "duration", "ending", "header", "pack", "plan_changes",
            "run_title", "subrun_block"]
 
 INDENT = " " * 6
@@ -50,14 +51,15 @@ def run_title(lineage: Sequence[SubRun]) -> str:
 def chronicle(
     title: str, lineage: Sequence[SubRun], events: Sequence[dict], metrics: Sequence[dict],
     costs: Mapping[str, SubRunCost], summary: Mapping[str, Any], width: int = 100,
-    run_dir: Optional[str] = None, full: bool = False,
+    run_dir: Optional[str] = None, full: bool = False, recorded: Optional[Mapping[str, int]] = None,
 ) -> list[str]:
     """The whole timeline: a header of run figures, then one block per sub-run.
 
     Paths under ``run_dir`` (or the run directory each sub-run's config
     recorded) are shown relative to it, and the header says so. ``full``
     prints incidents and decisions whole instead of cutting them at
-    :data:`MAX_ENTRY_LINES`.
+    :data:`MAX_ENTRY_LINES`. ``recorded``: rows per sub-run, when ``metrics``
+    holds only each sub-run's first and last rows (a long run's chronicle).
     """
     tidy = tidier([run_dir, *(_recorded_run_dir(subrun) for subrun in lineage)])
     lines = header(title, summary, width)
@@ -70,6 +72,7 @@ def chronicle(
             subrun, previous, [e for e in events if e["subrun"] == subrun.id],
             [m for m in metrics if m["subrun"] == subrun.id], costs.get(subrun.id), width, tidy,
             max_entry_lines=None if full else MAX_ENTRY_LINES,
+            recorded=None if recorded is None else recorded.get(subrun.id, 0),
         )
         previous = subrun
     return lines
@@ -95,9 +98,31 @@ def header(title: str, summary: Mapping[str, Any], width: int) -> list[str]:
     return [title] + pack(fields, width, indent="  ") + wrap("  " + ettr, width, "    ")
 
 
+def class_cost_block(costs: Sequence[ClassCost], mtbi_s: Optional[float], ettr_series: Sequence[tuple[float, float]],
+                     width: int) -> list[str]:
+    """What each incident class cost (the most wall time lost first), MTBI, and ETTR
+    at each sub-run's end (definitions: logbook.accounting, logbook.incident_costs)."""
+    lines = []
+    if costs:
+        lines.append("  cost by incident class: count, sub-runs ended, steps lost, wall time lost "
+                     "(redone training + down + restart)")
+        kind_width = max(len(cost.kind) for cost in costs)
+        for cost in costs:
+            lines += wrap(f"    {cost.kind:<{kind_width}}  {cost.incidents:>3}  {cost.restarts:>3} ended  "
+                          f"{cost.steps_lost:>6} steps  {duration(cost.wall_lost_s):>8} ({duration(cost.redone_s)} "
+                          f"+ {duration(cost.downtime_s)} + {duration(cost.restart_s)})", width, "      ")
+    if mtbi_s is not None:
+        lines.append(f"  MTBI {duration(mtbi_s)} (mean time between incidents that ended a sub-run)")
+    if ettr_series:
+        lines += phrases("ETTR at each sub-run's end: ", [f"{ettr:.1%}" for _, ettr in ettr_series], width,
+                         "  ", "    ", separator=",")
+    return lines
+
+
 def subrun_block(
     subrun: SubRun, previous: Optional[SubRun], events: Sequence[dict], metrics: Sequence[dict],
     cost: Optional[SubRunCost], width: int, tidy: Tidy = str, max_entry_lines: Optional[int] = MAX_ENTRY_LINES,
+    recorded: Optional[int] = None,
 ) -> list[str]:
     """One sub-run: start, facts, progress, incidents and decisions, checkpoints, end."""
     lines = wrap(tidy(start_line(subrun, previous, tidy)), width, INDENT)
@@ -109,7 +134,7 @@ def subrun_block(
     for fact in start_facts(subrun, events):
         lines += _body(tidy(fact), width)
     if metrics:
-        lines += _body(progress(metrics), width)
+        lines += _body(progress(metrics, recorded), width)
     shown: list[str] = []
     lines += happenings(events, width, tidy, shown, max_entry_lines)
     checkpoints = [e for e in events if e["type"] == "checkpoint"]
@@ -286,10 +311,11 @@ def ending(subrun: SubRun, shown: Sequence[str] = ()) -> str:
     return text
 
 
-def progress(metrics: Sequence[dict]) -> str:
-    """Steps trained and how the loss moved, from this sub-run's metrics."""
+def progress(metrics: Sequence[dict], recorded: Optional[int] = None) -> str:
+    """Steps trained and how the loss moved, from this sub-run's metrics (or its
+    first and last rows, with ``recorded`` the number of rows)."""
     first, last = metrics[0], metrics[-1]
-    text = f"trained steps {first['step']}–{last['step']} ({len(metrics)} recorded)"
+    text = f"trained steps {first['step']}–{last['step']} ({len(metrics) if recorded is None else recorded} recorded)"
     if first["loss"] is not None and last["loss"] is not None:
         text += f", loss {first['loss']:.4g} → {last['loss']:.4g}"
     return text

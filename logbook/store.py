@@ -14,10 +14,11 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence, TypeVar
 
 from logbook import queries
-from logbook.accounting import SubRunCost, furthest_step, lost_steps, run_summary, split_metrics, subrun_costs
+from logbook.accounting import (Ledger, SubRunCost, furthest_step, ledger, lost_steps, needs_rows, split_metrics,
+                                summary_of, superseded_from_ranges, superseded_from_rows)
 from logbook.configdiff import config_diff
 from logbook.errors import LogbookError
 from logbook.ids import format_subrun_id, next_index, parse_subrun_id
@@ -29,6 +30,8 @@ _INSERT_METRICS = (
     f"VALUES ({', '.join('?' for _ in METRIC_COLUMNS)})"
 )
 """OR IGNORE: a step re-reported in the same sub-run keeps its first row."""
+
+T = TypeVar("T")
 
 ABANDONED_REASON = "no end was recorded: its driver stopped (crash or kill) before ending it"
 
@@ -222,7 +225,7 @@ class Logbook:
 
     def events(self) -> list[dict]:
         """Everything that happened, in order, as dicts with a ``type``."""
-        with self._snapshot():
+        with self.snapshot():
             return queries.fetch_events(self._connection)
 
     def all_metrics(self) -> list[dict]:
@@ -255,39 +258,59 @@ class Logbook:
             return furthest_step(subrun, queries.max_metric_step(self._connection, subrun_id))
 
     def costs(self) -> dict[str, SubRunCost]:
-        """For each sub-run, what starting it cost (lost steps and seconds, downtime)."""
+        """For each sub-run, what starting it cost (lost steps and seconds, downtime, restart)."""
+        return self.ledger().costs
+
+    def ledger(self) -> Ledger:
+        """The lineage's books (logbook.accounting): SQL aggregates and a few range
+        reads, so it answers fast on hundreds of thousands of steps."""
+        with self.snapshot():
+            lineage = queries.fetch_subruns(self._connection)
+            return self._ledger(lineage, queries.last_activity(self._connection))
+
+    def query(self, read: Callable[..., T], *args: Any) -> T:
+        """``read(connection, *args)``: a reading function of logbook.queries (step_stats,
+        metric_buckets ...) on this logbook, in turn with the driver's threads."""
         with self._lock:
-            return subrun_costs(queries.fetch_subruns(self._connection), queries.fetch_metrics(self._connection),
-                                queries.last_activity(self._connection))
+            return read(self._connection, *args)
 
     def checkpoint_count(self, subrun_id: Optional[str] = None) -> int:
         """Checkpoints recorded, in all or in one sub-run."""
         with self._lock:
             return queries.checkpoint_count(self._connection, subrun_id)
 
-    def summary(self) -> dict:
-        """Run-level figures; ETTR is defined in logbook.accounting."""
-        with self._snapshot():
-            activity = queries.last_activity(self._connection)
-            return run_summary(
-                queries.fetch_subruns(self._connection), queries.fetch_metrics(self._connection),
-                queries.incident_kinds(self._connection), queries.checkpoint_count(self._connection),
-                max(activity.values(), default=None))
+    def summary(self, books: Optional[Ledger] = None) -> dict:
+        """Run-level figures; ETTR is defined in logbook.accounting. ``books``: this
+        logbook's :meth:`ledger`, read in the same :meth:`snapshot`, when already at hand."""
+        with self.snapshot():
+            lineage, activity = queries.fetch_subruns(self._connection), queries.last_activity(self._connection)
+            books = books or self._ledger(lineage, activity)
+            return summary_of(lineage, books, queries.incident_kinds(self._connection),
+                              queries.checkpoint_count(self._connection), max(activity.values(), default=None))
 
     def live_figures(self, event_kinds: Sequence[str]) -> dict:
         """One consistent read for a live view (the metrics exporter): ``summary``
         (as :meth:`summary`), ``decisions`` (the action of each, in order),
         ``checkpoints`` ((seq, step, time recorded) each) and ``events`` ((seq, step)
         of each event of one of ``event_kinds``)."""
-        with self._snapshot():
+        with self.snapshot():
             return {"summary": self.summary(), "decisions": queries.decision_actions(self._connection),
                     "checkpoints": queries.checkpoint_times(self._connection),
                     "events": queries.event_steps(self._connection, event_kinds)}
 
     # ---- internals -----------------------------------------------------
 
+    def _ledger(self, lineage: list[SubRun], activity: dict[str, float]) -> Ledger:
+        stats = queries.step_stats(self._connection)
+        if needs_rows(lineage, stats):  # a step recorded at or below its own start: walk the rows
+            superseded = superseded_from_rows(lineage, queries.fetch_metrics(self._connection))
+        else:
+            superseded = superseded_from_ranges(
+                lineage, stats, lambda sid, above, up_to: queries.step_range(self._connection, sid, above, up_to))
+        return ledger(lineage, stats, superseded, activity)
+
     @contextmanager
-    def _snapshot(self) -> Iterator[None]:
+    def snapshot(self) -> Iterator[None]:
         """Several reads that must agree: one read transaction, so a record the
         driver commits meanwhile (its journal row and its details together) is
         seen whole or not at all. Nested snapshots share the outer one."""

@@ -66,14 +66,16 @@ def cmd_logbook(args: argparse.Namespace) -> int:
     from runmgr.status import resolve_run_dir
 
     if args.action == "list":
-        return _list(args.run, logbook_cli)
+        return _list(args.run, logbook_cli, args.json)
     if not args.run:
         raise UserError(f"`runmgr logbook {args.action}` needs a run name or directory, e.g. runs/demo")
     run_dir = resolve_run_dir(args.run)
     if args.action == "salvage":
         return _salvage(run_dir, logbook_cli)
     if args.action == "show":
-        return logbook_cli.show(run_dir, sys.stdout, full=args.full)
+        if args.full and args.json:
+            raise UserError("`show --json` is always whole: drop --full (it is for the text chronicle)")
+        return logbook_cli.show(run_dir, sys.stdout, full=args.full, as_json=args.json)
     if args.action == "events":
         return (logbook_cli.events_jsonl if args.json else logbook_cli.events_text)(run_dir, sys.stdout)
     if args.action == "skipped":
@@ -83,14 +85,17 @@ def cmd_logbook(args: argparse.Namespace) -> int:
     return logbook_cli.metrics_jsonl(run_dir, sys.stdout, kept=not args.all)
 
 
-def _list(run: str | None, logbook_cli) -> int:
+def _list(run: str | None, logbook_cli, as_json: bool) -> int:
     """``list``: the runs under runs/ (or a folder of runs), or one run's sub-runs."""
     from runmgr.status import resolve_run_dir
 
     if run is None:
-        return logbook_cli.list_runs(Path("runs"), sys.stdout)
+        return logbook_cli.list_runs(Path("runs"), sys.stdout, as_json=as_json)
     if Path(run).is_dir() and not logbook_cli.is_run_dir(run):
-        return logbook_cli.list_runs(Path(run), sys.stdout)
+        return logbook_cli.list_runs(Path(run), sys.stdout, as_json=as_json)
+    if as_json:
+        raise UserError(f"`list --json` lists the runs of a folder; for the sub-runs of {run} as JSON use "
+                        f"`runmgr logbook show {run} --json`")
     return logbook_cli.list_subruns(resolve_run_dir(run), sys.stdout)
 
 
@@ -163,7 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "damaged file beside it")
     book.add_argument("run", nargs="?", help="run name (under runs/) or run directory; for list also a "
                                              "folder of runs (default: runs/)")
-    book.add_argument("--json", action="store_true", help="events: one JSON object per line (metrics always are)")
+    book.add_argument("--json", action="store_true", help="events, list: one JSON object per line (metrics always "
+                                                            "are); show: the run's report as one JSON object")
     book.add_argument("--full", action="store_true", help="show: incidents and decisions whole, not cut at 3 lines")
     book.add_argument("--all", action="store_true", help="metrics: every sub-run's rows, also those rolled back")
     book.add_argument("--limit", type=int, default=3, metavar="N", help="skipped: samples decoded per skip range")

@@ -66,3 +66,37 @@ def test_open_run_wall_time_ends_at_the_last_record_not_at_reading_time():
 def test_empty_logbook_summary_has_no_ettr():
     summary = run_summary([], [], [], 0, None)
     assert summary["subruns"] == 0 and summary["ettr"] is None and summary["wall_time_s"] == 0.0
+
+
+def test_the_range_route_agrees_with_the_row_walk_on_random_lineages():
+    import random
+
+    from logbook.accounting import (RangeTotals, ledger, needs_rows, step_stats, superseded_from_ranges,
+                                    superseded_from_rows)
+
+    generator = random.Random(7)
+    for _ in range(200):
+        lineage, all_rows, start, clock = [], [], 0, 0.0
+        for index in range(generator.randint(1, 6)):
+            reached = start + generator.randint(0, 30)
+            sid = f"5.{index:02d}"
+            lineage.append(subrun(index, start, clock, clock + 50.0, reached, "restarting"))
+            all_rows += [{"subrun": sid, "step": s, "step_time": generator.choice([0.5, 1.0, 2.0]),
+                          "time": clock + s} for s in range(start + 1, reached + 1)]
+            start, clock = generator.randint(0, reached), clock + 60.0
+
+        def read_range(sid, above, up_to, rows=all_rows):
+            inside = [r for r in rows if r["subrun"] == sid and (above is None or r["step"] > above)
+                      and (up_to is None or r["step"] <= up_to)]
+            return RangeTotals(len(inside), sum(r["step_time"] for r in inside),
+                               max((r["step"] for r in inside), default=None))
+
+        stats = step_stats(all_rows)
+        assert not needs_rows(lineage, stats)
+        walked = ledger(lineage, stats, superseded_from_rows(lineage, all_rows), {})
+        ranged = ledger(lineage, stats, superseded_from_ranges(lineage, stats, read_range), {})
+        assert (ranged.steps_kept, ranged.last_kept_step, ranged.costs) == (
+            walked.steps_kept, walked.last_kept_step, walked.costs)
+        assert ranged.kept_time == pytest.approx(walked.kept_time)
+        assert [t for t, _ in ranged.ettr_series] == [t for t, _ in walked.ettr_series]
+        assert [e for _, e in ranged.ettr_series] == pytest.approx([e for _, e in walked.ettr_series])

@@ -75,8 +75,10 @@ def test_list_runs_has_one_line_per_run(scripted_run, tmp_path, clock):
     assert cli.list_runs(runs_root, out) == 0
     lines = out.getvalue().splitlines()
     assert len(lines) == 2
-    assert lines[0].split() == ["alpha", "1", "sub-runs", "open", "step", "2"]
-    assert lines[1].split() == ["seven", "3", "sub-runs", "finished", "step", "200"]
+    assert lines[0].split() == ["alpha", "running", "1", "sub-runs", "step", "2", "ETTR", "-", "last:", "no",
+                                "incident"]
+    assert lines[1].split()[:7] == ["seven", "finished", "3", "sub-runs", "step", "200", "ETTR"]
+    assert lines[1].endswith("last: loss 9.1 at step 118, 3.4x the running median")
     assert not (runs_root / "not-a-run" / LOGBOOK_FILENAME).exists()
 
 
@@ -94,3 +96,33 @@ def test_show_titles_by_name_and_keeps_evidence_for_events(controller_run):
     starts = [json.loads(line) for line in events.getvalue().splitlines() if '"subrun_start"' in line]
     assert starts[1]["evidence"]["incident"]["evidence"]["exit_code"] == -9  # the detail lives here
     assert starts[1]["evidence"]["rejected_checkpoints"][0][0].startswith(str(controller_run.run_dir))
+
+
+def test_list_json_is_one_object_per_run(scripted_run, controller_run):
+    out = io.StringIO()
+    assert cli.list_runs(scripted_run.run_dir.parent, out, as_json=True) == 0
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(line["name"], line["state"], line["subruns"], line["last_step"]) for line in lines] == [
+        ("demo", "failed", 3, 36), ("seven", "finished", 3, 200)]
+    assert lines[0]["last_incident"].startswith("loss_spike at step 30")
+    assert 0 < lines[1]["ettr"] < 1
+
+
+def test_show_json_is_the_run_report(scripted_run):
+    out = io.StringIO()
+    assert cli.show(scripted_run.run_dir, out, as_json=True) == 0
+    report = json.loads(out.getvalue())
+    assert report["name"] == "seven" and report["state"] == "finished"
+    assert {cost["kind"]: cost["steps_lost"] for cost in report["costs"]} == {"worker_lost": 7, "loss_spike": 20}
+    assert report["summary"]["steps_kept"] == 200 and len(report["ettr_series"]) == 3
+
+
+def test_show_tells_the_cost_of_each_incident_class(scripted_run):
+    out = io.StringIO()
+    cli.show(scripted_run.run_dir, out)
+    text = out.getvalue()
+    header = text.split("\n\n")[0]
+    assert "cost by incident class" in header and "MTBI" in header and "ETTR at each sub-run's end" in header
+    spike = next(line for line in header.splitlines() if line.strip().startswith("loss_spike"))
+    assert spike.split()[:6] == ["loss_spike", "1", "1", "ended", "20", "steps"]
+    assert "trained steps 61–120 (60 recorded)" in text  # the chronicle reads first and last rows only

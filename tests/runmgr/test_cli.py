@@ -133,7 +133,20 @@ def test_logbook_list_takes_a_run_or_a_folder_of_runs(logbook_run):
     assert "restarting" in lines[0] and "failed" in lines[2] and "worker_death" in lines[1]
     for where in ([], [str(runs)]):
         folder = runmgr("logbook", "list", *where, cwd=runs.parent)
-        assert folder.returncode == 0 and folder.stdout.split()[:4] == ["demo", "3", "sub-runs", "failed"]
+        assert folder.returncode == 0 and folder.stdout.split()[:4] == ["demo", "failed", "3", "sub-runs"]
+
+
+def test_logbook_list_and_show_json_and_the_flags_they_refuse(logbook_run):
+    import json
+
+    runs = logbook_run.parent
+    listed = runmgr("logbook", "list", str(runs), "--json")
+    assert listed.returncode == 0 and json.loads(listed.stdout)["last_step"] == 36
+    shown = runmgr("logbook", "show", str(logbook_run), "--json")
+    assert shown.returncode == 0 and json.loads(shown.stdout)["state"] == "failed"
+    assert_one_line_error(runmgr("logbook", "list", str(logbook_run), "--json"), "`list --json` lists the runs")
+    assert_one_line_error(runmgr("logbook", "show", str(logbook_run), "--json", "--full"),
+                          "`show --json` is always whole")
 
 
 def test_logbook_events_is_text_and_json_only_when_asked(logbook_run):

@@ -184,20 +184,22 @@ def _segments(book: Logbook, metric: str, loaded: _RunRows) -> list[_Segment]:
 
     Stand-in for ``logbook.curves.curves(book, metric, MAX_POINTS)``: at merge this
     body becomes that call (``loaded`` then goes unused for the curves)."""
-    pieces: list[tuple[str, bool, list[int], list[float]]] = []
-    for row in loaded.rows:  # by sub-run, then step
-        kept = id(row) in loaded.kept_ids
-        value = row[metric]
-        if not pieces or pieces[-1][0] != row["subrun"] or pieces[-1][1] != kept:
-            pieces.append((row["subrun"], kept, [], []))
-        pieces[-1][2].append(row["step"])
-        pieces[-1][3].append(math.nan if value is None else value)
-    total = sum(len(steps) for _, _, steps, _ in pieces)
+    rows = loaded.rows  # by sub-run, then step
+    if not rows:
+        return []
+    values = np.array([row[metric] for row in rows], dtype=float)  # None reads as NaN
+    steps = np.fromiter((row["step"] for row in rows), dtype=np.int64, count=len(rows))
+    kept = np.fromiter((id(row) in loaded.kept_ids for row in rows), dtype=bool, count=len(rows))
+    subrun_ids = [row["subrun"] for row in rows]
+    changes = [i for i in range(1, len(rows)) if subrun_ids[i] != subrun_ids[i - 1]]
+    edges = np.union1d(np.asarray(changes, dtype=np.int64), np.flatnonzero(np.diff(kept)) + 1)
+    bounds = [0, *edges.tolist(), len(rows)]
     segments = []
-    for subrun, kept, steps, values in pieces:
-        budget = max(4, MAX_POINTS * len(steps) // max(total, 1))
-        drawn_steps, drawn_values = envelope(np.asarray(steps), np.asarray(values, dtype=float), budget)
-        segments.append(_Segment(subrun, kept, tuple(drawn_steps.tolist()), tuple(drawn_values.tolist())))
+    for begin, end in zip(bounds, bounds[1:]):
+        budget = max(4, MAX_POINTS * (end - begin) // len(rows))
+        drawn_steps, drawn_values = envelope(steps[begin:end], values[begin:end], budget)
+        segments.append(_Segment(subrun_ids[begin], bool(kept[begin]), tuple(drawn_steps.tolist()),
+                                 tuple(drawn_values.tolist())))
     return segments
 
 

@@ -45,7 +45,7 @@ KIND_COLOURS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02"
 FADED_ALPHA = 0.25
 """Opacity of the steps a rollback threw away (kept steps are opaque)."""
 LEGEND_SUBRUNS = 12
-"""At most this many sub-runs named in a legend (evenly spaced, first and last included)."""
+"""Sub-runs named one by one in a legend; a longer lineage is named by colour."""
 
 
 @dataclass(frozen=True)
@@ -92,13 +92,17 @@ def kind_colours(incidents: Sequence[dict]) -> dict[str, str]:
     return {kind: KIND_COLOURS[i % len(KIND_COLOURS)] for i, kind in enumerate(kinds)}
 
 
-def legend_subruns(subruns: Sequence[str]) -> list[str]:
-    """The sub-runs a legend names: all up to :data:`LEGEND_SUBRUNS`, else every Nth and the last."""
-    stride = max(1, -(-len(subruns) // LEGEND_SUBRUNS))
-    shown = list(subruns[::stride])
-    if shown and shown[-1] != subruns[-1]:
-        shown[-1] = subruns[-1]
-    return shown
+def legend_entries(subruns: Sequence[str]) -> list[tuple[str, str]]:
+    """(label, sub-run whose line it shows) for a legend: each sub-run up to
+    :data:`LEGEND_SUBRUNS`; beyond, one entry per colour naming the sub-runs that share it."""
+    if len(subruns) <= LEGEND_SUBRUNS:
+        return [(f"sub-run {subrun}", subrun) for subrun in subruns]
+    entries = []
+    for first in range(min(len(SUBRUN_COLOURS), len(subruns))):
+        sharing = subruns[first::len(SUBRUN_COLOURS)]
+        middle = f", {sharing[1]}" + (", …" if len(sharing) > 3 else "") if len(sharing) > 2 else ""
+        entries.append((f"{sharing[0]}{middle}, {sharing[-1]}" if len(sharing) > 1 else sharing[0], sharing[0]))
+    return entries
 
 
 def figure_data(book: Logbook, metric: str) -> dict:

@@ -21,7 +21,7 @@ from bokeh.models import (BoxAnnotation, ColumnDataSource, HoverTool, Legend, Le
 from bokeh.plotting import figure
 from bokeh.resources import INLINE
 
-from logbook.plot import FADED_ALPHA, kind_colours, legend_subruns, subrun_colours
+from logbook.plot import FADED_ALPHA, kind_colours, legend_entries, subrun_colours
 
 WIDTH_PX = 1150
 PANEL_PX = 260
@@ -114,10 +114,9 @@ def _legend(panel, data: dict, colours: dict, kept_lines, markers: Optional[obje
     items = []
     if kept_lines is not None:
         subruns = [s["subrun"] for s in data["segments"] if s["kept"] and s["steps"]]
-        for subrun in legend_subruns(data["subruns"]):
+        for label, subrun in legend_entries(data["subruns"]):
             if subrun in subruns:
-                items.append(LegendItem(label=f"sub-run {subrun}", renderers=[kept_lines],
-                                        index=subruns.index(subrun)))
+                items.append(LegendItem(label=label, renderers=[kept_lines], index=subruns.index(subrun)))
     if markers is not None:
         items.append(LegendItem(label="incident (hover for details)", renderers=[markers]))
     if items:

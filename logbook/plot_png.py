@@ -18,9 +18,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.ticker import StrMethodFormatter
 from matplotlib.transforms import blended_transform_factory
 
-from logbook.plot import FADED_ALPHA, SUBRUN_COLOURS, kind_colours, legend_subruns, subrun_colours
+from logbook.plot import FADED_ALPHA, SUBRUN_COLOURS, kind_colours, legend_entries, subrun_colours
 
 DPI = 100
 WIDTH_IN = 14.0
@@ -51,12 +52,13 @@ def build_figure(figures: Sequence[dict]) -> Figure:
         _draw_panel(ax, data, colours, kinds)
     _label_incidents(axes[0], figures[0]["incidents"], kinds)
     axes[-1].set_xlabel("step")
+    axes[-1].xaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     figure.suptitle(figures[0]["title"], fontsize=13)
-    figure.subplots_adjust(left=0.07, right=0.80, top=1 - 0.55 / figure.get_figheight(),
+    figure.subplots_adjust(left=0.07, right=0.76, top=1 - 0.55 / figure.get_figheight(),
                            bottom=0.6 / figure.get_figheight(), hspace=0.12)
     figure.legend(handles=_legend_handles(figures[0]["subruns"], colours, kinds,
                                           bool(figures[0]["skip_windows"])),
-                  loc="center left", bbox_to_anchor=(0.81, 0.5), fontsize=9, frameon=False)
+                  loc="center left", bbox_to_anchor=(0.77, 0.5), fontsize=9, frameon=False)
     return figure
 
 
@@ -119,12 +121,11 @@ def _label_incidents(ax: Axes, incidents: Sequence[dict], kinds: dict) -> None:
 
 
 def _legend_handles(subruns: Sequence[str], colours: dict, kinds: dict, skipped: bool) -> list:
-    shown = legend_subruns(subruns)
-    handles = [Line2D([], [], color=colours[s], linewidth=KEPT_WIDTH, label=f"sub-run {s}") for s in shown]
-    if len(shown) < len(subruns):
-        handles.append(Line2D([], [], linestyle="none",
-                              label=f"({len(shown)} of {len(subruns)} named; colours cycle every "
-                                    f"{len(SUBRUN_COLOURS)})"))
+    entries = legend_entries(subruns)
+    handles = [Line2D([], [], color=colours[s], linewidth=KEPT_WIDTH, label=label) for label, s in entries]
+    if len(entries) < len(subruns):
+        handles.insert(0, Line2D([], [], linestyle="none",
+                                 label=f"{len(subruns)} sub-runs, colours cycling every {len(SUBRUN_COLOURS)}:"))
     handles.append(Line2D([], [], color="#444444", alpha=FADED_ALPHA * 2, linewidth=FADED_WIDTH,
                           label="faded: thrown away by a rollback"))
     if skipped:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Callable, ContextManager, TextIO
+from typing import Callable, ContextManager, Optional, TextIO
 
 from logbook.errors import LogbookError
 from logbook.salvage import salvage
@@ -162,6 +162,33 @@ def salvage_logbook(run_dir: str | Path, out: TextIO, hold: Callable[[], Context
     report = salvage(run_dir, hold)
     out.write("\n".join(report.lines()) + f"\n`runmgr logbook show {run_dir}` reads the salvaged logbook\n")
     return 0
+
+
+def plot(run_dir: str | Path, metrics_text: str, out: TextIO, png: Optional[str | Path] = None,
+         html: Optional[str | Path] = None) -> int:
+    """Draw the run's curves into a PNG (``png``, default ``RUN/plots/<metrics>.png``)
+    and, with ``html``, an interactive page too; print each path written.
+    Names and suffixes are checked before anything is read or written."""
+    from logbook.plot import parse_metrics, write_plots
+
+    metrics = parse_metrics(metrics_text)
+    png_path = Path(png) if png is not None else Path(run_dir) / "plots" / f"{'-'.join(metrics)}.png"
+    _check_suffix(png_path, ".png", "--out")
+    if html is not None:
+        _check_suffix(Path(html), ".html", "--html")
+    with Logbook.open(run_dir, create=False) as book:
+        written = write_plots(book, metrics, png_path, Path(html) if html is not None else None)
+    for path in written:
+        out.write(f"{path}\n")
+    return 0
+
+
+def _check_suffix(path: Path, suffix: str, option: str) -> None:
+    # matplotlib would pick another format from another suffix: the file would not be what was asked.
+    if path.suffix.lower() != suffix:
+        raise LogbookError(f"{option} {path} must end in {suffix}: name the file e.g. {path.with_suffix(suffix).name}")
+    if path.is_dir():
+        raise LogbookError(f"{option} {path} is a directory: name a file ending in {suffix}")
 
 
 def is_run_dir(path: str | Path) -> bool:

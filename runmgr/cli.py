@@ -69,7 +69,14 @@ def cmd_logbook(args: argparse.Namespace) -> int:
         return _list(args.run, logbook_cli, args.json)
     if not args.run:
         raise UserError(f"`runmgr logbook {args.action}` needs a run name or directory, e.g. runs/demo")
+    if args.action != "plot" and (args.metric is not None or args.html is not None or args.out is not None):
+        raise UserError(f"--metric, --out and --html are for `runmgr logbook plot`, not `{args.action}`")
     run_dir = resolve_run_dir(args.run)
+    if args.action == "plot":
+        from logbook.plot import DEFAULT_METRICS
+
+        return logbook_cli.plot(run_dir, args.metric or ",".join(DEFAULT_METRICS), sys.stdout,
+                                png=args.out, html=args.html)
     if args.action == "salvage":
         return _salvage(run_dir, logbook_cli)
     if args.action == "show":
@@ -163,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.set_defaults(func=cmd_status)
 
     book = sub.add_parser("logbook", help="browse a run's logbook")
-    book.add_argument("action", choices=("show", "events", "metrics", "list", "skipped", "salvage"),
+    book.add_argument("action", choices=("show", "events", "metrics", "list", "skipped", "salvage", "plot"),
                       help="salvage: copy the readable rows of a damaged logbook into a new one, keeping the "
                            "damaged file beside it")
     book.add_argument("run", nargs="?", help="run name (under runs/) or run directory; for list also a "
@@ -174,6 +181,13 @@ def build_parser() -> argparse.ArgumentParser:
     book.add_argument("--all", action="store_true", help="metrics: every sub-run's rows, also those rolled back")
     book.add_argument("--limit", type=int, default=3, metavar="N", help="skipped: samples decoded per skip range")
     book.add_argument("--chars", type=int, default=300, metavar="C", help="skipped: characters shown per sample")
+    book.add_argument("--metric", default=None, metavar="M1,M2",
+                      help="plot: metrics to draw, comma-separated, from loss, grad_norm, lr, loss_scale, "
+                           "tokens_per_s, step_time (default: loss,grad_norm,lr,loss_scale)")
+    book.add_argument("--out", default=None, metavar="FILE.png", help="plot: the PNG to write "
+                                                                      "(default: RUN/plots/<metrics>.png)")
+    book.add_argument("--html", default=None, metavar="FILE.html",
+                      help="plot: also write an interactive page that works offline")
     book.set_defaults(func=cmd_logbook)
 
     watch = sub.add_parser("watch", help="run the detectors and the policy over a recorded log")

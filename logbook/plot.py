@@ -1,0 +1,278 @@
+"""What ``runmgr logbook plot`` draws: each metric against step, one colour
+per sub-run, the steps a later rollback threw away faded, incidents marked by
+kind, skipped data windows shaded. :func:`figure_data` is the one description
+both pictures draw (the PNG in logbook/plot_png.py, the self-contained HTML in
+logbook/plot_html.py); it is plain JSON-able data, so a web page can draw it too.
+
+Curves are downsampled for drawing (at most :data:`MAX_POINTS` points per
+metric in all) keeping each bucket's minimum and maximum, so a one-step spike
+never disappears from a 150,000-step run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from logbook.accounting import split_metrics
+from logbook.changes import skip_ranges
+from logbook.errors import LogbookError
+from logbook.records import SubRun
+from logbook.render import run_title
+from logbook.store import Logbook
+
+PLOT_METRICS = ("loss", "grad_norm", "lr", "loss_scale", "tokens_per_s", "step_time")
+"""Metrics that can be plotted (the per-step float columns of the logbook)."""
+DEFAULT_METRICS = ("loss", "grad_norm", "lr", "loss_scale")
+"""What ``runmgr logbook plot`` draws unless ``--metric`` says otherwise."""
+MAX_POINTS = 4000
+"""Points drawn per metric, all sub-runs together (min/max envelope beyond it)."""
+AXIS_LABELS = {"loss": "loss (nats/token)", "grad_norm": "gradient norm (L2)", "lr": "learning rate",
+               "loss_scale": "loss scale", "tokens_per_s": "throughput (tokens/s)",
+               "step_time": "step time (s)"}
+"""Each metric's axis label: its name and unit."""
+LOG_SCALE = frozenset({"grad_norm", "loss_scale"})
+"""Metrics drawn on a log y axis: loss scales move by powers of two, gradient norms spike by decades."""
+SUBRUN_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                  "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+"""One colour per sub-run, cycling (matplotlib's tab10, d3's category10): neighbours always differ."""
+KIND_COLOURS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666")
+"""One colour per incident kind (ColorBrewer's Dark2), darker than the sub-runs' colours."""
+FADED_ALPHA = 0.25
+"""Opacity of the steps a rollback threw away (kept steps are opaque)."""
+LEGEND_SUBRUNS = 12
+"""Sub-runs named one by one in a legend; a longer lineage is named by colour."""
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """Stand-in for logbook.curves.Segment (same fields) until it is merged."""
+
+    subrun: str
+    kept: bool
+    steps: tuple[int, ...]
+    values: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class _RunRows:
+    """What one plot command reads from the logbook, once for all its metrics."""
+
+    lineage: list[SubRun]
+    rows: list[dict]
+    kept_ids: frozenset[int]
+    """``id()`` of each row the kept lineage holds (the others were thrown away)."""
+    events: list[dict]
+
+
+def parse_metrics(text: str) -> tuple[str, ...]:
+    """``"loss,lr"`` as metric names, refused with one line when unknown or repeated."""
+    names = tuple(name.strip() for name in text.split(","))
+    unknown = [name for name in names if name not in PLOT_METRICS]
+    if unknown or not names:
+        raise LogbookError(f"unknown metric {', '.join(repr(n) for n in unknown)}: "
+                           f"choose from {','.join(PLOT_METRICS)} (comma-separated)")
+    if len(set(names)) != len(names):
+        raise LogbookError(f"--metric {text!r} names a metric twice: name each once")
+    return names
+
+
+def subrun_colours(subruns: Sequence[str]) -> dict[str, str]:
+    """Each sub-run's colour by its position in the lineage."""
+    return {subrun: SUBRUN_COLOURS[i % len(SUBRUN_COLOURS)] for i, subrun in enumerate(subruns)}
+
+
+def kind_colours(incidents: Sequence[dict]) -> dict[str, str]:
+    """Each incident kind's colour, kinds in alphabetical order."""
+    kinds = sorted({mark["kind"] for mark in incidents})
+    return {kind: KIND_COLOURS[i % len(KIND_COLOURS)] for i, kind in enumerate(kinds)}
+
+
+def legend_entries(subruns: Sequence[str]) -> list[tuple[str, str]]:
+    """(label, sub-run whose line it shows) for a legend: each sub-run up to
+    :data:`LEGEND_SUBRUNS`; beyond, one entry per colour naming the sub-runs that share it."""
+    if len(subruns) <= LEGEND_SUBRUNS:
+        return [(f"sub-run {subrun}", subrun) for subrun in subruns]
+    entries = []
+    for first in range(min(len(SUBRUN_COLOURS), len(subruns))):
+        sharing = subruns[first::len(SUBRUN_COLOURS)]
+        middle = f", {sharing[1]}" + (", …" if len(sharing) > 3 else "") if len(sharing) > 2 else ""
+        entries.append((f"{sharing[0]}{middle}, {sharing[-1]}" if len(sharing) > 1 else sharing[0], sharing[0]))
+    return entries
+
+
+def figure_data(book: Logbook, metric: str) -> dict:
+    """What both pictures draw for ``metric``: see :func:`_figure` for the keys."""
+    return figures_data(book, (metric,))[0]
+
+
+def figures_data(book: Logbook, metrics: Sequence[str]) -> list[dict]:
+    """:func:`figure_data` of several metrics, reading the logbook once."""
+    if not metrics:
+        raise LogbookError(f"name at least one metric to plot: {', '.join(PLOT_METRICS)}")
+    for metric in metrics:
+        if metric not in PLOT_METRICS:
+            raise LogbookError(f"unknown metric {metric!r}: choose from {', '.join(PLOT_METRICS)}")
+    loaded = _load(book)
+    if not loaded.lineage:
+        raise LogbookError(f"the logbook at {book.run_dir} has no sub-runs yet: nothing to plot")
+    incidents = _incidents(loaded)
+    windows = _skip_windows(loaded)
+    title = run_title(loaded.lineage)
+    if book.run_dir.name not in title:
+        title = f"{book.run_dir.name} · {title}"
+    return [_figure(title, metric, loaded, _segments(book, metric, loaded), incidents, windows)
+            for metric in metrics]
+
+
+def write_png(book: Logbook, metrics: Sequence[str], path: str | Path) -> Path:
+    """Draw ``metrics`` (one panel each, sharing the step axis) into a PNG at ``path``."""
+    from logbook.plot_png import render_png  # matplotlib: only for a command that draws
+
+    return render_png(figures_data(book, metrics), Path(path))
+
+
+def write_html(book: Logbook, metrics: Sequence[str], path: str | Path) -> Path:
+    """The same panels as an interactive HTML page with its JavaScript inside (works offline)."""
+    from logbook.plot_html import render_html  # bokeh: only for a command that draws
+
+    return render_html(figures_data(book, metrics), Path(path))
+
+
+def write_plots(book: Logbook, metrics: Sequence[str], png: Path, html: Optional[Path] = None) -> list[Path]:
+    """:func:`write_png` and, with ``html``, :func:`write_html`, reading the logbook once."""
+    from logbook.plot_png import render_png
+
+    figures = figures_data(book, metrics)
+    written = [render_png(figures, Path(png))]
+    if html is not None:
+        from logbook.plot_html import render_html  # bokeh: only when a page is asked for
+
+        written.append(render_html(figures, Path(html)))
+    return written
+
+
+def _figure(title: str, metric: str, loaded: _RunRows, segments: list, incidents: list[dict],
+            windows: list[dict]) -> dict:
+    """Keys: ``title``, ``metric``, ``axis_label``, ``log_y``, ``subruns`` (ids, lineage order),
+    ``segments`` ({subrun, kept, steps, values}; a value is None where it is NaN or infinite),
+    ``incidents`` ({step, kind, label, subrun}), ``skip_windows`` ({first_step, last_step,
+    samples: [start, end), subrun}: the steps whose data the plan skipped)."""
+    return {
+        "title": title, "metric": metric, "axis_label": AXIS_LABELS[metric], "log_y": metric in LOG_SCALE,
+        "subruns": [subrun.id for subrun in loaded.lineage],
+        "segments": [{"subrun": s.subrun, "kept": s.kept, "steps": [int(x) for x in s.steps],
+                      "values": [_finite(v) for v in s.values]} for s in segments],
+        "incidents": incidents, "skip_windows": windows,
+    }
+
+
+def _finite(value: Optional[float]) -> Optional[float]:
+    # None, not NaN: JSON readers (a browser's JSON.parse) refuse NaN; a gap is drawn either way.
+    return float(value) if value is not None and math.isfinite(value) else None
+
+
+def _load(book: Logbook) -> _RunRows:
+    lineage = book.lineage()
+    rows = book.all_metrics()
+    kept, _ = split_metrics(lineage, rows)
+    return _RunRows(lineage, rows, frozenset(id(row) for row in kept), book.events())
+
+
+def _segments(book: Logbook, metric: str, loaded: _RunRows) -> list[_Segment]:
+    """The curve of ``metric`` as runs of steps of one sub-run, kept or thrown away.
+
+    Stand-in for ``logbook.curves.curves(book, metric, MAX_POINTS)``: at merge this
+    body becomes that call (``loaded`` then goes unused for the curves)."""
+    rows = loaded.rows  # by sub-run, then step
+    if not rows:
+        return []
+    values = np.array([row[metric] for row in rows], dtype=float)  # None reads as NaN
+    steps = np.fromiter((row["step"] for row in rows), dtype=np.int64, count=len(rows))
+    kept = np.fromiter((id(row) in loaded.kept_ids for row in rows), dtype=bool, count=len(rows))
+    subrun_ids = [row["subrun"] for row in rows]
+    changes = [i for i in range(1, len(rows)) if subrun_ids[i] != subrun_ids[i - 1]]
+    edges = np.union1d(np.asarray(changes, dtype=np.int64), np.flatnonzero(np.diff(kept)) + 1)
+    bounds = [0, *edges.tolist(), len(rows)]
+    segments = []
+    for begin, end in zip(bounds, bounds[1:]):
+        budget = max(4, MAX_POINTS * (end - begin) // len(rows))
+        drawn_steps, drawn_values = envelope(steps[begin:end], values[begin:end], budget)
+        segments.append(_Segment(subrun_ids[begin], bool(kept[begin]), tuple(drawn_steps.tolist()),
+                                 tuple(drawn_values.tolist())))
+    return segments
+
+
+def envelope(steps: np.ndarray, values: np.ndarray, max_points: int) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``max_points`` of the points, in step order: each of ``max_points // 2``
+    buckets of consecutive points gives its lowest and its highest (NaNs only where a
+    whole bucket is NaN), so the drawn curve spans every value the full one reaches."""
+    count = len(steps)
+    if count <= max_points:
+        return steps, values
+    buckets = max(1, max_points // 2)
+    width = -(-count // buckets)
+    padded = np.full(buckets * width, np.nan)
+    padded[:count] = values
+    grid = padded.reshape(buckets, width)
+    offsets = np.arange(buckets) * width
+    lows = np.where(np.isnan(grid), np.inf, grid).argmin(axis=1) + offsets
+    highs = np.where(np.isnan(grid), -np.inf, grid).argmax(axis=1) + offsets
+    chosen = np.unique(np.concatenate([lows, highs, [0, count - 1]]))
+    chosen = chosen[chosen < count]
+    return steps[chosen], values[chosen]
+
+
+def _incidents(loaded: _RunRows) -> list[dict]:
+    """Each incident at its step; one without a step sits where its sub-run stopped."""
+    ends = {subrun.id: subrun.last_step for subrun in loaded.lineage}
+    marks = []
+    for event in loaded.events:
+        if event["type"] != "incident":
+            continue
+        step = event.get("step") if event.get("step") is not None else ends.get(event["subrun"])
+        if step is None:
+            continue  # an incident of a sub-run still open, before its first step: nowhere to draw it
+        marks.append({"step": int(step), "kind": str(event["kind"]), "label": str(event["summary"]),
+                      "subrun": event["subrun"]})
+    return marks
+
+
+def _skip_windows(loaded: _RunRows) -> list[dict]:
+    """Each skip range of the plans (stream positions ``[start, end)``) as the steps that
+    read it: from the first step whose ``consumed_samples`` passes the range's start to the
+    first that reaches its end (or the last recorded). Read from the sub-run before the one
+    that added the range (it trained that data: why it is skipped), else from the kept steps."""
+    if not any(skip_ranges(subrun.plan) for subrun in loaded.lineage):
+        return []
+    kept = [row for row in loaded.rows if id(row) in loaded.kept_ids]
+    by_subrun: dict[str, list[dict]] = {}
+    for row in loaded.rows:
+        by_subrun.setdefault(row["subrun"], []).append(row)
+    windows, seen = [], set()
+    for position, subrun in enumerate(loaded.lineage):
+        previous = loaded.lineage[position - 1].id if position else None
+        for start, end in skip_ranges(subrun.plan):
+            if (start, end) in seen:
+                continue
+            seen.add((start, end))
+            steps = _steps_reading(by_subrun.get(previous, []), start, end) or _steps_reading(kept, start, end)
+            if steps is not None:  # else the run has not reached the range: nothing was skipped yet
+                windows.append({"first_step": steps[0], "last_step": steps[1], "samples": [start, end],
+                                "subrun": subrun.id})
+    return windows
+
+
+def _steps_reading(rows: Sequence[dict], start: int, end: int) -> Optional[tuple[int, int]]:
+    """(first, last) step of ``rows`` (one lineage, by step) whose samples include ``[start, end)``."""
+    rows = [row for row in rows if row["consumed_samples"] is not None]
+    consumed = np.asarray([row["consumed_samples"] for row in rows], dtype=np.int64)
+    first = int(np.searchsorted(consumed, start, side="right"))
+    if first >= len(rows):
+        return None
+    last = min(int(np.searchsorted(consumed, end, side="left")), len(rows) - 1)
+    return rows[first]["step"], rows[last]["step"]

@@ -69,11 +69,15 @@ def cmd_logbook(args: argparse.Namespace) -> int:
         return _list(args.run, logbook_cli)
     if not args.run:
         raise UserError(f"`runmgr logbook {args.action}` needs a run name or directory, e.g. runs/demo")
+    if args.action != "export" and (args.format or args.out):
+        raise UserError(f"--format and --out are for `runmgr logbook export`, not `{args.action}`")
     run_dir = resolve_run_dir(args.run)
     if args.action == "salvage":
         return _salvage(run_dir, logbook_cli)
     if args.action == "show":
         return logbook_cli.show(run_dir, sys.stdout, full=args.full)
+    if args.action == "export":
+        return logbook_cli.export(run_dir, args.format or "md", args.out, sys.stdout)
     if args.action == "events":
         return (logbook_cli.events_jsonl if args.json else logbook_cli.events_text)(run_dir, sys.stdout)
     if args.action == "skipped":
@@ -158,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.set_defaults(func=cmd_status)
 
     book = sub.add_parser("logbook", help="browse a run's logbook")
-    book.add_argument("action", choices=("show", "events", "metrics", "list", "skipped", "salvage"),
+    book.add_argument("action", choices=("show", "events", "metrics", "list", "skipped", "salvage", "export"),
                       help="salvage: copy the readable rows of a damaged logbook into a new one, keeping the "
                            "damaged file beside it")
     book.add_argument("run", nargs="?", help="run name (under runs/) or run directory; for list also a "
@@ -168,6 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
     book.add_argument("--all", action="store_true", help="metrics: every sub-run's rows, also those rolled back")
     book.add_argument("--limit", type=int, default=3, metavar="N", help="skipped: samples decoded per skip range")
     book.add_argument("--chars", type=int, default=300, metavar="C", help="skipped: characters shown per sample")
+    from logbook.markdown import EXPORT_FORMATS
+
+    book.add_argument("--format", choices=EXPORT_FORMATS, default=None,
+                      help="export: the document to write (md, the default: the chronicle as Markdown, plots beside it)")
+    book.add_argument("--out", type=Path, default=None, metavar="FILE.md",
+                      help="export: where to write (default: RUN/<run name>.md)")
     book.set_defaults(func=cmd_logbook)
 
     watch = sub.add_parser("watch", help="run the detectors and the policy over a recorded log")

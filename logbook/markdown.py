@@ -25,7 +25,7 @@ from logbook.records import SubRun
 from logbook.render import (RELAUNCH, changes_of, cost_text, ending, incident_description, incident_headline,
                             incident_where, progress, run_title, start_facts)
 from logbook.store import Logbook
-from logbook.textfmt import clock_text, duration, tidier, value_text
+from logbook.textfmt import clock_text, duration, tidier
 
 ExportFormat = Literal["md"]
 """What ``runmgr logbook export --format`` writes (Markdown only, for now)."""
@@ -35,6 +35,8 @@ PLOTTED_METRICS = ("loss", "grad_norm", "lr", "loss_scale")
 """One PNG each beside the document, as ``runmgr logbook plot`` draws them."""
 MAX_EVIDENCE_FIGURES = 8
 """Evidence figures shown after an incident (``runmgr logbook events --json`` has them all)."""
+MAX_FIGURE_CHARS = 24
+"""A text evidence value longer than this is no figure (a log line, a hint)."""
 MAX_CHECKPOINTS_LISTED = 10
 """A sub-run with more checkpoints lists its first and last ones and counts the rest."""
 OWN_LINES = ("workers_started", "checkpoint_rejected", "effective_settings", "command")
@@ -122,7 +124,7 @@ def subrun_section(subrun: SubRun, previous: Optional[SubRun], events: Sequence[
     lines += _item("Why it started", md.text(tidy(why_text(subrun))), _why_details(subrun, tidy))
     changes = [md.text(tidy(change)) for change in changes_of(subrun, previous)]
     in_force = [md.text(tidy(e["message"])) for e in events if e["type"] == "event" and e["kind"] == "effective_settings"]
-    lines += _item("What changed", "; ".join(changes) or "nothing", in_force)
+    lines += _item("What changed", "; ".join(changes) or "nothing in the config or the plan", in_force)
     lines += _item("Where it started", _where(subrun, tidy), [md.text(tidy(fact)) for fact in start_facts(subrun, events)])
     shown: list[str] = []
     happened = happenings(events, tidy, shown)
@@ -157,8 +159,7 @@ def evidence_figures(incident: Mapping[str, Any]) -> str:
     evidence = incident.get("evidence")
     if not isinstance(evidence, Mapping):
         return ""
-    figures = [f"{key} {value_text(value, 40)}" for key, value in evidence.items()
-               if isinstance(value, (int, float, str)) and not isinstance(value, bool) and value != ""]
+    figures = [f"{key} {_figure(value)}" for key, value in evidence.items() if _figure(value)]
     return ", ".join(figures[:MAX_EVIDENCE_FIGURES]) + (", …" if len(figures) > MAX_EVIDENCE_FIGURES else "")
 
 
@@ -200,6 +201,18 @@ def command_lines(commands: Sequence[dict]) -> list[str]:
         else:
             lines += event["message"].splitlines()
     return lines
+
+
+def _figure(value: Any) -> str:
+    """A number to 4 significant digits, or a short word; anything longer (a log line,
+    a hint) is left to ``runmgr logbook events --json``."""
+    if isinstance(value, bool) or value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, int):
+        return str(value)
+    return value if isinstance(value, str) and 0 < len(value) <= MAX_FIGURE_CHARS else ""
 
 
 def _why_details(subrun: SubRun, tidy) -> list[str]:

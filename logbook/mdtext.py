@@ -8,14 +8,17 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-_SPECIAL = re.compile(r"([\\`*\[\]<>|~$&])|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
-"""Characters that can start markup inside a line (CommonMark lets any ASCII
+_SPECIAL = re.compile(r"[\\`*\]<|~$&]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+"""Characters that can make markup inside a line (CommonMark lets any ASCII
 punctuation be backslash-escaped; these are the ones that mean something
-inline, in GFM tables, in strikethrough and in math). An underscore inside a
-word (``loss_spike``) makes no emphasis and stays as it is, readable."""
-_LINE_START = re.compile(r"^(\d{0,9})([-+=#.)])(?=[\s=#]|$)")
-"""What makes a list, a heading or a setext underline when it starts a line
-(``- x``, ``1. x``, ``# x``): the mark is escaped, the digits before it stay."""
+inline, in GFM tables, in strikethrough and in math). Some stay as they are,
+for a text that reads well as plain Markdown too: ``[`` (no link, image or
+reference closes without an unescaped ``]``), ``>`` (HTML opens with ``<``;
+a quote only starts a line) and an underscore inside a word (``loss_spike``
+makes no emphasis)."""
+_LINE_START = re.compile(r"^(\d{0,9})([-+=#.)>])(?=[\s=#>]|$)")
+"""What makes a list, a heading, a quote or a setext underline when it starts
+a line (``- x``, ``1. x``, ``# x``, ``> x``): the mark is escaped, the digits before it stay."""
 _WHITESPACE = re.compile(r"\s+")
 
 

@@ -20,7 +20,7 @@ def shown(markdown: str) -> str:
 
 @pytest.mark.parametrize("raw", [
     "| <script>alert(1)</script> # x", "# heading", "1. item", "- item", "+ item", "> quote", "===",
-    "*bold* _em_ ~~gone~~ `code`", "[link](http://example.com) ![img](x.png)", "<img src=x onerror=alert(1)>",
+    "*bold* _em_ ~~gone~~ `code`", "[link](http://example.com) ![img](x.png) [ref] [^1]", "a [1, 2) b](http://x)", "<img src=x onerror=alert(1)>",
     r"back\slash \* kept", "$x^2$ & &amp; entity", "loss_spike at step_00000020",
 ])
 def test_text_reads_back_as_itself(raw):

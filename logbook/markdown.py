@@ -142,11 +142,15 @@ def subrun_section(subrun: SubRun, previous: Optional[SubRun], events: Sequence[
 
 
 def why_text(subrun: SubRun) -> str:
-    """The incident that started the sub-run and its description, or how it was launched."""
+    """The incident that started the sub-run (kind, step, the detector's description; its
+    culprits when the description has none), or how the sub-run was launched."""
     incident = _evidence(subrun).get("incident")
     if isinstance(incident, Mapping) and incident.get("kind"):
         description = incident.get("description")
-        return incident_headline(incident) + (f": {description}" if isinstance(description, str) else "")
+        if not isinstance(description, str) or not description:
+            return incident_headline(incident)
+        at = f" at step {incident['onset_step']}" if incident.get("onset_step") is not None else ""
+        return f"{incident['kind']}{at}: {description}"
     if subrun.cause == "launch":
         return "first launch"
     if subrun.cause.startswith(RELAUNCH):

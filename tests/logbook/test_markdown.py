@@ -129,7 +129,7 @@ def test_a_section_per_subrun_says_why_what_changed_where_and_how_far(megatron_r
 
     first, second, third = (section(text, s) for s in ("5.00", "5.01", "5.02"))
     assert "- **Why it started:** first launch" in first
-    assert "- **Why it started:** worker_death (rank 1 killed): rank 1 on b7d41e09… died" in second
+    assert "- **Why it started:** worker_death: rank 1 on b7d41e09… died" in second
     assert "  - evidence: cause killed, exit_code -9" in second
     assert "  - decision: **restart** — rank 1 died; restart from the newest verified checkpoint" in second
     assert "- **Where it started:** checkpoint `checkpoints/step_00000020` (step 20)" in third

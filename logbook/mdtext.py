@@ -8,12 +8,13 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-_SPECIAL = re.compile(r"[\\`*\]<|~$&]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+_SPECIAL = re.compile(r"[\\`*<|~$&]|\](?=[(\[])|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 """Characters that can make markup inside a line (CommonMark lets any ASCII
 punctuation be backslash-escaped; these are the ones that mean something
 inline, in GFM tables, in strikethrough and in math). Some stay as they are,
-for a text that reads well as plain Markdown too: ``[`` (no link, image or
-reference closes without an unescaped ``]``), ``>`` (HTML opens with ``<``;
+for a text that reads well as plain Markdown too: ``[`` and a ``]`` not
+followed by ``(`` or ``[`` (a link or image needs ``](`` or ``][``; the other
+forms need a definition, which only starts a line), ``>`` (HTML opens with ``<``;
 a quote only starts a line) and an underscore inside a word (``loss_spike``
 makes no emphasis)."""
 _LINE_START = re.compile(r"^(\d{0,9})([-+=#.)>])(?=[\s=#>]|$)")

@@ -58,3 +58,8 @@ def _rows(tokens):
         elif token.type == "tr_close":
             yield row
             row = None
+
+
+def test_what_cannot_make_markup_is_left_readable():
+    assert md.text("OSError: [Errno 30] Read-only -> loss_spike at step_00000100") == (
+        "OSError: [Errno 30] Read-only -> loss_spike at step_00000100")

@@ -64,8 +64,11 @@ def document(book: Logbook, plot_links: Sequence[tuple[str, str]] = ()) -> list[
     tidy = tidier([str(book.run_dir), *(_recorded_run_dir(subrun) for subrun in lineage)])
     lines = [f"# {md.text(run_title(lineage))}", "",
              f"Times are local (UTC{time.strftime('%z')}); paths are relative to the run directory.", ""]
-    lines += summary_table(lineage, summary)
-    lines += cost_table(_class_costs(book))
+    costs_by_class, mtbi_s, ettr_series = _report_figures(book)
+    lines += summary_table(lineage, summary, mtbi_s) + ettr_line(ettr_series)
+    lines += cost_table(costs_by_class)
+    if plot_links:
+        lines += ["", "## Plots"]
     for name, path in plot_links:
         lines += ["", f"![{md.text(name)}]({quote(path)})"]
     by_subrun: dict[str, list[dict]] = {}
@@ -80,8 +83,9 @@ def document(book: Logbook, plot_links: Sequence[tuple[str, str]] = ()) -> list[
     return lines
 
 
-def summary_table(lineage: Sequence[SubRun], summary: Mapping[str, Any]) -> list[str]:
-    """Run-level figures as a two-column table."""
+def summary_table(lineage: Sequence[SubRun], summary: Mapping[str, Any], mtbi_s: Optional[float] = None) -> list[str]:
+    """Run-level figures as a two-column table; ``mtbi_s``: the mean time between
+    incidents that ended a sub-run (no row when unknown)."""
     incidents = summary["incidents"]
     incident_text = str(sum(incidents.values()))
     if incidents:
@@ -103,7 +107,18 @@ def summary_table(lineage: Sequence[SubRun], summary: Mapping[str, Any]) -> list
         ("incidents", incident_text),
         ("checkpoints", str(summary["checkpoints"])),
     ]
+    if mtbi_s is not None:
+        rows.insert(rows.index(("incidents", incident_text)) + 1,
+                    ("MTBI", f"{duration(mtbi_s)} (mean time between incidents that ended a sub-run)"))
     return ["## Summary", ""] + md.table(("figure", "value"), [(f"**{name}**", value) for name, value in rows])
+
+
+def ettr_line(series: Sequence[tuple[float, float]]) -> list[str]:
+    """ETTR as it went, one point per sub-run end (none when there is no series to tell)."""
+    if len(series) < 2:
+        return []
+    points = ", ".join(f"{clock_text(at)} {ettr:.1%}" for at, ettr in series)
+    return ["", f"ETTR over time (at each sub-run's end): {points}"]
 
 
 def cost_table(costs: Sequence[Any]) -> list[str]:
@@ -279,14 +294,15 @@ def _recorded_run_dir(subrun: SubRun) -> Optional[str]:
     return run.get("dir") if isinstance(run, Mapping) and isinstance(run.get("dir"), str) else None
 
 
-def _class_costs(book: Logbook) -> Sequence[Any]:
-    """Rows shaped like logbook.report.ClassCost, most wall time lost first: the
-    run report's when logbook.report is installed, else counted from the lineage."""
+def _report_figures(book: Logbook) -> tuple[Sequence[Any], Optional[float], Sequence[tuple[float, float]]]:
+    """(cost by incident class, MTBI, ETTR series): the run report's when logbook.report
+    is installed; else the costs counted from the lineage, and neither of the others."""
     if importlib.util.find_spec("logbook.report") is None:
-        return class_costs_from_lineage(book)
+        return class_costs_from_lineage(book), None, ()
     from logbook.report import run_report
 
-    return run_report(book).costs
+    report = run_report(book)
+    return report.costs, report.mtbi_s, report.ettr_series
 
 
 def _write_plots(book: Logbook, out_dir: Path) -> list[Path]:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import importlib.machinery
 import shutil
 import sys
+import time
 import types
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from markdown_it import MarkdownIt
 from logbook import Logbook
 from logbook.markdown import export_markdown
 from runmgr.cli import main
-from tests.logbook.conftest import (NODE_A, NODE_B, FakeClock, ScriptedRun, decision_dict, incident_dict, judged,
+from tests.logbook.conftest import (NODE_B, T0, FakeClock, ScriptedRun, decision_dict, incident_dict, judged,
                                     train, workers_started)
 
 HOSTILE = "| <script>alert(1)</script> # x"
@@ -114,6 +116,15 @@ def table_rows(text: str, heading: str) -> list[list[str]]:
     raise AssertionError(f"no table under {heading}")
 
 
+@pytest.fixture(autouse=True)
+def without_report_and_plotter(monkeypatch):
+    """The export as it is with neither logbook.report nor logbook.plot installed (a test that
+    wants one puts a stand-in in their place): the cost rows below are counted from the lineage
+    (logbook/markdown_costs.py), and no image is drawn."""
+    monkeypatch.setitem(sys.modules, "logbook.report", None)
+    monkeypatch.setitem(sys.modules, "logbook.plot", None)
+
+
 @pytest.fixture
 def megatron_run(tmp_path: Path) -> ScriptedRun:
     return write_megatron_run(tmp_path / "runs" / "gpt")
@@ -208,18 +219,48 @@ def test_plots_are_written_beside_the_document_and_linked_relatively(megatron_ru
     monkeypatch.setitem(sys.modules, "logbook.plot", plot)
     text = export(megatron_run.run_dir, "team notes.md")
     assert drawn == [["loss"], ["grad_norm"], ["lr"], ["loss_scale"]]
-    assert "![loss](team%20notes.plots/loss.png)" in text
+    assert "## Plots\n\n![loss](team%20notes.plots/loss.png)\n\n![grad_norm](team%20notes.plots/grad_norm.png)" in text
     assert (megatron_run.run_dir / "team notes.plots" / "loss_scale.png").is_file()
 
 
-def test_without_a_plotter_no_image_and_no_link(megatron_run, monkeypatch):
-    monkeypatch.setitem(sys.modules, "logbook.plot", None)
+def test_with_the_run_report_its_costs_mtbi_and_ettr_series_are_shown(megatron_run, monkeypatch):
+    """With logbook.report installed (a RunReport-shaped stand-in here), the export shows its figures."""
+    @dataclass(frozen=True)
+    class ClassCost:
+        kind: str
+        incidents: int
+        restarts: int
+        steps_lost: int
+        redone_s: float
+        downtime_s: float
+        restart_s: float
+
+        @property
+        def wall_lost_s(self) -> float:
+            return self.redone_s + self.downtime_s + self.restart_s
+
+    costs = (ClassCost("hang", 2, 1, 120, 60.0, 30.0, 90.0), ClassCost("loss_spike", 1, 1, 7, 3.5, 1.0, 2.0))
+    series = ((T0 + 13.0, 0.9), (T0 + 25.0, 0.62), (T0 + 39.5, 0.506))
+    report = types.ModuleType("logbook.report")
+    report.__spec__ = importlib.machinery.ModuleSpec("logbook.report", None)
+    report.run_report = lambda book: types.SimpleNamespace(costs=costs, mtbi_s=75.0, ettr_series=series)
+    monkeypatch.setitem(sys.modules, "logbook.report", report)
+    text = export(megatron_run.run_dir)
+    rows = table_rows(text, "Cost by incident class")
+    assert rows[1:] == [["hang", "2", "1", "120", "1m 00s", "30.0 s", "1m 30s", "3m 00s"],
+                        ["loss_spike", "1", "1", "7", "3.5 s", "1.0 s", "2.0 s", "6.5 s"]]
+    summary = dict(table_rows(text, "Summary")[1:])
+    assert summary["MTBI"] == "1m 15s (mean time between incidents that ended a sub-run)"
+    times = [time.strftime("%H:%M:%S", time.localtime(at)) for at, _ in series]
+    assert f"ETTR over time (at each sub-run's end): {times[0]} 90.0%, {times[1]} 62.0%, {times[2]} 50.6%" in text
+
+
+def test_without_a_plotter_no_image_and_no_link(megatron_run):
     text = export(megatron_run.run_dir)
     assert "![" not in text and not (megatron_run.run_dir / "gpt.plots").exists()
 
 
-def test_the_command_writes_the_run_dir_file_by_default(megatron_run, capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "logbook.plot", None)
+def test_the_command_writes_the_run_dir_file_by_default(megatron_run, capsys):
     run_dir = megatron_run.run_dir
     assert main(["logbook", "export", str(run_dir), "--format", "md"]) == 0
     assert capsys.readouterr().out == f"{run_dir / 'gpt.md'}\n"

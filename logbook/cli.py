@@ -45,6 +45,20 @@ def show(run_dir: str | Path, out: TextIO, width: int = 100, full: bool = False,
     return 0
 
 
+def export(run_dir: str | Path, fmt: str, out_path: str | Path | None, out: TextIO) -> int:
+    """Write the run's chronicle as a document (Markdown: ``RUN/<run name>.md``
+    unless ``out_path`` is given) and print the path written."""
+    from logbook.markdown import EXPORT_FORMATS, export_markdown
+
+    if fmt not in EXPORT_FORMATS:
+        raise LogbookError(f"no export format {fmt!r}: use one of {', '.join(EXPORT_FORMATS)}")
+    target = Path(out_path) if out_path is not None else Path(run_dir) / f"{Path(run_dir).resolve().name}.md"
+    with Logbook.open(run_dir, create=False) as book:
+        written = export_markdown(book, target)
+    out.write(f"{written}\n")
+    return 0
+
+
 def events_jsonl(run_dir: str | Path, out: TextIO) -> int:
     """Print every event, one JSON object per line, in the order they happened."""
     with Logbook.open(run_dir, create=False) as book:

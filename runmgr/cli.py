@@ -69,8 +69,12 @@ def cmd_logbook(args: argparse.Namespace) -> int:
         return _list(args.run, logbook_cli, args.json)
     if not args.run:
         raise UserError(f"`runmgr logbook {args.action}` needs a run name or directory, e.g. runs/demo")
-    if args.action != "plot" and (args.metric is not None or args.html is not None or args.out is not None):
-        raise UserError(f"--metric, --out and --html are for `runmgr logbook plot`, not `{args.action}`")
+    if args.action != "plot" and (args.metric is not None or args.html is not None):
+        raise UserError(f"--metric and --html are for `runmgr logbook plot`, not `{args.action}`")
+    if args.action != "export" and args.format:
+        raise UserError(f"--format is for `runmgr logbook export`, not `{args.action}`")
+    if args.action not in ("plot", "export") and args.out is not None:
+        raise UserError(f"--out is for `runmgr logbook plot` and `export`, not `{args.action}`")
     run_dir = resolve_run_dir(args.run)
     if args.action == "plot":
         from logbook.plot import DEFAULT_METRICS
@@ -83,6 +87,8 @@ def cmd_logbook(args: argparse.Namespace) -> int:
         if args.full and args.json:
             raise UserError("`show --json` is always whole: drop --full (it is for the text chronicle)")
         return logbook_cli.show(run_dir, sys.stdout, full=args.full, as_json=args.json)
+    if args.action == "export":
+        return logbook_cli.export(run_dir, args.format or "md", Path(args.out) if args.out else None, sys.stdout)
     if args.action == "events":
         return (logbook_cli.events_jsonl if args.json else logbook_cli.events_text)(run_dir, sys.stdout)
     if args.action == "skipped":
@@ -170,7 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.set_defaults(func=cmd_status)
 
     book = sub.add_parser("logbook", help="browse a run's logbook")
-    book.add_argument("action", choices=("show", "events", "metrics", "list", "skipped", "salvage", "plot"),
+    book.add_argument("action", choices=("show", "events", "metrics", "list", "skipped", "salvage", "plot",
+                                         "export"),
                       help="salvage: copy the readable rows of a damaged logbook into a new one, keeping the "
                            "damaged file beside it")
     book.add_argument("run", nargs="?", help="run name (under runs/) or run directory; for list also a "
@@ -184,10 +191,15 @@ def build_parser() -> argparse.ArgumentParser:
     book.add_argument("--metric", default=None, metavar="M1,M2",
                       help="plot: metrics to draw, comma-separated, from loss, grad_norm, lr, loss_scale, "
                            "tokens_per_s, step_time (default: loss,grad_norm,lr,loss_scale)")
-    book.add_argument("--out", default=None, metavar="FILE.png", help="plot: the PNG to write "
-                                                                      "(default: RUN/plots/<metrics>.png)")
+    book.add_argument("--out", default=None, metavar="FILE",
+                      help="plot: the PNG to write (default: RUN/plots/<metrics>.png); export: the document "
+                           "(default: RUN/<run name>.md)")
     book.add_argument("--html", default=None, metavar="FILE.html",
                       help="plot: also write an interactive page that works offline")
+    from logbook.markdown import EXPORT_FORMATS
+
+    book.add_argument("--format", choices=EXPORT_FORMATS, default=None,
+                      help="export: the document to write (md, the default: the chronicle as Markdown, plots beside it)")
     book.set_defaults(func=cmd_logbook)
 
     watch = sub.add_parser("watch", help="run the detectors and the policy over a recorded log")

@@ -3,6 +3,7 @@ driven by playwright's Python package, over the real server on 127.0.0.1."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import struct
 import zlib
@@ -90,7 +91,7 @@ def test_runs_list_timeline_plot_and_escaping(browser_page, server_url, runs_fol
     page.click(f"a[href='/run/run12/incident/{runs_folder.incident_ids[1]}']")
     page.wait_for_selector("#evidence")
     assert SCRIPT_ATTACK in page.locator("h1 + .summary").inner_text()
-    assert IMG_ATTACK in page.locator("#evidence").inner_text()
+    assert json.dumps(IMG_ATTACK) in page.locator("#evidence").inner_text()  # pretty-printed JSON, as text
     assert page.evaluate("typeof window.pwned") == "undefined"
     assert_clean(page)
 
@@ -104,9 +105,9 @@ def test_live_run_page_updates_without_a_reload(browser_page, server_url, runs_f
     book, clock = runs_folder.book, runs_folder.clock
     train(book, ScriptedRun(runs_folder.live_dir, clock), "12.02", 46, 60)
     book.record_incident("12.02", "slow_node", "node-b is 30% slower than the others", {"node": "node-b"}, step=60)
-    page.wait_for_function("document.getElementById('live-step').textContent === '60'")
-    page.wait_for_function("document.getElementById('live-incident').textContent.includes('slow_node')")
+    page.wait_for_function("() => document.getElementById('live-step').textContent === '60'")
+    page.wait_for_function("() => document.getElementById('live-incident').textContent.includes('slow_node')")
     # The chart is redrawn with the new steps: it now reaches step 60.
-    page.wait_for_function("document.querySelector('#chart svg').dataset.lastStep === '60'")
+    page.wait_for_function("() => document.querySelector('#chart svg').dataset.lastStep === '60'")
     assert page.evaluate("window.sameDocument") is True
     assert_clean(page)

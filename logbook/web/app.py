@@ -136,7 +136,8 @@ def make_app(root: Path, decode_skipped: Optional[SkippedDecoder] = None,
         if metric not in sources.CURVE_METRICS:
             return JSONResponse({"error": f"no metric {metric!r}"}, status_code=400)
         with open_read_only(find(request.path_params["name"])) as book:
-            return JSONResponse({"metric": metric, "segments": sources.curve(book, metric)})
+            return JSONResponse({"metric": metric, "segments": sources.curve(book, metric),
+                                 "incidents": sources.incident_marks(book.events())})
 
     def skipped_api(request: Request) -> Response:
         run_dir = find(request.path_params["name"])

@@ -36,6 +36,12 @@ def last_incident(events: Sequence[dict]) -> Optional[dict]:
     return {key: newest[key] for key in ("id", "kind", "step", "summary", "subrun")}
 
 
+def incident_marks(events: Sequence[dict]) -> list[dict]:
+    """Where the chart marks incidents: ``{"id", "step", "kind"}`` of each one with a step."""
+    return [{"id": e["id"], "step": e["step"], "kind": e["kind"]}
+            for e in events if e["type"] == "incident" and e["step"] is not None]
+
+
 def overview(book: Logbook, events: Optional[Sequence[dict]] = None) -> dict:
     """The figures of the runs list and of the live poll: state, sub-runs, last step, ETTR, last incident."""
     summary = book.summary()

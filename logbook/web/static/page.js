@@ -72,6 +72,15 @@
       line.dataset.subrun = seg.subrun;
       root.appendChild(line);
     }
+    for (const mark of data.incidents || []) {
+      if (mark.step < e.x0 || mark.step > e.x1) continue;
+      root.appendChild(svg("line", { class: "incident", x1: x(mark.step), y1: T, x2: x(mark.step), y2: H - B }));
+      const nearRight = x(mark.step) > W - 120;  // a label at the right edge is written leftwards
+      const label = svg("text", { class: "incident", x: x(mark.step) + (nearRight ? -3 : 3), y: T + 12,
+                                  "text-anchor": nearRight ? "end" : "start" });
+      label.textContent = mark.kind;
+      root.appendChild(label);
+    }
     chart.appendChild(root);
     for (const subrun in colourOf) {
       const item = document.createElement("span");

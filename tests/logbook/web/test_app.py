@@ -90,6 +90,7 @@ def test_json_endpoints(server_url):
     parts = {(s["subrun"], s["kept"]): s["steps"] for s in curve["segments"]}
     assert parts[("12.00", True)] == list(range(1, 21)) and parts[("12.00", False)] == list(range(21, 31))
     assert parts[("12.01", False)] == list(range(41, 51)) and parts[("12.02", True)] == list(range(41, 46))
+    assert [(m["step"], m["kind"]) for m in curve["incidents"]] == [(30, "hang"), (50, "loss_spike")]
     status, headers, body = fetch(server_url + "/api/run/run12/skipped")
     assert status == 200 and body == SKIPPED_TEXT and headers["content-type"].startswith("text/plain")
 

@@ -78,6 +78,7 @@ def test_runs_list_timeline_plot_and_escaping(browser_page, server_url, runs_fol
     page.wait_for_selector("#chart svg polyline")
     assert page.locator("#chart polyline").count() == 5  # 12.00 kept+lost, 12.01 kept+lost, 12.02
     assert page.locator("#chart polyline.lost").count() == 2
+    assert page.locator("#chart text.incident").all_text_contents() == ["hang", "loss_spike"]
     assert page.locator(".subrun").count() == 3
     # The hostile strings are text on the page, and nothing ran.
     assert page.locator("#subrun-12\\.01 .cause").inner_text() == IMG_ATTACK

@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed-$(subst =,-,$(TORCH))-$(subst $(comma),-,$(EXTRAS))
 DEMO_RUN := demo-$(shell date +%Y%m%d-%H%M%S)
 DEMO_ARGS ?=
 
-.PHONY: setup demo test test-fast clean-runs prometheus
+.PHONY: setup demo test test-fast clean-runs prometheus chromium
 
 setup: $(STAMP)
 
@@ -27,7 +27,7 @@ demo: $(STAMP)
 	$(VENV)/bin/runmgr launch conf=demo run.name=$(DEMO_RUN) $(DEMO_ARGS)
 	$(VENV)/bin/runmgr logbook show $(DEMO_RUN)
 
-test: $(STAMP) prometheus
+test: $(STAMP) prometheus chromium
 	$(PY) -m pytest -q --timeout=600 --durations=30
 
 # The metrics test scrapes a real run with a real Prometheus: Debian's package
@@ -37,6 +37,14 @@ prometheus:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
+# The page's browser tests (tests/logbook/web) drive Debian's chromium through
+# playwright's Python package, never a browser playwright downloads.
+chromium:
+	@command -v chromium >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" --timeout=300

@@ -67,6 +67,10 @@ def cmd_logbook(args: argparse.Namespace) -> int:
 
     if args.action == "list":
         return _list(args.run, logbook_cli, args.json)
+    if args.action == "serve":
+        return _serve(args, logbook_cli)
+    if args.host is not None or args.port is not None:
+        raise UserError(f"--host and --port are for `runmgr logbook serve`, not `{args.action}`: drop them")
     if not args.run:
         raise UserError(f"`runmgr logbook {args.action}` needs a run name or directory, e.g. runs/demo")
     if args.action != "plot" and (args.metric is not None or args.html is not None):
@@ -110,6 +114,30 @@ def _list(run: str | None, logbook_cli, as_json: bool) -> int:
         raise UserError(f"`list --json` lists the runs of a folder; for the sub-runs of {run} as JSON use "
                         f"`runmgr logbook show {run} --json`")
     return logbook_cli.list_subruns(resolve_run_dir(run), sys.stdout)
+
+
+def _serve(args: argparse.Namespace, logbook_cli) -> int:
+    """``serve``: the read-only page over one run or a folder of runs (default: runs/);
+    the skipped samples are decoded by runmgr (it needs the trainer's data stream)."""
+    from logbook.web.server import DEFAULT_HOST, DEFAULT_PORT, serve
+    from runmgr.status import resolve_run_dir
+
+    run = args.run or "runs"
+    is_folder = Path(run).is_dir() and not logbook_cli.is_run_dir(run)
+    root = Path(run) if is_folder else resolve_run_dir(run)
+    return serve(root, sys.stdout, host=args.host or DEFAULT_HOST,
+                 port=DEFAULT_PORT if args.port is None else args.port, decode_skipped=_skipped_text)
+
+
+def _skipped_text(run_dir: Path) -> str:
+    """What `runmgr logbook skipped RUN` prints, for the page's incident details."""
+    import io
+
+    from runmgr.logbook_samples import show_skipped
+
+    text = io.StringIO()
+    show_skipped(run_dir, text)
+    return text.getvalue()
 
 
 def _salvage(run_dir: Path, logbook_cli) -> int:
@@ -177,9 +205,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     book = sub.add_parser("logbook", help="browse a run's logbook")
     book.add_argument("action", choices=("show", "events", "metrics", "list", "skipped", "salvage", "plot",
-                                         "export"),
+                                         "export", "serve"),
                       help="salvage: copy the readable rows of a damaged logbook into a new one, keeping the "
-                           "damaged file beside it")
+                           "damaged file beside it; serve: a read-only local web page over a run or a folder "
+                           "of runs")
     book.add_argument("run", nargs="?", help="run name (under runs/) or run directory; for list also a "
                                              "folder of runs (default: runs/)")
     book.add_argument("--json", action="store_true", help="events, list: one JSON object per line (metrics always "
@@ -200,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     book.add_argument("--format", choices=EXPORT_FORMATS, default=None,
                       help="export: the document to write (md, the default: the chronicle as Markdown, plots beside it)")
+    book.add_argument("--host", default=None, help="serve: the address to listen on (default: 127.0.0.1, "
+                                                    "this machine only)")
+    book.add_argument("--port", type=int, default=None, help="serve: the port (default: 8642; 0: any free one)")
     book.set_defaults(func=cmd_logbook)
 
     watch = sub.add_parser("watch", help="run the detectors and the policy over a recorded log")

@@ -11,7 +11,6 @@ none of it becomes markup.
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, Mapping, Optional, Sequence, get_args
@@ -20,7 +19,7 @@ from urllib.parse import quote
 from logbook import mdtext as md
 from logbook.accounting import SubRunCost
 from logbook.errors import LogbookError
-from logbook.markdown_costs import class_costs_from_lineage
+from logbook.report import ClassCost, run_report
 from logbook.records import SubRun
 from logbook.render import (RELAUNCH, changes_of, cost_text, ending, incident_description, incident_headline,
                             incident_where, progress, run_title, start_facts)
@@ -294,23 +293,15 @@ def _recorded_run_dir(subrun: SubRun) -> Optional[str]:
     return run.get("dir") if isinstance(run, Mapping) and isinstance(run.get("dir"), str) else None
 
 
-def _report_figures(book: Logbook) -> tuple[Sequence[Any], Optional[float], Sequence[tuple[float, float]]]:
-    """(cost by incident class, MTBI, ETTR series): the run report's when logbook.report
-    is installed; else the costs counted from the lineage, and neither of the others."""
-    if importlib.util.find_spec("logbook.report") is None:
-        return class_costs_from_lineage(book), None, ()
-    from logbook.report import run_report
-
+def _report_figures(book: Logbook) -> tuple[Sequence[ClassCost], Optional[float], Sequence[tuple[float, float]]]:
+    """(cost by incident class, MTBI, ETTR series), from the run report."""
     report = run_report(book)
     return report.costs, report.mtbi_s, report.ettr_series
 
 
 def _write_plots(book: Logbook, out_dir: Path) -> list[Path]:
-    """One PNG per plotted metric in ``out_dir`` when logbook.plot is installed;
-    none (and no folder) otherwise."""
-    if importlib.util.find_spec("logbook.plot") is None:
-        return []
-    from logbook.plot import write_png
+    """One PNG per plotted metric in ``out_dir``."""
+    from logbook.plot import write_png  # numpy and matplotlib: only when a document is written
 
     out_dir.mkdir(exist_ok=True)
     return [write_png(book, [metric], out_dir / f"{metric}.png") for metric in PLOTTED_METRICS]

@@ -20,6 +20,7 @@ import numpy as np
 
 from logbook.accounting import split_metrics
 from logbook.changes import skip_ranges
+from logbook.curves import Segment, curves
 from logbook.errors import LogbookError
 from logbook.records import SubRun
 from logbook.render import run_title
@@ -46,16 +47,6 @@ FADED_ALPHA = 0.25
 """Opacity of the steps a rollback threw away (kept steps are opaque)."""
 LEGEND_SUBRUNS = 12
 """Sub-runs named one by one in a legend; a longer lineage is named by colour."""
-
-
-@dataclass(frozen=True)
-class _Segment:
-    """Stand-in for logbook.curves.Segment (same fields) until it is merged."""
-
-    subrun: str
-    kept: bool
-    steps: tuple[int, ...]
-    values: tuple[float, ...]
 
 
 @dataclass(frozen=True)
@@ -125,7 +116,7 @@ def figures_data(book: Logbook, metrics: Sequence[str]) -> list[dict]:
     title = run_title(loaded.lineage)
     if book.run_dir.name not in title:
         title = f"{book.run_dir.name} · {title}"
-    return [_figure(title, metric, loaded, _segments(book, metric, loaded), incidents, windows)
+    return [_figure(title, metric, loaded, _segments(book, metric), incidents, windows)
             for metric in metrics]
 
 
@@ -183,48 +174,10 @@ def _load(book: Logbook) -> _RunRows:
     return _RunRows(lineage, rows, frozenset(id(row) for row in kept), book.events())
 
 
-def _segments(book: Logbook, metric: str, loaded: _RunRows) -> list[_Segment]:
-    """The curve of ``metric`` as runs of steps of one sub-run, kept or thrown away.
-
-    Stand-in for ``logbook.curves.curves(book, metric, MAX_POINTS)``: at merge this
-    body becomes that call (``loaded`` then goes unused for the curves)."""
-    rows = loaded.rows  # by sub-run, then step
-    if not rows:
-        return []
-    values = np.array([row[metric] for row in rows], dtype=float)  # None reads as NaN
-    steps = np.fromiter((row["step"] for row in rows), dtype=np.int64, count=len(rows))
-    kept = np.fromiter((id(row) in loaded.kept_ids for row in rows), dtype=bool, count=len(rows))
-    subrun_ids = [row["subrun"] for row in rows]
-    changes = [i for i in range(1, len(rows)) if subrun_ids[i] != subrun_ids[i - 1]]
-    edges = np.union1d(np.asarray(changes, dtype=np.int64), np.flatnonzero(np.diff(kept)) + 1)
-    bounds = [0, *edges.tolist(), len(rows)]
-    segments = []
-    for begin, end in zip(bounds, bounds[1:]):
-        budget = max(4, MAX_POINTS * (end - begin) // len(rows))
-        drawn_steps, drawn_values = envelope(steps[begin:end], values[begin:end], budget)
-        segments.append(_Segment(subrun_ids[begin], bool(kept[begin]), tuple(drawn_steps.tolist()),
-                                 tuple(drawn_values.tolist())))
-    return segments
-
-
-def envelope(steps: np.ndarray, values: np.ndarray, max_points: int) -> tuple[np.ndarray, np.ndarray]:
-    """At most ``max_points`` of the points, in step order: each of ``max_points // 2``
-    buckets of consecutive points gives its lowest and its highest (NaNs only where a
-    whole bucket is NaN), so the drawn curve spans every value the full one reaches."""
-    count = len(steps)
-    if count <= max_points:
-        return steps, values
-    buckets = max(1, max_points // 2)
-    width = -(-count // buckets)
-    padded = np.full(buckets * width, np.nan)
-    padded[:count] = values
-    grid = padded.reshape(buckets, width)
-    offsets = np.arange(buckets) * width
-    lows = np.where(np.isnan(grid), np.inf, grid).argmin(axis=1) + offsets
-    highs = np.where(np.isnan(grid), -np.inf, grid).argmax(axis=1) + offsets
-    chosen = np.unique(np.concatenate([lows, highs, [0, count - 1]]))
-    chosen = chosen[chosen < count]
-    return steps[chosen], values[chosen]
+def _segments(book: Logbook, metric: str) -> list[Segment]:
+    """The curve of ``metric`` as runs of steps of one sub-run, kept or thrown away, downsampled
+    with each bucket's min and max kept (a one-step spike stays visible)."""
+    return curves(book, metric, MAX_POINTS)
 
 
 def _incidents(loaded: _RunRows) -> list[dict]:

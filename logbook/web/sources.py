@@ -8,9 +8,10 @@ in: each returns plain data the templates and the JSON endpoints render.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 from logbook.records import METRIC_FLOATS
+from logbook.curves import curves
 from logbook.store import Logbook
 
 CURVE_METRICS = ("loss", "grad_norm", "lr", "loss_scale", "tokens_per_s", "step_time")
@@ -65,41 +66,8 @@ def timeline(book: Logbook, events: Sequence[dict]) -> list[dict]:
 
 def curve(book: Logbook, metric: str, max_points: int = MAX_POINTS) -> list[dict]:
     """Segments of ``metric`` against step, one per sub-run and kept/thrown-away part:
-    ``{"subrun", "kept", "steps", "values"}``, NaN and infinities as None."""
-    lineage = book.lineage()
-    rows = book.all_metrics()
-    # A row of sub-run i survives when no later sub-run started below its step.
-    cutoff: dict[str, float] = {}
-    lowest_later = math.inf
-    for subrun in reversed(lineage):
-        cutoff[subrun.id] = lowest_later
-        lowest_later = min(lowest_later, subrun.start_step)
-    parts: dict[tuple[str, bool], tuple[list[int], list[Any]]] = {}
-    for row in rows:
-        steps, values = parts.setdefault((row["subrun"], row["step"] <= cutoff[row["subrun"]]), ([], []))
-        steps.append(row["step"])
-        values.append(row[metric])
-    budget = max(2, max_points // max(1, len(parts)))
-    return [{"subrun": subrun, "kept": kept, **envelope(steps, values, budget)}
-            for (subrun, kept), (steps, values) in parts.items()]
-
-
-def envelope(steps: Sequence[int], values: Sequence[Any], budget: int) -> dict:
-    """At most about ``budget`` points: each bucket of steps keeps its lowest and highest value."""
-    clean = [None if value is None or not math.isfinite(value) else value for value in values]
-    if len(steps) <= budget:
-        return {"steps": list(steps), "values": clean}
-    size = math.ceil(len(steps) / (budget // 2))
-    out_steps: list[int] = []
-    out_values: list[Any] = []
-    for start in range(0, len(steps), size):
-        bucket = [(s, v) for s, v in zip(steps[start:start + size], clean[start:start + size]) if v is not None]
-        if not bucket:
-            out_steps.append(steps[start])
-            out_values.append(None)
-            continue
-        low, high = min(bucket, key=lambda p: p[1]), max(bucket, key=lambda p: p[1])
-        for step, value in sorted({low, high}):
-            out_steps.append(step)
-            out_values.append(value)
-    return {"steps": out_steps, "values": out_values}
+    ``{"subrun", "kept", "steps", "values"}``, downsampled with each bucket's min and max
+    kept (logbook/curves.py), NaN and infinities as None (JSON has neither)."""
+    return [{"subrun": segment.subrun, "kept": segment.kept, "steps": list(segment.steps),
+             "values": [value if value is not None and math.isfinite(value) else None for value in segment.values]}
+            for segment in curves(book, metric, max_points)]

@@ -3,9 +3,7 @@ the way a team's notes would show it (markdown-it, CommonMark with GFM tables)."
 
 from __future__ import annotations
 
-import importlib.machinery
 import shutil
-import sys
 import time
 import types
 from dataclasses import dataclass
@@ -15,6 +13,7 @@ import pytest
 from markdown_it import MarkdownIt
 
 from logbook import Logbook
+from logbook import markdown
 from logbook.markdown import export_markdown
 from runmgr.cli import main
 from tests.logbook.conftest import (NODE_B, T0, FakeClock, ScriptedRun, decision_dict, incident_dict, judged,
@@ -116,15 +115,6 @@ def table_rows(text: str, heading: str) -> list[list[str]]:
     raise AssertionError(f"no table under {heading}")
 
 
-@pytest.fixture(autouse=True)
-def without_report_and_plotter(monkeypatch):
-    """The export as it is with neither logbook.report nor logbook.plot installed (a test that
-    wants one puts a stand-in in their place): the cost rows below are counted from the lineage
-    (logbook/markdown_costs.py), and no image is drawn."""
-    monkeypatch.setitem(sys.modules, "logbook.report", None)
-    monkeypatch.setitem(sys.modules, "logbook.plot", None)
-
-
 @pytest.fixture
 def megatron_run(tmp_path: Path) -> ScriptedRun:
     return write_megatron_run(tmp_path / "runs" / "gpt")
@@ -134,9 +124,9 @@ def test_a_section_per_subrun_says_why_what_changed_where_and_how_far(megatron_r
     text = export(megatron_run.run_dir)
     tokens = render(text).parse(text)
     headings = [f"{'#' * int(t.tag[1])} {tokens[i + 1].content}" for i, t in enumerate(tokens) if t.type == "heading_open"]
-    assert headings[:3] == ["# gpt — run 5", "## Summary", "## Cost by incident class"]
-    assert [h.split(" — ")[0] for h in headings[3:]] == ["## 5.00", "## 5.01", "## 5.02"]
-    assert headings[3].endswith("— from scratch") and headings[5].endswith("— from step 20")
+    assert headings[:4] == ["# gpt — run 5", "## Summary", "## Cost by incident class", "## Plots"]
+    assert [h.split(" — ")[0] for h in headings[4:]] == ["## 5.00", "## 5.01", "## 5.02"]
+    assert headings[4].endswith("— from scratch") and headings[6].endswith("— from step 20")
 
     first, second, third = (section(text, s) for s in ("5.00", "5.01", "5.02"))
     assert "- **Why it started:** first launch" in first
@@ -166,9 +156,11 @@ def test_the_summary_and_cost_tables_hold_the_run_figures(megatron_run):
     # 40 kept steps of 0.5 s; 39.5 s from the first start to the last end (workers up, steps, down times)
     assert summary["ETTR"] == "50.6% (time on kept steps / wall time = 20.0 s / 39.5 s)"
     costs = {row[0]: row[1:] for row in table_rows(text, "Cost by incident class")[1:]}
-    # incidents, restarts, steps lost, redone, down, restart (workers up), wall time lost
-    assert costs["loss_spike"] == ["1", "1", "13", "6.5 s", "3.0 s", "1.5 s", "11.0 s"]
-    assert costs["worker_death"] == ["1", "1", "3", "1.5 s", "4.0 s", "1.5 s", "7.0 s"]
+    # incidents, restarts, steps lost, redone, down, restart, wall time lost. Restart time runs to the
+    # first step's start (its row's time less its step time, logbook/incident_costs.py); this run's rows
+    # carry times from before their sub-run's start, so none is counted.
+    assert costs["loss_spike"] == ["1", "1", "13", "6.5 s", "3.0 s", "0.0 s", "9.5 s"]
+    assert costs["worker_death"] == ["1", "1", "3", "1.5 s", "4.0 s", "0.0 s", "5.5 s"]
 
 
 def test_commands_are_a_fenced_block_to_paste(megatron_run):
@@ -187,7 +179,7 @@ def test_a_hostile_string_from_the_run_stays_text(tmp_path):
     # title, summary cell, 5.00's incident and decision, 5.01's why, 5.02's node, config diff and note
     assert html.count(shown) >= 8
     tokens = render(text).parse(text)
-    assert [t.tag for t in tokens if t.type == "heading_open"] == ["h1"] + ["h2"] * 5
+    assert [t.tag for t in tokens if t.type == "heading_open"] == ["h1"] + ["h2"] * 6
     summary = table_rows(text, "Summary")
     assert all(len(row) == 2 for row in summary) and summary[1] == ["run", f"gpt{HOSTILE} — run 5"]
     # The command is pasted verbatim inside its fence, which nothing in it closes.
@@ -204,27 +196,16 @@ def test_a_copied_run_directory_exports_the_same(megatron_run, tmp_path):
     assert export(rebuilt) == text
 
 
-def test_plots_are_written_beside_the_document_and_linked_relatively(megatron_run, monkeypatch):
-    """With logbook.plot installed (a stand-in here), one PNG per metric in ``<stem>.plots/``."""
-    drawn = []
-
-    def write_png(book, metrics, path):
-        drawn.append(metrics)
-        path.write_bytes(b"\x89PNG stand-in")
-        return path
-
-    plot = types.ModuleType("logbook.plot")
-    plot.__spec__ = importlib.machinery.ModuleSpec("logbook.plot", None)
-    plot.write_png = write_png
-    monkeypatch.setitem(sys.modules, "logbook.plot", plot)
+def test_plots_are_written_beside_the_document_and_linked_relatively(megatron_run):
+    """One PNG per metric in ``<stem>.plots/``, linked with a relative, quoted path."""
     text = export(megatron_run.run_dir, "team notes.md")
-    assert drawn == [["loss"], ["grad_norm"], ["lr"], ["loss_scale"]]
     assert "## Plots\n\n![loss](team%20notes.plots/loss.png)\n\n![grad_norm](team%20notes.plots/grad_norm.png)" in text
-    assert (megatron_run.run_dir / "team notes.plots" / "loss_scale.png").is_file()
+    for metric in ("loss", "grad_norm", "lr", "loss_scale"):
+        assert (megatron_run.run_dir / "team notes.plots" / f"{metric}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_with_the_run_report_its_costs_mtbi_and_ettr_series_are_shown(megatron_run, monkeypatch):
-    """With logbook.report installed (a RunReport-shaped stand-in here), the export shows its figures."""
+    """The run report's figures as the export words them (a RunReport-shaped stand-in with round numbers)."""
     @dataclass(frozen=True)
     class ClassCost:
         kind: str
@@ -241,10 +222,8 @@ def test_with_the_run_report_its_costs_mtbi_and_ettr_series_are_shown(megatron_r
 
     costs = (ClassCost("hang", 2, 1, 120, 60.0, 30.0, 90.0), ClassCost("loss_spike", 1, 1, 7, 3.5, 1.0, 2.0))
     series = ((T0 + 13.0, 0.9), (T0 + 25.0, 0.62), (T0 + 39.5, 0.506))
-    report = types.ModuleType("logbook.report")
-    report.__spec__ = importlib.machinery.ModuleSpec("logbook.report", None)
-    report.run_report = lambda book: types.SimpleNamespace(costs=costs, mtbi_s=75.0, ettr_series=series)
-    monkeypatch.setitem(sys.modules, "logbook.report", report)
+    monkeypatch.setattr(markdown, "run_report",
+                        lambda book: types.SimpleNamespace(costs=costs, mtbi_s=75.0, ettr_series=series))
     text = export(megatron_run.run_dir)
     rows = table_rows(text, "Cost by incident class")
     assert rows[1:] == [["hang", "2", "1", "120", "1m 00s", "30.0 s", "1m 30s", "3m 00s"],
@@ -255,11 +234,6 @@ def test_with_the_run_report_its_costs_mtbi_and_ettr_series_are_shown(megatron_r
     assert f"ETTR over time (at each sub-run's end): {times[0]} 90.0%, {times[1]} 62.0%, {times[2]} 50.6%" in text
 
 
-def test_without_a_plotter_no_image_and_no_link(megatron_run):
-    text = export(megatron_run.run_dir)
-    assert "![" not in text and not (megatron_run.run_dir / "gpt.plots").exists()
-
-
 def test_the_command_writes_the_run_dir_file_by_default(megatron_run, capsys):
     run_dir = megatron_run.run_dir
     assert main(["logbook", "export", str(run_dir), "--format", "md"]) == 0
@@ -267,7 +241,10 @@ def test_the_command_writes_the_run_dir_file_by_default(megatron_run, capsys):
     assert (run_dir / "gpt.md").read_text(encoding="utf-8").startswith("# gpt — run 5\n")
     out = run_dir.parent / "notes.md"
     assert main(["logbook", "export", str(run_dir), "--out", str(out)]) == 0
-    assert out.read_text(encoding="utf-8") == (run_dir / "gpt.md").read_text(encoding="utf-8")
+    # The same document, its plots beside it under its own name.
+    assert out.read_text(encoding="utf-8") == (run_dir / "gpt.md").read_text(encoding="utf-8").replace(
+        "](gpt.plots/", "](notes.plots/")
+    assert (run_dir.parent / "notes.plots" / "loss.png").is_file()
 
 
 @pytest.mark.parametrize("args, says", [
@@ -287,7 +264,9 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(megatron_run, capsys, a
 
 def test_export_flags_on_another_action_are_refused(megatron_run, capsys):
     assert main(["logbook", "show", str(megatron_run.run_dir), "--out", "x.md"]) == 2
-    assert "--format and --out are for `runmgr logbook export`" in capsys.readouterr().err
+    assert "--out is for `runmgr logbook plot` and `export`" in capsys.readouterr().err
+    assert main(["logbook", "plot", str(megatron_run.run_dir), "--format", "md"]) == 2
+    assert "--format is for `runmgr logbook export`" in capsys.readouterr().err
 
 
 def exit_code(argv: list[str]) -> int:

@@ -11,7 +11,7 @@ import pytest
 
 from logbook import Logbook, LogbookError
 from logbook import cli
-from logbook.plot import FADED_ALPHA, envelope, figure_data, figures_data, subrun_colours, write_html, write_png
+from logbook.plot import FADED_ALPHA, figure_data, figures_data, subrun_colours, write_html, write_png
 from runmgr.cli import main
 
 BATCH = 8
@@ -68,16 +68,6 @@ def test_figure_data_marks_incidents_and_shades_skipped_windows(run_dir):
     # Samples [240, 272) were read by 3.00's steps 31-34 (batch 8); the range carried into 3.02 is shown once.
     assert scale["skip_windows"] == [{"first_step": 31, "last_step": 34, "samples": [240, 272], "subrun": "3.01"}]
     assert scale["log_y"]
-
-
-def test_envelope_keeps_a_one_step_spike_and_the_point_budget():
-    steps = np.arange(150_000)
-    values = np.full(150_000, 2.0)
-    values[123_457] = 40.0
-    values[5] = np.nan
-    drawn_steps, drawn_values = envelope(steps, values, 1000)
-    assert len(drawn_steps) <= 1002 and list(drawn_steps) == sorted(drawn_steps)
-    assert 123_457 in drawn_steps and np.nanmax(drawn_values) == 40.0 and np.nanmin(drawn_values) == 2.0
 
 
 def test_png_is_drawn_at_its_size_with_kept_steps_solid_and_thrown_away_steps_faded(run_dir, tmp_path):

@@ -24,6 +24,7 @@ from logbook.changes import skip_ranges
 from logbook.errors import LogbookError
 from logbook.schema import LOGBOOK_FILENAME
 from logbook.textfmt import clock_text, duration
+from logbook.report import run_report
 from logbook.web import files, sources
 from logbook.web.guard import ReadOnlyGuard
 from logbook.web.readonly import open_read_only
@@ -94,7 +95,8 @@ def make_app(root: Path, decode_skipped: Optional[SkippedDecoder] = None,
         with open_read_only(run_dir) as book:
             events = book.events()
             figures, subruns = sources.overview(book, events), sources.timeline(book, events)
-        return page(request, "run.html", name=name, figures=figures, subruns=subruns, metric=metric,
+            report = run_report(book)
+        return page(request, "run.html", name=name, figures=figures, subruns=subruns, metric=metric, report=report,
                     metrics=sources.CURVE_METRICS, plots=files.plot_images(run_dir),
                     health=files.health_reports(run_dir))
 

@@ -114,3 +114,15 @@ def test_a_readonly_open_cannot_write(runs_folder):
         assert book.summary()["last_step"] == 45
         with pytest.raises(Exception, match="readonly|read-only|query_only"):
             book.record_event("12.02", "note", "written through the page")
+
+
+def test_the_run_page_shows_the_cost_of_each_incident_class_as_the_report_counts_it(server_url, runs_folder):
+    from logbook.report import run_report
+    from logbook.web.readonly import open_read_only
+
+    with open_read_only(runs_folder.root / "run12") as book:
+        costs = run_report(book).costs
+    _, _, html = fetch(server_url + "/run/run12")
+    assert costs and "Cost by incident class" in html
+    for cost in costs:
+        assert f"<tr><td>{cost.kind}</td><td>{cost.incidents}</td><td>{cost.restarts}</td><td>{cost.steps_lost}</td>" in html

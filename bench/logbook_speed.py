@@ -13,10 +13,14 @@ side in this one invocation, each view a person waits for:
     show         `runmgr logbook show RUN` (text chronicle) on the big run
     show_json    `runmgr logbook show RUN --json`
     curves       logbook.curves.curves for loss, grad_norm, lr, loss_scale
+    plot         `runmgr logbook plot RUN` (the PNG of those four metrics)
+    page         `runmgr logbook serve`: the run's page and its curve, fetched over HTTP
+                 from the real server on 127.0.0.1
+    page_list    the same server's list of the small runs
 
 and prints the median of ``--repeat`` timings per view, in seconds. More
 views join through :data:`TIMED` (name -> callable taking the
-:class:`Built` folders), e.g. ``plot`` and the web page's response.
+:class:`Built` folders).
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ import math
 import statistics
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -37,6 +43,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from logbook import Logbook  # noqa: E402
 from logbook import cli as logbook_cli  # noqa: E402
 from logbook.curves import curves  # noqa: E402
+from logbook.plot import write_png  # noqa: E402
+from logbook.web.app import make_app  # noqa: E402
+from logbook.web.server import bind, make_server, url_of  # noqa: E402
 
 BATCH = 1000
 """Rows per record_metrics call (the driver records a poll's steps at once)."""
@@ -126,13 +135,44 @@ def _curves_of_plotted(built: Built) -> None:
             curves(book, metric)
 
 
+def _plot(built: Built) -> None:
+    with Logbook.open(built.big_run, create=False) as book:
+        write_png(book, PLOTTED, built.big_run / "plots" / "bench.png")
+
+
+class PageServer:
+    """The page's real server (uvicorn on 127.0.0.1, a free port) over the bench's folder."""
+
+    def __init__(self, root: Path) -> None:
+        self.sock = bind("127.0.0.1", 0)
+        self.server = make_server(make_app(root))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        self.thread.start()
+        self.url = url_of(self.sock).rstrip("/")
+
+    def get(self, path: str) -> bytes:
+        with urllib.request.urlopen(self.url + path, timeout=60) as answer:
+            return answer.read()
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+        self.sock.close()
+
+
+def _page(server: PageServer, name: str) -> None:
+    server.get(f"/run/{name}")
+    server.get(f"/api/run/{name}/curve?metric=loss")
+
+
 TIMED: dict[str, Callable[[Built], object]] = {
     "list": lambda built: logbook_cli.list_runs(built.runs_root, io.StringIO()),
     "show": lambda built: logbook_cli.show(built.big_run, io.StringIO()),
     "show_json": lambda built: logbook_cli.show(built.big_run, io.StringIO(), as_json=True),
     "curves": _curves_of_plotted,
+    "plot": _plot,
 }
-"""Each view a person waits for, by name; the lead adds ``plot`` and the page here."""
+"""Each view a person waits for, by name (the page's two are timed through its server, in main)."""
 
 
 def time_views(built: Built, repeat: int) -> dict[str, float]:
@@ -158,8 +198,15 @@ def main(argv: list[str] | None = None) -> int:
         built = build(Path(tmp), args.steps, args.subruns, args.runs)
         print(f"built {args.runs} small runs and one of {args.steps} steps / {args.subruns} sub-runs "
               f"in {time.perf_counter() - began:.1f} s")
-        for name, seconds in time_views(built, args.repeat).items():
-            print(f"{name:<10} {seconds:8.3f} s")
+        big, small = PageServer(built.big_run.parent), PageServer(built.runs_root)
+        try:
+            TIMED["page"] = lambda built: _page(big, built.big_run.name)
+            TIMED["page_list"] = lambda built: small.get("/")
+            for name, seconds in time_views(built, args.repeat).items():
+                print(f"{name:<10} {seconds:8.3f} s")
+        finally:
+            big.close()
+            small.close()
     return 0
 
 

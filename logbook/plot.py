@@ -22,6 +22,7 @@ from logbook.accounting import split_metrics
 from logbook.changes import skip_ranges
 from logbook.curves import Segment, curves
 from logbook.errors import LogbookError
+from logbook.queries import stream_positions
 from logbook.records import SubRun
 from logbook.render import run_title
 from logbook.store import Logbook
@@ -168,8 +169,10 @@ def _finite(value: Optional[float]) -> Optional[float]:
 
 
 def _load(book: Logbook) -> _RunRows:
+    """The lineage and events; each step's stream position only when a plan skipped data
+    (the curves themselves come from logbook.curves, aggregated in SQL)."""
     lineage = book.lineage()
-    rows = book.all_metrics()
+    rows = book.query(stream_positions) if any(skip_ranges(subrun.plan) for subrun in lineage) else []
     kept, _ = split_metrics(lineage, rows)
     return _RunRows(lineage, rows, frozenset(id(row) for row in kept), book.events())
 

@@ -62,6 +62,16 @@ def fetch_metrics(connection: sqlite3.Connection, subrun_id: Optional[str] = Non
     return rows
 
 
+def stream_positions(connection: sqlite3.Connection) -> list[dict]:
+    """``{"subrun", "step", "consumed_samples"}`` of every metrics row, by sub-run index then
+    step: where each step stood in the data stream (a plot's skipped windows), without the
+    rest of the row."""
+    query = ("SELECT m.subrun_id, m.step, m.consumed_samples FROM metrics m "
+             "JOIN subrun_starts s ON s.subrun_id = m.subrun_id ORDER BY s.idx, m.step")
+    return [{"subrun": subrun, "step": step, "consumed_samples": consumed}
+            for subrun, step, consumed in connection.execute(query)]
+
+
 def fetch_events(connection: sqlite3.Connection) -> list[dict]:
     """Every journal record as a plain dict with a ``type``, in the order written."""
     starts = {sub.id: sub for sub in fetch_subruns(connection)}

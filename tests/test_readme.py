@@ -229,7 +229,7 @@ def case_logbook_skipped(ctx: Context) -> None:
 
 def case_logbook_list(ctx: Context) -> None:
     assert ctx.ok("logbook", "list", RUN).stdout.split()[0] == "1.00"
-    assert ctx.ok("logbook", "list").stdout.split()[:4] == [RUN, "1", "sub-runs", "finished"]
+    assert ctx.ok("logbook", "list").stdout.split()[:4] == [RUN, "finished", "1", "sub-runs"]
 
 
 def case_logbook_salvage(ctx: Context) -> None:
@@ -243,6 +243,31 @@ def case_logbook_any(ctx: Context) -> None:
     for case in (case_logbook_show, case_logbook_events, case_logbook_metrics, case_logbook_skipped,
                  case_logbook_list):
         case(ctx)
+
+
+def case_logbook_plot(ctx: Context) -> None:
+    drawn = ctx.ok("logbook", "plot", RUN, "--metric", "loss,lr", "--html", "loss.html").stdout.split()
+    assert (ctx.cwd / drawn[0]).read_bytes()[:4] == b"\x89PNG" and (ctx.cwd / "loss.html").is_file()
+
+
+def case_logbook_export(ctx: Context) -> None:
+    written = Path(ctx.ok("logbook", "export", RUN, "--format", "md", "--out", "notes.md").stdout.strip())
+    text = (ctx.cwd / written).read_text(encoding="utf-8")
+    assert text.startswith("# ") and "## 1.00" in text and "![loss](notes.plots/loss.png)" in text
+
+
+def case_logbook_serve(ctx: Context) -> None:
+    import urllib.request
+
+    server = subprocess.Popen([sys.executable, "-m", "runmgr", "logbook", "serve", "--port", "0"], cwd=ctx.cwd,
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        url = next(word for word in server.stdout.readline().split() if word.startswith("http://127.0.0.1:"))
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            assert RUN in answer.read().decode()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def case_prepare_data(ctx: Context) -> None:
@@ -307,6 +332,9 @@ CASES: dict[str, Callable[[Context], None]] = {
     "runmgr watch replay FILE [--json]": case_watch_replay,
     "runmgr watch replay FILE [conf=NAME] [key=value ...] [--json]": case_watch_replay_with_config,
     "runmgr logbook show|events|metrics|skipped|list RUN": case_logbook_any,
+    "runmgr logbook plot RUN [--metric loss,grad_norm,lr,loss_scale] [--html FILE.html]": case_logbook_plot,
+    "runmgr logbook export RUN --format md [--out FILE.md]": case_logbook_export,
+    "runmgr logbook serve [RUN_OR_FOLDER] [--host 127.0.0.1] [--port N]": case_logbook_serve,
     "runmgr prepare-data --input FILE --output-prefix P [--tokenizer PATH_OR_NAME]": case_prepare_data,
     "runmgr --version": case_version,
     "torchrun --nproc_per_node=2 -m trainer conf=demo": case_torchrun,

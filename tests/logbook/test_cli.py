@@ -126,3 +126,31 @@ def test_show_tells_the_cost_of_each_incident_class(scripted_run):
     spike = next(line for line in header.splitlines() if line.strip().startswith("loss_spike"))
     assert spike.split()[:6] == ["loss_spike", "1", "1", "ended", "20", "steps"]
     assert "trained steps 61–120 (60 recorded)" in text  # the chronicle reads first and last rows only
+
+
+def test_a_copied_run_directory_answers_every_view_as_the_original(scripted_run, tmp_path):
+    """A run directory is self-contained: moved to another machine (here: copied, the original
+    deleted), show, list, plot and export answer the same from the copy."""
+    import shutil
+
+    from logbook.markdown import export_markdown
+    from logbook.plot import write_png
+
+    def views(run_dir):
+        shown, listed, as_json = io.StringIO(), io.StringIO(), io.StringIO()
+        cli.show(run_dir, shown)
+        cli.show(run_dir, as_json, as_json=True)
+        cli.list_runs(run_dir.parent, listed)
+        with Logbook.open(run_dir, create=False) as book:
+            png = write_png(book, ["loss", "lr"], run_dir / "plots" / "loss.png").read_bytes()
+            markdown = export_markdown(book, run_dir / "notes.md").read_text(encoding="utf-8")
+        report = json.loads(as_json.getvalue())
+        report.pop("run_dir")
+        return shown.getvalue(), listed.getvalue(), report, png[:8], markdown
+
+    original = views(scripted_run.run_dir)
+    copy = tmp_path / "elsewhere" / scripted_run.run_dir.name
+    shutil.copytree(scripted_run.run_dir, copy)
+    shutil.rmtree(scripted_run.run_dir)
+    copied = views(copy)
+    assert copied == original and str(scripted_run.run_dir) not in "".join(copied[:2] + copied[4:])

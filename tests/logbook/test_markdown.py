@@ -6,7 +6,6 @@ from __future__ import annotations
 import shutil
 import time
 import types
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from markdown_it import MarkdownIt
 from logbook import Logbook
 from logbook import markdown
 from logbook.markdown import export_markdown
+from logbook.report import ClassCost
 from runmgr.cli import main
 from tests.logbook.conftest import (NODE_B, T0, FakeClock, ScriptedRun, decision_dict, incident_dict, judged,
                                     train, workers_started)
@@ -205,21 +205,7 @@ def test_plots_are_written_beside_the_document_and_linked_relatively(megatron_ru
 
 
 def test_with_the_run_report_its_costs_mtbi_and_ettr_series_are_shown(megatron_run, monkeypatch):
-    """The run report's figures as the export words them (a RunReport-shaped stand-in with round numbers)."""
-    @dataclass(frozen=True)
-    class ClassCost:
-        kind: str
-        incidents: int
-        restarts: int
-        steps_lost: int
-        redone_s: float
-        downtime_s: float
-        restart_s: float
-
-        @property
-        def wall_lost_s(self) -> float:
-            return self.redone_s + self.downtime_s + self.restart_s
-
+    """The run report's figures as the export words them (a report with round numbers)."""
     costs = (ClassCost("hang", 2, 1, 120, 60.0, 30.0, 90.0), ClassCost("loss_spike", 1, 1, 7, 3.5, 1.0, 2.0))
     series = ((T0 + 13.0, 0.9), (T0 + 25.0, 0.62), (T0 + 39.5, 0.506))
     monkeypatch.setattr(markdown, "run_report",

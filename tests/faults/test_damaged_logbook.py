@@ -126,7 +126,7 @@ def test_list_shows_the_other_runs_and_marks_the_damaged_one(runs):
     result = runmgr("logbook", "list", str(runs["root"]))
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     lines = dict(line.split(None, 1) for line in result.stdout.splitlines())
-    assert lines["healthy"].split()[:4] == ["2", "sub-runs", "finished", "step"]
+    assert lines["healthy"].split()[:4] == ["finished", "2", "sub-runs", "step"]
     assert lines["damaged"].startswith("unreadable: the logbook") and "logbook salvage" in lines["damaged"]
 
 

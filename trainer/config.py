@@ -119,7 +119,11 @@ class OptimConfig:
     lr_decay_iters: Optional[int] = None
     """Iterations over which to decay; None means train_iters."""
     weight_decay: float = 0.1
-    """Decoupled weight decay; never applied to biases and 1-D weights (seed 004)."""
+    """Decoupled weight decay, applied to matrices (>= 2-D weights)."""
+    decay_1d_weights: bool = False
+    """Also decay biases and 1-D weights (norm gains). Megatron does not; seed
+    004 traced a loss gap to one framework doing it. Kept for reproducing that
+    mistake (``runmgr precision-check``); ``runmgr lint`` warns when on."""
     clip_grad: float = 1.0
     """Global gradient-norm clipping threshold; 0 disables clipping."""
     adam_beta1: float = 0.9

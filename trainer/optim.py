@@ -22,15 +22,16 @@ DECAY_GROUP = "decay"
 NO_DECAY_GROUP = "no_decay"
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Two groups: >=2-D weights decay, biases and 1-D weights (norm gains) do not."""
+def param_groups(model: nn.Module, weight_decay: float, decay_1d_weights: bool = False) -> list[dict]:
+    """Two groups: >=2-D weights decay, biases and 1-D weights (norm gains) do
+    not, unless ``decay_1d_weights`` (then both groups decay)."""
     decay, no_decay = [], []
     for param in model.parameters():
         if param.requires_grad:
             (decay if param.ndim >= 2 else no_decay).append(param)
     return [
         {"name": DECAY_GROUP, "params": decay, "weight_decay": weight_decay},
-        {"name": NO_DECAY_GROUP, "params": no_decay, "weight_decay": 0.0},
+        {"name": NO_DECAY_GROUP, "params": no_decay, "weight_decay": weight_decay if decay_1d_weights else 0.0},
     ]
 
 
@@ -38,7 +39,7 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
     """AdamW over :func:`param_groups`. The for-loop implementation (no
     foreach, no fused) keeps the update order fixed, for bit-exact resumes."""
     return torch.optim.AdamW(
-        param_groups(model, cfg.weight_decay),
+        param_groups(model, cfg.weight_decay, cfg.decay_1d_weights),
         lr=cfg.lr,
         betas=(cfg.adam_beta1, cfg.adam_beta2),
         eps=cfg.adam_eps,
@@ -52,7 +53,8 @@ def apply_hyperparameters(optimizer: torch.optim.Optimizer, cfg: OptimConfig) ->
     for group in optimizer.param_groups:
         group["betas"] = (cfg.adam_beta1, cfg.adam_beta2)
         group["eps"] = cfg.adam_eps
-        group["weight_decay"] = 0.0 if group.get("name") == NO_DECAY_GROUP else cfg.weight_decay
+        spared = group.get("name") == NO_DECAY_GROUP and not cfg.decay_1d_weights
+        group["weight_decay"] = 0.0 if spared else cfg.weight_decay
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

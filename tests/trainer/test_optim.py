@@ -73,6 +73,16 @@ def test_weight_decay_only_on_matrices():
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
 
 
+def test_decay_1d_weights_decays_biases_and_gains_too_and_survives_a_state_load():
+    model, optimizer = model_and_optimizer(weight_decay=0.1, decay_1d_weights=True)
+    assert [group["weight_decay"] for group in optimizer.param_groups] == [0.1, 0.1]
+    take_a_step(model, optimizer)
+    fresh = build_optimizer(model, OPT)
+    fresh.load_state_dict(optimizer.state_dict())
+    apply_hyperparameters(fresh, dataclasses.replace(OPT, weight_decay=0.1))
+    assert [group["weight_decay"] for group in fresh.param_groups] == [0.1, 0.0]
+
+
 def take_a_step(model, optimizer):
     tokens = torch.randint(0, 32, (2, 8))
     model(tokens).logsumexp(-1).mean().backward()

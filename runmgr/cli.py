@@ -253,8 +253,10 @@ def build_parser() -> argparse.ArgumentParser:
     prep.set_defaults(func=cmd_prepare_data)
 
     from runmgr.healthcheck.command import add_parser as add_health_check
+    from runmgr.lint.command import add_parser as add_lint
 
     add_health_check(sub)
+    add_lint(sub)
     return parser
 
 

@@ -21,6 +21,8 @@ from runmgr.controller.states import Finished, Launching
 from runmgr.dryrun import build_plan, inspect_cluster, render_plan
 from runmgr.refusals import refuse_changed_model_shape, refuse_unrunnable_plan
 from runmgr.healthcheck.gate import preflight_health
+from runmgr.lint.gate import lint_after_health, lint_before_launch
+from runmgr.lint.run import LintResult, merged
 from runmgr.metrics.exporter import MetricsObserver
 from runmgr.metrics.server import MetricsServer
 from runmgr.observers.logbook_writer import LogbookObserver, record_stop
@@ -127,6 +129,7 @@ def launch(conf_name: str, overrides: list[str], dry_run: bool = False, conf_dir
            out: TextIO = sys.stdout) -> int:
     config = load_config(conf_name, overrides, conf_dir)
     check_data_path(config.data)
+    linted = lint_before_launch(config, out)  # a lint error: one line, exit 2, nothing written or started
     if dry_run:
         out.write(render_plan(build_plan(config, inspect_cluster(config.cluster))) + "\n")
         return 0
@@ -140,20 +143,20 @@ def launch(conf_name: str, overrides: list[str], dry_run: bool = False, conf_dir
         out.write(note + "\n")
     metrics = MetricsServer.start(config.metrics)  # an address it cannot take: one line, before anything is written
     try:
-        return run_in_dir(config, conf_name, overrides, conf_dir, out, metrics)
+        return run_in_dir(config, conf_name, overrides, conf_dir, out, metrics, linted)
     finally:
         if metrics is not None:
             metrics.close()
 
 
 def run_in_dir(config: RunConfig, conf_name: str, overrides: list[str], conf_dir: Path | None, out: TextIO,
-               metrics: MetricsServer | None) -> int:
+               metrics: MetricsServer | None, linted: LintResult | None = None) -> int:
     """The run directory locked, its disk reserve held and its logbook open: the lineage."""
     run_dir = config.run_dir()
     try:
         with RunDirLock(run_dir), DiskReserve(run_dir) as reserve, Logbook.open(run_dir) as book:
             try:
-                return run_lineage(config, conf_name, overrides, conf_dir, book, out, metrics)
+                return run_lineage(config, conf_name, overrides, conf_dir, book, out, metrics, linted)
             except DISK_WRITE_ERRORS as error:
                 if not is_disk_full(error):
                     raise
@@ -166,7 +169,7 @@ def run_in_dir(config: RunConfig, conf_name: str, overrides: list[str], conf_dir
 
 
 def run_lineage(config: RunConfig, conf_name: str, overrides: list[str], conf_dir: Path | None, book: Logbook,
-                out: TextIO, metrics: MetricsServer | None = None) -> int:
+                out: TextIO, metrics: MetricsServer | None = None, linted: LintResult | None = None) -> int:
     """With the run directory locked and its logbook open: the next sub-runs of its lineage."""
     run_dir = config.run_dir()
     wait_for_lost_workers(run_dir, config.controller.worker_lease_s, out)
@@ -188,8 +191,11 @@ def run_lineage(config: RunConfig, conf_name: str, overrides: list[str], conf_di
     try:
         with stop_on_signals() as stop:  # Ctrl-C or SIGTERM: a clean stop, recorded as such
             gate = preflight_health(config, out)  # no admitted node: one line, exit 2
-            # The sub-run's start records the health verdicts (excluded nodes, report path).
-            initial = replace(initial, evidence={**initial.evidence, "health": gate.evidence()})
+            linted = merged(linted or LintResult(()), lint_after_health(config, gate.report, out))
+            # The sub-run's start records the health verdicts (excluded nodes, report path) and the
+            # lint's warnings and ignored rules (the logbook writer turns them into events).
+            initial = replace(initial, evidence={**initial.evidence, "health": gate.evidence(),
+                                                 "lint": linted.evidence()})
             final = drive(config, book, ids, initial, out, admitted_node_ids=gate.admitted_node_ids, chaos=chaos,
                           metrics=metrics, mirror=mirror)
     except KeyboardInterrupt:

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from trainer.config import TrainerConfig
+from trainer.data.windows import inputs_and_labels
 from trainer.device import Device
 from trainer.distributed import DistEnv, average_gradients
 from trainer.errors import TrainerConfigError
@@ -79,7 +80,7 @@ def forward_backward(model: torch.nn.Module, batches: list[torch.Tensor], loss_s
     started = time.perf_counter()
     total = torch.zeros((), dtype=torch.float32, device=ctx.device.torch_device)
     for batch in batches:
-        inputs, labels = batch[:, :-1], batch[:, 1:]
+        inputs, labels = inputs_and_labels(batch)
         with autocast(ctx.device.autocast_type, ctx.config.precision):
             logits = model(inputs)
         # Cross-entropy in fp32 whatever the compute dtype: the softmax of a

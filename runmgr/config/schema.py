@@ -18,6 +18,7 @@ from trainer.config import TRAINER_SECTIONS, Choice, TrainerConfig
 
 from health.config import HealthConfig, HealthConfigError, validate as validate_health
 from runmgr.config.chaos import INPUT_KINDS, RANK_KINDS, ChaosConfig
+from runmgr.config.lint import LintConfig
 from runmgr.config.megatron import MegatronConfig, TrainerKind, TrainerSection, save_dir
 from runmgr.config.metrics import MetricsConfig
 from runmgr.config.numbers import number_problems
@@ -133,6 +134,8 @@ class RunConfig(TrainerConfig):
     """Which trainer runs the ranks: the built-in one (default) or a Megatron job (``trainer.kind=megatron``)."""
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
     """The Megatron-LM / MindSpeed-LLM job of ``trainer.kind=megatron``: flavor, script, args, env, ranks per node."""
+    lint: LintConfig = field(default_factory=LintConfig)
+    """``runmgr lint``'s rules at every launch: those silenced on purpose, the data sample (docs/lint.md)."""
 
     @property
     def world_size(self) -> int:
@@ -197,6 +200,7 @@ class RunConfig(TrainerConfig):
                        f"letter, a digit or '_' (at most 128 characters), got {self.run.name!r}")
         out += self.policy.problems()
         out += self.metrics.problems()
+        out += self.lint.problems()
         out += self.checkpoint.s3.problems()
         out += nested_problems(self.watcher, "watcher")
         out += self.chaos.problems(self.training.train_iters)

@@ -61,6 +61,19 @@ def record_stacks(book: Logbook, subrun: str) -> None:
                           {"dir": str(where), "files": files})
 
 
+def record_lint(book: Logbook, subrun: str, lint: dict | None) -> None:
+    """The launch's lint (runmgr/lint): one ``lint`` event per warning, one ``lint_ignored``
+    per rule ``lint.ignore`` silenced, with the finding it silenced (None: it did not fire)."""
+    if not lint:
+        return
+    for finding in lint.get("warnings", []):
+        book.record_event(subrun, "lint", f"lint warning {finding['rule']}: {finding['message']}", finding)
+    for entry in lint.get("ignored", []):
+        fired = entry.get("silenced")
+        note = f": {fired['message']}" if fired else " (it did not fire)"
+        book.record_event(subrun, "lint_ignored", f"lint rule {entry['rule']} ignored (lint.ignore){note}", entry)
+
+
 class LogbookObserver:
     """Turns transitions and judgements into logbook rows."""
 
@@ -99,6 +112,7 @@ class LogbookObserver:
         for path, reason in new.evidence.get("rejected_checkpoints", []):
             self.book.record_event(new.subrun, "checkpoint_rejected", f"checkpoint {path} rejected: {reason}",
                                    {"path": path, "reason": reason})
+        record_lint(self.book, new.subrun, new.evidence.get("lint"))
         if new.evidence.get("fetched_from"):
             source = new.evidence["fetched_from"]
             self.book.record_event(new.subrun, "checkpoint_downloaded",

@@ -78,6 +78,10 @@ class SampleStream:
         """
         return decode_tokens(self.tokens(position))
 
+    def all_tokens(self) -> np.ndarray:
+        """Every token of the source in dataset order (memory-mapped: slicing reads only that part)."""
+        return self._windows.tokens
+
     def max_token(self) -> int:
         """Largest token id in the data (scans it once; cached), so that the
         trainer can check model.vocab_size against it."""

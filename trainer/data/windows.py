@@ -33,3 +33,11 @@ class FixedWindows:
             raise IndexError(f"sample {index} out of range [0, {self.num_samples})")
         start = index * self.seq_length
         return np.array(self.tokens[start:start + self.seq_length + 1], dtype=np.int64)
+
+
+def inputs_and_labels(window):
+    """The model's inputs and the labels it is trained to predict, from windows of
+    ``seq_length + 1`` tokens (the last axis; a NumPy array or a torch tensor):
+    label ``t`` is input ``t + 1``, the next token. The trainer's step and
+    ``runmgr lint``'s label-shift rule both split windows here."""
+    return window[..., :-1], window[..., 1:]

@@ -1,0 +1,102 @@
+"""The same rules at every ``runmgr launch``: an error stops it with one line and
+exit code 2 before a run directory or Ray exists; a warning is printed and
+recorded in the logbook, and so is each rule ``lint.ignore`` silences."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from logbook import Logbook
+from runmgr.config.compose import load_run_config
+from runmgr.lint.checkpoint import check_checkpoint
+from trainer.data.indexed import IndexedDatasetWriter
+
+ROOT = Path(__file__).resolve().parents[3]
+SMALL = ["model.seq_length=32", "model.max_position_embeddings=32", "data.corpus_max_bytes=200000"]
+NO_RAY = """
+import sys
+import runmgr.cluster
+
+def refuse(*args, **kwargs):
+    print("ray started", file=sys.stderr)
+    sys.exit(99)
+
+runmgr.cluster.connect = runmgr.cluster.preflight = refuse
+from runmgr.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+"""``runmgr`` with Ray's start and preflight replaced by a refusal: a launch that reaches them says so."""
+
+
+def runmgr_without_ray(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", NO_RAY, *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+@pytest.fixture(scope="module")
+def out_of_range(tmp_path_factory) -> Path:
+    """A byte-level dataset with one token id (300) past the demo's vocabulary of 256."""
+    prefix = tmp_path_factory.mktemp("data") / "bad"
+    rng = np.random.default_rng(1)
+    with IndexedDatasetWriter(prefix, dtype=np.uint16) as writer:
+        for index in range(30):
+            tokens = rng.integers(0, 256, 400)
+            if index == 17:
+                tokens[5] = 300
+            writer.add_document(tokens)
+    return prefix
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]], ids=["launch", "dry-run"])
+def test_an_out_of_range_token_stops_the_launch_in_one_line_before_anything_exists(out_of_range, tmp_path,
+                                                                                       dry_run):
+    run_dir = tmp_path / "run"
+    done = runmgr_without_ray("launch", "conf=demo", *dry_run, f"run.dir={run_dir}",
+                              f"data.data_path={out_of_range}", *SMALL)
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("runmgr: error: lint error token-range: token id 300 is "
+                                                   "outside [0, model.vocab_size=256)"), done.stderr
+    assert "ray started" not in done.stderr and done.stdout == ""
+    assert not run_dir.exists()
+
+
+@pytest.mark.slow
+def test_a_tied_model_from_an_untied_checkpoint_is_an_error(tmp_path):
+    """The real trainer writes an untied checkpoint; the same run dir with tied embeddings is refused."""
+    save = tmp_path / "run" / "checkpoints"
+    trained = subprocess.run(
+        [sys.executable, "-m", "trainer", "conf=demo", "training.train_iters=1", "checkpoint.save_interval=1",
+         "model.untie_embeddings_and_output_weights=true", f"checkpoint.save={save}", *SMALL],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    tied = load_run_config("demo", [f"run.dir={tmp_path / 'run'}", *SMALL])
+    found = check_checkpoint(tied)
+    assert [(f.rule, f.severity) for f in found] == [("tied-from-untied", "error")]
+    assert "output.weight" in found[0].message
+    untied = load_run_config("demo", [f"run.dir={tmp_path / 'run'}", "model.untie_embeddings_and_output_weights=true",
+                                      *SMALL])
+    assert check_checkpoint(untied) == []
+
+
+@pytest.mark.slow
+def test_a_launch_records_its_warnings_and_its_ignored_rules_in_the_logbook(tmp_path):
+    run_dir = tmp_path / "warned"
+    done = subprocess.run(
+        [sys.executable, "-m", "runmgr", "launch", "conf=demo", f"run.dir={run_dir}", "chaos=none",
+         "training.train_iters=2", "checkpoint.save_interval=2", "cluster.local_nodes=1", "cluster.num_workers=1",
+         "training.global_batch_size=4", "optim.adam_beta2=0.999", "model.hidden_dropout=0.1",
+         "lint.ignore=[dropout]", "metrics.enabled=false", *SMALL],
+        capture_output=True, text=True, timeout=600, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "lint warning adam-beta2: optim.adam_beta2 is 0.999" in done.stdout
+    with Logbook.open(run_dir, create=False) as book:
+        events = [e for e in book.events() if e.get("kind") in ("lint", "lint_ignored")]
+    assert [(e["kind"], e["data"]["rule"]) for e in events] == [("lint", "adam-beta2"), ("lint_ignored", "dropout")]
+    assert events[1]["data"]["silenced"]["message"].startswith("dropout is on in pretraining")

@@ -182,6 +182,12 @@ def case_dry_run(ctx: Context) -> None:
     assert "verdict" in ctx.ok("launch", "conf=demo", "--dry-run").stdout
 
 
+def case_lint(ctx: Context) -> None:
+    assert "no findings" in ctx.ok("lint", "conf=demo").stdout
+    warned = ctx.ok("lint", "conf=demo", *TINY, "optim.adam_beta2=0.999").stdout
+    assert "adam-beta2" in warned and "fix:     set optim.adam_beta2=0.95" in warned and "seed 000" in warned
+
+
 def case_health_check(ctx: Context) -> None:
     checked = ctx.runmgr("health-check", "--json", "cluster.local_nodes=1")
     assert checked.returncode in (0, 1), checked.stderr[-3000:]  # 1: a node excluded
@@ -326,6 +332,7 @@ CASES: dict[str, Callable[[Context], None]] = {
     "runmgr logbook salvage RUN": case_logbook_salvage,
     "runmgr launch conf=NAME [key=value ...]": case_launch_again,
     "runmgr launch conf=NAME --dry-run": case_dry_run,
+    "runmgr lint conf=NAME [key=value ...]": case_lint,
     "runmgr launch conf=NAME trainer.kind=megatron [megatron.script=PATH megatron.args=[...]]": case_launch_megatron,
     "runmgr status RUN [--json]": case_status,
     "runmgr health-check [conf=NAME] [--json] [--k8s-label]": case_health_check,

@@ -16,6 +16,8 @@ from logbook.store import Logbook
 
 COMPARED = ("loss", "grad_norm")
 """The metrics compared step by step."""
+RUN_IDENTITY = ("run.name", "run.dir")
+"""Config keys that name the run itself: they differ between any two runs, so the diff leaves them out."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class RunComparison:
     b: str
     baseline: Optional[tuple[str, str]]
     config_diff: dict[str, list]
-    """``{"optim.weight_decay": [A's, B's]}``: the flattened keys that differ."""
+    """``{"optim.weight_decay": [A's, B's]}``: the flattened keys that differ (less :data:`RUN_IDENTITY`)."""
     baseline_config_diff: Optional[dict[str, list]]
     """The same between C and D (what the baseline pair varied to get its noise)."""
     metrics: tuple[MetricComparison, ...]
@@ -64,6 +66,11 @@ def read_run(run_dir: str | Path) -> RunSeries:
     return RunSeries(Path(run_dir).resolve().name, lineage[-1].config, series)
 
 
+def training_diff(a: dict, b: dict) -> dict[str, list]:
+    """:func:`logbook.configdiff.config_diff` less :data:`RUN_IDENTITY`."""
+    return {key: values for key, values in config_diff(a, b).items() if key not in RUN_IDENTITY}
+
+
 def compare_runs(a: RunSeries, b: RunSeries, baseline: Optional[Sequence[RunSeries]] = None) -> RunComparison:
     """Judge B against A on every metric both recorded (against C, D's band when given)."""
     if baseline is not None and len(baseline) != 2:
@@ -80,6 +87,6 @@ def compare_runs(a: RunSeries, b: RunSeries, baseline: Optional[Sequence[RunSeri
                            "(did each run train at least one step?)")
     return RunComparison(
         a.name, b.name, (baseline[0].name, baseline[1].name) if baseline is not None else None,
-        config_diff(a.config, b.config),
-        config_diff(baseline[0].config, baseline[1].config) if baseline is not None else None,
+        training_diff(a.config, b.config),
+        training_diff(baseline[0].config, baseline[1].config) if baseline is not None else None,
         tuple(comparisons), overall(comparisons))

@@ -14,14 +14,14 @@ from logbook import Logbook
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 30
-CONFIG = {"optim": {"lr": 3e-3, "weight_decay": 0.1}, "training": {"micro_batch_size": 4}}
 
 
 def write_run(run_dir: Path, wiggle: float = 0.0, drift_from: int | None = None, weight_decay: float = 0.1,
               micro_batch: int = 4, phase: float = 0.0) -> Path:
     """A finished one-sub-run logbook: a falling loss plus ``wiggle`` noise, plus a growing
     difference from step ``drift_from``; the grad norm follows the same pattern."""
-    config = {"optim": {"lr": 3e-3, "weight_decay": weight_decay}, "training": {"micro_batch_size": micro_batch}}
+    config = {"run": {"name": run_dir.name, "dir": str(run_dir)},  # differ between any two runs: not in the diff
+              "optim": {"lr": 3e-3, "weight_decay": weight_decay}, "training": {"micro_batch_size": micro_batch}}
     rows = []
     for step in range(1, STEPS + 1):
         noise = wiggle * math.sin(1.7 * step + phase)

@@ -92,7 +92,12 @@ def _symlog_when_far(ax, metric: MetricComparison) -> None:
     widest = max(metric.band) if metric.band else 0.0
     largest = max((abs(d) for d in metric.diff if math.isfinite(d)), default=0.0)
     if widest > 0 and largest > FAR * widest:
-        ax.set_yscale("symlog", linthresh=widest)
+        ax.set_yscale("symlog", linthresh=widest, linscale=2.0)
+        # Ticks at 0 and at the decades beyond the band, where the data reach: ticks inside the
+        # linear part would pile their labels onto 0's.
+        finite = [d for d in metric.diff if math.isfinite(d)]
+        decades = [10.0 ** k for k in range(math.ceil(math.log10(widest)), math.floor(math.log10(largest)) + 1)]
+        ax.set_yticks(sorted([0.0] + [t for t in decades if t <= max(finite)] + [-t for t in decades if -t >= min(finite)]))
 
 
 def _html(result: RunComparison, path: Path) -> None:

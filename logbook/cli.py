@@ -208,3 +208,28 @@ def _check_suffix(path: Path, suffix: str, option: str) -> None:
 def is_run_dir(path: str | Path) -> bool:
     """True when ``path`` holds a logbook (a run), not a folder of runs."""
     return (Path(path) / LOGBOOK_FILENAME).is_file()
+
+
+def compare(run_a: str | Path, run_b: str | Path, out: TextIO, baseline: Optional[tuple[str | Path, str | Path]] = None,
+            plot_path: Optional[str | Path] = None, as_json: bool = False) -> int:
+    """Judge run B against run A step by step (loss, grad norm), against the noise band
+    of the baseline pair when given (logbook/compare.py says how); print the config
+    diff, the rows and the verdict (``as_json``: one JSON object), and with
+    ``plot_path`` draw the difference against the band (``.png`` or ``.html``)."""
+    from logbook.compare_plot import check_plot_path, write_plot
+    from logbook.compare_runs import compare_runs, read_run
+    from logbook.compare_text import comparison_lines
+
+    if plot_path is not None:
+        check_plot_path(Path(plot_path))
+    pair = read_run(run_a), read_run(run_b)
+    base = (read_run(baseline[0]), read_run(baseline[1])) if baseline is not None else None
+    result = compare_runs(*pair, base)
+    written = write_plot(result, Path(plot_path)) if plot_path is not None else None
+    if as_json:
+        out.write(json.dumps({**result.to_dict(), "plot": str(written) if written else None}) + "\n")
+        return 0
+    out.write("\n".join(comparison_lines(result)) + "\n")
+    if written is not None:
+        out.write(f"plot: {written}\n")
+    return 0

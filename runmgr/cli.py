@@ -73,6 +73,13 @@ def cmd_logbook(args: argparse.Namespace) -> int:
         raise UserError(f"--host and --port are for `runmgr logbook serve`, not `{args.action}`: drop them")
     if not args.run:
         raise UserError(f"`runmgr logbook {args.action}` needs a run name or directory, e.g. runs/demo")
+    if args.action == "compare":
+        return _compare(args, logbook_cli)
+    if args.other is not None:
+        raise UserError(f"`runmgr logbook {args.action}` takes one run, not {args.run} and {args.other}: "
+                        "only `compare` takes two")
+    if args.baseline is not None or args.plot is not None:
+        raise UserError(f"--baseline and --plot are for `runmgr logbook compare`, not `{args.action}`")
     if args.action != "plot" and (args.metric is not None or args.html is not None):
         raise UserError(f"--metric and --html are for `runmgr logbook plot`, not `{args.action}`")
     if args.action != "export" and args.format:
@@ -100,6 +107,22 @@ def cmd_logbook(args: argparse.Namespace) -> int:
 
         return show_skipped(run_dir, sys.stdout, limit=args.limit, chars=args.chars)
     return logbook_cli.metrics_jsonl(run_dir, sys.stdout, kept=not args.all)
+
+
+def _compare(args: argparse.Namespace, logbook_cli) -> int:
+    """``compare RUN_A RUN_B [--baseline RUN_C RUN_D] [--plot FILE] [--json]``."""
+    from runmgr.status import resolve_run_dir
+
+    if args.other is None:
+        raise UserError(f"`runmgr logbook compare` needs two runs, e.g. `runmgr logbook compare {args.run} OTHER_RUN`")
+    stray = [flag for flag, value in (("--metric", args.metric), ("--html", args.html), ("--out", args.out),
+                                      ("--format", args.format)) if value is not None]
+    if stray or args.full or args.all:
+        raise UserError(f"{', '.join(stray) or ('--full' if args.full else '--all')} is not an option of "
+                        "`runmgr logbook compare`: it takes --baseline RUN_C RUN_D, --plot FILE and --json")
+    baseline = tuple(resolve_run_dir(run) for run in args.baseline) if args.baseline is not None else None
+    return logbook_cli.compare(resolve_run_dir(args.run), resolve_run_dir(args.other), sys.stdout,
+                               baseline=baseline, plot_path=args.plot, as_json=args.json)
 
 
 def _list(run: str | None, logbook_cli, as_json: bool) -> int:
@@ -205,14 +228,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     book = sub.add_parser("logbook", help="browse a run's logbook")
     book.add_argument("action", choices=("show", "events", "metrics", "list", "skipped", "salvage", "plot",
-                                         "export", "serve"),
+                                         "export", "serve", "compare"),
                       help="salvage: copy the readable rows of a damaged logbook into a new one, keeping the "
                            "damaged file beside it; serve: a read-only local web page over a run or a folder "
-                           "of runs")
+                           "of runs; compare: run B against run A step by step, with a verdict")
     book.add_argument("run", nargs="?", help="run name (under runs/) or run directory; for list also a "
-                                             "folder of runs (default: runs/)")
+                                             "folder of runs (default: runs/); for compare RUN_A")
+    book.add_argument("other", nargs="?", metavar="RUN_B", help="compare: the run judged against RUN_A")
+    book.add_argument("--baseline", nargs=2, default=None, metavar=("RUN_C", "RUN_D"),
+                      help="compare: two runs of the reference that differ only by noise; their step-by-step "
+                           "difference is the band B - A is judged against (docs/compare.md)")
+    book.add_argument("--plot", default=None, metavar="FILE",
+                      help="compare: draw B - A against the band into FILE (.png or .html)")
     book.add_argument("--json", action="store_true", help="events, list: one JSON object per line (metrics always "
-                                                            "are); show: the run's report as one JSON object")
+                                                            "are); show: the run's report as one JSON object; "
+                                                            "compare: the comparison as one JSON object")
     book.add_argument("--full", action="store_true", help="show: incidents and decisions whole, not cut at 3 lines")
     book.add_argument("--all", action="store_true", help="metrics: every sub-run's rows, also those rolled back")
     book.add_argument("--limit", type=int, default=3, metavar="N", help="skipped: samples decoded per skip range")

@@ -262,6 +262,16 @@ def case_logbook_export(ctx: Context) -> None:
     assert text.startswith("# ") and "## 1.00" in text and "![loss](notes.plots/loss.png)" in text
 
 
+def case_logbook_compare(ctx: Context) -> None:
+    # The small run against itself: bit for bit the same (tests/e2e/test_compare_runs.py
+    # compares real runs that differ, against a real baseline pair).
+    assert ctx.ok("logbook", "compare", RUN, RUN).stdout.splitlines()[-1] == "verdict: identical"
+    judged = json.loads(ctx.ok("logbook", "compare", RUN, RUN, "--baseline", RUN, RUN, "--plot", "diff.png",
+                               "--json").stdout)
+    assert judged["verdict"] == "identical" and judged["metrics"]["loss"]["steps"] == list(range(1, TRAIN_ITERS + 1))
+    assert (ctx.cwd / "diff.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def case_logbook_serve(ctx: Context) -> None:
     import urllib.request
 
@@ -341,6 +351,7 @@ CASES: dict[str, Callable[[Context], None]] = {
     "runmgr logbook show|events|metrics|skipped|list RUN": case_logbook_any,
     "runmgr logbook plot RUN [--metric loss,grad_norm,lr,loss_scale] [--html FILE.html]": case_logbook_plot,
     "runmgr logbook export RUN --format md [--out FILE.md]": case_logbook_export,
+    "runmgr logbook compare RUN_A RUN_B [--baseline RUN_C RUN_D] [--plot FILE] [--json]": case_logbook_compare,
     "runmgr logbook serve [RUN_OR_FOLDER] [--host 127.0.0.1] [--port N]": case_logbook_serve,
     "runmgr prepare-data --input FILE --output-prefix P [--tokenizer PATH_OR_NAME]": case_prepare_data,
     "runmgr --version": case_version,

@@ -22,6 +22,7 @@ from logbook.accounting import (Ledger, SubRunCost, furthest_step, ledger, lost_
 from logbook.configdiff import config_diff
 from logbook.errors import LogbookError
 from logbook.ids import format_subrun_id, next_index, parse_subrun_id
+from logbook.norms_queries import insert_local_norms
 from logbook.records import METRIC_COLUMNS, SubRun, metric_values, normalise_metric_row, to_json
 from logbook.schema import LOGBOOK_FILENAME, connect, damage, damaged_message, ensure_schema
 
@@ -215,6 +216,14 @@ class Logbook:
                 before = self._connection.total_changes
                 self._connection.executemany(_INSERT_METRICS, [metric_values(subrun_id, row, now) for row in clean])
                 return self._connection.total_changes - before
+
+    def record_local_norms(self, subrun_id: str, step: int, norms: dict[str, float]) -> int:
+        """Record every weight's gradient norm at ``step`` in one transaction (the
+        ``local_norms`` table, logbook/norms_queries.py); returns how many were new."""
+        with self._lock:
+            self._check_started(subrun_id)
+            with self._transaction():
+                return insert_local_norms(self._connection, subrun_id, step, norms, self._clock())
 
     # ---- reading -------------------------------------------------------
 

@@ -9,9 +9,6 @@ reads :meth:`LocalNormsMemory.series` when a spike is reported and adds the evid
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from typing import Optional
-
 from runmgr.watch.observations import LocalNormsObservation
 
 KEPT_STEPS = 1000
@@ -23,25 +20,25 @@ class LocalNormsMemory:
 
     def __init__(self, kept_steps: int = KEPT_STEPS) -> None:
         self.kept_steps = kept_steps
-        self._norms: OrderedDict[int, tuple[str, dict[str, float]]] = OrderedDict()
-        self._subrun: Optional[str] = None
+        self._norms: dict[int, tuple[str, dict[str, float]]] = {}
+        self._earliest: dict[str, int] = {}
+        """The earliest step each sub-run reported."""
 
     def note(self, subrun: str, step: int) -> None:
-        """A report of ``subrun`` at ``step``: the first one of a new sub-run forgets what
+        """A report of ``subrun`` at ``step``: the earliest one of a sub-run forgets what
         other sub-runs recorded at or after it (those steps are being redone)."""
-        if subrun == self._subrun:
+        if step >= self._earliest.get(subrun, step + 1):
             return
-        self._subrun = subrun
+        self._earliest[subrun] = step
         for stale in [s for s, (owner, _) in self._norms.items() if s >= step and owner != subrun]:
             del self._norms[stale]
 
     def update(self, obs: LocalNormsObservation) -> None:
         self.note(obs.subrun, obs.step)
         self._norms[obs.step] = (obs.subrun, dict(obs.norms))
-        self._norms = OrderedDict(sorted(self._norms.items()))
-        while len(self._norms) > self.kept_steps:
-            self._norms.popitem(last=False)
+        if len(self._norms) > self.kept_steps:
+            del self._norms[min(self._norms)]
 
     def series(self) -> dict[int, dict[str, float]]:
         """The kept norms by step, the lineage's view (oldest first)."""
-        return {step: norms for step, (_, norms) in self._norms.items()}
+        return {step: self._norms[step][1] for step in sorted(self._norms)}

@@ -52,6 +52,10 @@ def test_a_new_subrun_forgets_the_norms_the_abandoned_branch_recorded_after_its_
     assert sorted(memory.series()) == list(range(1, 21))
     memory.update(LocalNormsObservation.from_report(norms_at(21, "1.01")))
     assert max(memory.series()) == 21
+    # A poll may bring a later step's norms before the re-run's first step report: the earliest step counts.
+    memory.update(LocalNormsObservation.from_report(norms_at(35, "1.02")))
+    memory.note("1.02", 22)
+    assert sorted(memory.series()) == [*range(1, 22), 35]
 
 
 def test_an_incident_without_norms_around_its_onset_is_left_as_it_is():

@@ -11,9 +11,9 @@ from logbook.textfmt import value_text
 NEUTRAL_PLAN = {"skip_ranges": [], "lr_scale": 1.0, "rewarmup_iters": 0, "clip_grad": None,
                 "reset_optimizer": False}
 """Plan settings that change nothing; a first sub-run's plan is compared to these."""
-_NOT_CHANGES = ("subrun", "start_checkpoint", "avoid_nodes", "data_parallel_size")
+_NOT_CHANGES = ("subrun", "start_checkpoint", "avoid_nodes", "data_parallel_size", "local_norms_steps")
 """Plan keys shown elsewhere: on the start line (they differ every time), as
-"excluded node" (the nodes to avoid), or in their own words below (data parallel)."""
+"excluded node" (the nodes to avoid), or in their own words below (data parallel, local norms)."""
 
 
 def skip_ranges(plan: Mapping[str, Any]) -> list[tuple[int, int]]:
@@ -49,6 +49,9 @@ def plan_changes(before: Mapping[str, Any], after: Mapping[str, Any], clip_defau
         phrases.append(f"clip {_number(was)} → {_number(now)}")
     if before.get("data_parallel_size") and after.get("data_parallel_size") != before["data_parallel_size"]:
         phrases.append(f"data parallel {before['data_parallel_size']} → {after.get('data_parallel_size')}")
+    asked = sorted(set(after.get("local_norms_steps") or ()) - set(old.get("local_norms_steps") or ()))
+    if asked:
+        phrases.append(f"local norms on steps {asked[0]}–{asked[-1]}")
     if after.get("reset_optimizer"):
         phrases.append("Adam reset")
     if after.get("rewarmup_iters"):

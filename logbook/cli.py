@@ -205,6 +205,16 @@ def _check_suffix(path: Path, suffix: str, option: str) -> None:
         raise LogbookError(f"{option} {path} is a directory: name a file ending in {suffix}")
 
 
+def norms(run_dir: str | Path, step: int, out: TextIO, threshold: Optional[float] = None, as_json: bool = False,
+          subrun: Optional[str] = None) -> int:
+    """Print which weights' gradient norms moved first and most from ``step`` on
+    (logbook/norms_view.py; the analysis is logbook/local_norms.py)."""
+    from logbook.local_norms import DEFAULT_THRESHOLD
+    from logbook.norms_view import norms as print_norms
+
+    return print_norms(run_dir, step, out, DEFAULT_THRESHOLD if threshold is None else threshold, as_json, subrun)
+
+
 def is_run_dir(path: str | Path) -> bool:
     """True when ``path`` holds a logbook (a run), not a folder of runs."""
     return (Path(path) / LOGBOOK_FILENAME).is_file()

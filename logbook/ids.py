@@ -39,3 +39,20 @@ def parse_subrun_id(subrun_id: str) -> tuple[int, int]:
 def next_index(existing_indices: Iterable[int]) -> int:
     """The index after the highest one used (0 when none)."""
     return max(existing_indices, default=-1) + 1
+
+
+def check_next(subrun_id: str, lineage_ids: list[str], where: str) -> None:
+    """Raise unless ``subrun_id`` is the one that comes after ``lineage_ids`` (the
+    logbook at ``where``): the same run number, the next index."""
+    run_number, _ = parse_subrun_id(subrun_id)
+    if lineage_ids and parse_subrun_id(lineage_ids[-1])[0] != run_number:
+        raise LogbookError(
+            f"the logbook at {where} holds run {parse_subrun_id(lineage_ids[-1])[0]}, "
+            f"not run {run_number}: use another run directory for sub-run {subrun_id}"
+        )
+    expected = format_subrun_id(run_number, next_index(parse_subrun_id(i)[1] for i in lineage_ids))
+    if subrun_id != expected:
+        raise LogbookError(
+            f"sub-run {subrun_id} cannot start here: the next one is {expected} "
+            "(take it from next_subrun_id)"
+        )

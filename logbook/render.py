@@ -281,15 +281,26 @@ def incident_where(event: dict, tidy: Tidy = str) -> str:
 
 
 def incident_description(event: dict) -> str:
-    """The detector's one-line description, without the kind and step the line already shows."""
+    """The detector's one-line description, without the kind and step the line already shows
+    (and the weights whose local norm moved first, when the evidence names them)."""
     evidence = event.get("evidence")
     if isinstance(evidence, Mapping) and isinstance(evidence.get("description"), str):
-        return evidence["description"]
+        return evidence["description"] + _moved_first(evidence.get("evidence"))
     summary = event["summary"]
     for prefix in (f"{event['kind']} at step {event['step']}: ", f"{event['kind']}: "):
         if summary.startswith(prefix):
             return summary[len(prefix):]
     return summary
+
+
+def _moved_first(evidence: object, names: int = 3) -> str:
+    """``; local norms moved first at step 56: a 12.3x, b 8.1x`` from the evidence ``local_norms``."""
+    norms = evidence.get("local_norms") if isinstance(evidence, Mapping) else None
+    if not isinstance(norms, Mapping) or not norms.get("first"):
+        return ""
+    first = ", ".join(f"{w['name']} {w['ratio']:.1f}x" for w in norms["first"][:names])
+    more = f" (+{len(norms['first']) - names})" if len(norms["first"]) > names else ""
+    return f"; local norms moved first at step {norms['first_step']}: {first}{more}"
 
 
 def ending(subrun: SubRun, shown: Sequence[str] = ()) -> str:

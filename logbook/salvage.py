@@ -135,10 +135,12 @@ def _read_damaged(copy: Path, original: Path) -> tuple[str, dict[str, list[dict]
             raise LogbookError(f"{original} cannot be read at all ({err}): nothing to salvage; "
                                "the file is left as it is") from None
         _refuse_newer(connection, original)
+        present = {name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         rows, tables = {}, {}
         for table, columns in _columns().items():
             tables[table] = TableSalvage(table)
-            rows[table] = _read_table(connection, table, columns, top, tables[table])
+            # A table of a later schema version than the file's (local_norms in a version-1 file) holds nothing.
+            rows[table] = _read_table(connection, table, columns, top, tables[table]) if table in present else []
     finally:
         connection.close()
     return problem, rows, tables
@@ -217,7 +219,7 @@ def _whole(row: dict, columns: dict[str, bool]) -> bool:
 
 def _consistent(rows: dict[str, list[dict]]) -> dict[str, list[dict]]:
     """The rows whose parents survived: a typed record needs its journal entry
-    and its sub-run's start; an end or a metric its start; a decision its
+    and its sub-run's start; an end, a metric or a local norm its start; a decision its
     incident; a journal entry its typed record."""
     journal = {r["seq"]: r for r in rows["journal"]}
     starts = [r for r in rows["subrun_starts"] if r["seq"] in journal
@@ -235,6 +237,7 @@ def _consistent(rows: dict[str, list[dict]]) -> dict[str, list[dict]]:
     typed = {r["seq"] for table in TYPED_TABLES.values() for r in kept[table]}
     kept["journal"] = [r for r in rows["journal"] if r["seq"] in typed]
     kept["metrics"] = [r for r in rows["metrics"] if r["subrun_id"] in started]
+    kept["local_norms"] = [r for r in rows["local_norms"] if r["subrun_id"] in started]
     return kept
 
 

@@ -17,8 +17,9 @@ from logbook.errors import LogbookError
 LOGBOOK_FILENAME = "logbook.sqlite"
 """The file in a run directory that holds its logbook (plus -wal/-shm beside it)."""
 
-SCHEMA_VERSION = 1
-"""Bumped with every change to the tables; older files are migrated on open."""
+SCHEMA_VERSION = 2
+"""Bumped with every change to the tables; older files are migrated on open
+(2: ``local_norms``, per-weight gradient norms)."""
 
 _TABLES = (
     """CREATE TABLE schema_version (
@@ -62,9 +63,16 @@ _APPEND_ONLY_TABLES = (
 )
 
 
-def _append_only_triggers() -> list[str]:
+_LOCAL_NORMS_TABLE = """CREATE TABLE local_norms (
+        subrun_id TEXT NOT NULL REFERENCES subrun_starts(subrun_id), step INTEGER NOT NULL,
+        name TEXT NOT NULL, norm REAL, recorded_at REAL NOT NULL,
+        PRIMARY KEY (subrun_id, step, name))"""
+"""Version 2: each weight's gradient norm at the steps that reported them (docs/local_norms.md)."""
+
+
+def _append_only_triggers(tables: tuple[str, ...] = _APPEND_ONLY_TABLES) -> list[str]:
     statements = []
-    for table in _APPEND_ONLY_TABLES:
+    for table in tables:
         for verb in ("UPDATE", "DELETE"):
             statements.append(
                 f"CREATE TRIGGER {table}_no_{verb.lower()} BEFORE {verb} ON {table} "
@@ -73,7 +81,10 @@ def _append_only_triggers() -> list[str]:
     return statements
 
 
-MIGRATIONS: dict[int, list[str]] = {1: list(_TABLES) + _append_only_triggers()}
+MIGRATIONS: dict[int, list[str]] = {
+    1: list(_TABLES) + _append_only_triggers(),
+    2: [_LOCAL_NORMS_TABLE] + _append_only_triggers(("local_norms",)),
+}
 """Statements that bring a file from version ``v - 1`` to ``v``."""
 
 

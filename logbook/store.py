@@ -21,7 +21,8 @@ from logbook.accounting import (Ledger, SubRunCost, furthest_step, ledger, lost_
                                 summary_of, superseded_from_ranges, superseded_from_rows)
 from logbook.configdiff import config_diff
 from logbook.errors import LogbookError
-from logbook.ids import format_subrun_id, next_index, parse_subrun_id
+from logbook.ids import check_next, format_subrun_id, next_index, parse_subrun_id
+from logbook.norms_queries import insert_local_norms
 from logbook.records import METRIC_COLUMNS, SubRun, metric_values, normalise_metric_row, to_json
 from logbook.schema import LOGBOOK_FILENAME, connect, damage, damaged_message, ensure_schema
 
@@ -130,7 +131,7 @@ class Logbook:
             raise LogbookError(f"start_step of sub-run {subrun_id} must be an int >= 0, got {start_step!r}")
         with self._lock:
             lineage = queries.fetch_subruns(self._connection)
-            self._check_next(subrun_id, run_number, lineage)
+            check_next(subrun_id, [sub.id for sub in lineage], str(self._run_dir))
             previous = lineage[-1] if lineage else None
             diff = config_diff(previous.config, config) if previous else {}
             row = (subrun_id, run_number, index, str(cause), to_json(evidence, "evidence"),
@@ -215,6 +216,14 @@ class Logbook:
                 before = self._connection.total_changes
                 self._connection.executemany(_INSERT_METRICS, [metric_values(subrun_id, row, now) for row in clean])
                 return self._connection.total_changes - before
+
+    def record_local_norms(self, subrun_id: str, step: int, norms: dict[str, float]) -> int:
+        """Record every weight's gradient norm at ``step`` in one transaction (the
+        ``local_norms`` table, logbook/norms_queries.py); returns how many were new."""
+        with self._lock:
+            self._check_started(subrun_id)
+            with self._transaction():
+                return insert_local_norms(self._connection, subrun_id, step, norms, self._clock())
 
     # ---- reading -------------------------------------------------------
 
@@ -389,19 +398,6 @@ class Logbook:
         return LogbookError(
             f"no sub-run {subrun_id!r} in the logbook at {self._run_dir}: start it with start_subrun first"
         )
-
-    def _check_next(self, subrun_id: str, run_number: int, lineage: list[SubRun]) -> None:
-        if lineage and parse_subrun_id(lineage[-1].id)[0] != run_number:
-            raise LogbookError(
-                f"the logbook at {self._run_dir} holds run {parse_subrun_id(lineage[-1].id)[0]}, "
-                f"not run {run_number}: use another run directory for sub-run {subrun_id}"
-            )
-        expected = format_subrun_id(run_number, next_index(s.index for s in lineage))
-        if subrun_id != expected:
-            raise LogbookError(
-                f"sub-run {subrun_id} cannot start here: the next one is {expected} "
-                "(take it from next_subrun_id)"
-            )
 
     def _portable(self, path: Optional[str]) -> Optional[str]:
         """Paths inside the run directory are stored relative to it."""

@@ -82,6 +82,8 @@ def cmd_logbook(args: argparse.Namespace) -> int:
         raise UserError(f"--baseline and --plot are for `runmgr logbook compare`, not `{args.action}`")
     if args.action != "plot" and (args.metric is not None or args.html is not None):
         raise UserError(f"--metric and --html are for `runmgr logbook plot`, not `{args.action}`")
+    if args.action != "norms" and (args.step is not None or args.threshold is not None or args.subrun is not None):
+        raise UserError(f"--step, --threshold and --subrun are for `runmgr logbook norms`, not `{args.action}`")
     if args.action != "export" and args.format:
         raise UserError(f"--format is for `runmgr logbook export`, not `{args.action}`")
     if args.action not in ("plot", "export") and args.out is not None:
@@ -92,6 +94,12 @@ def cmd_logbook(args: argparse.Namespace) -> int:
 
         return logbook_cli.plot(run_dir, args.metric or ",".join(DEFAULT_METRICS), sys.stdout,
                                 png=args.out, html=args.html)
+    if args.action == "norms":
+        if args.step is None:
+            raise UserError(f"`runmgr logbook norms` needs the step to look around: --step N (e.g. an incident's "
+                            f"onset step in `runmgr logbook show {args.run}`)")
+        return logbook_cli.norms(run_dir, args.step, sys.stdout, threshold=args.threshold, as_json=args.json,
+                                 subrun=args.subrun)
     if args.action == "salvage":
         return _salvage(run_dir, logbook_cli)
     if args.action == "show":
@@ -228,10 +236,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     book = sub.add_parser("logbook", help="browse a run's logbook")
     book.add_argument("action", choices=("show", "events", "metrics", "list", "skipped", "salvage", "plot",
-                                         "export", "serve", "compare"),
+                                         "export", "serve", "compare", "norms"),
                       help="salvage: copy the readable rows of a damaged logbook into a new one, keeping the "
                            "damaged file beside it; serve: a read-only local web page over a run or a folder "
-                           "of runs; compare: run B against run A step by step, with a verdict")
+                           "of runs; compare: run B against run A step by step, with a verdict; norms: which "
+                           "weights' gradient norms moved first and most around a step")
     book.add_argument("run", nargs="?", help="run name (under runs/) or run directory; for list also a "
                                              "folder of runs (default: runs/); for compare RUN_A")
     book.add_argument("other", nargs="?", metavar="RUN_B", help="compare: the run judged against RUN_A")
@@ -241,8 +250,15 @@ def build_parser() -> argparse.ArgumentParser:
     book.add_argument("--plot", default=None, metavar="FILE",
                       help="compare: draw B - A against the band into FILE (.png or .html)")
     book.add_argument("--json", action="store_true", help="events, list: one JSON object per line (metrics always "
-                                                            "are); show: the run's report as one JSON object; "
+                                                            "are); show, norms: one JSON object; "
                                                             "compare: the comparison as one JSON object")
+    book.add_argument("--step", type=int, default=None, metavar="N",
+                      help="norms: the step to look around (an incident's onset)")
+    book.add_argument("--threshold", type=float, default=None, metavar="X",
+                      help="norms: a weight moved when its norm is X times its baseline (default 3)")
+    book.add_argument("--subrun", default=None, metavar="ID",
+                      help="norms: read the steps as this sub-run saw them (default: where an incident at N "
+                           "was seen, else the newest)")
     book.add_argument("--full", action="store_true", help="show: incidents and decisions whole, not cut at 3 lines")
     book.add_argument("--all", action="store_true", help="metrics: every sub-run's rows, also those rolled back")
     book.add_argument("--limit", type=int, default=3, metavar="N", help="skipped: samples decoded per skip range")

@@ -272,6 +272,14 @@ def case_logbook_compare(ctx: Context) -> None:
     assert (ctx.cwd / "diff.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def case_logbook_norms(ctx: Context) -> None:
+    # The demo records every weight's norm at every step: a run without faults moves none of them.
+    text = ctx.ok("logbook", "norms", RUN, "--step", "20").stdout
+    assert text.startswith("local norms around step 20") and "embedding.weight" in text
+    answer = json.loads(ctx.ok("logbook", "norms", RUN, "--step", "20", "--threshold", "50", "--json").stdout)
+    assert answer["first"] == [] and answer["threshold"] == 50.0 and len(answer["weights"]) > 3
+
+
 def case_logbook_serve(ctx: Context) -> None:
     import urllib.request
 
@@ -353,6 +361,7 @@ CASES: dict[str, Callable[[Context], None]] = {
     "runmgr logbook export RUN --format md [--out FILE.md]": case_logbook_export,
     "runmgr logbook compare RUN_A RUN_B [--baseline RUN_C RUN_D] [--plot FILE] [--json]": case_logbook_compare,
     "runmgr logbook serve [RUN_OR_FOLDER] [--host 127.0.0.1] [--port N]": case_logbook_serve,
+    "runmgr logbook norms RUN --step N [--threshold X] [--json]": case_logbook_norms,
     "runmgr prepare-data --input FILE --output-prefix P [--tokenizer PATH_OR_NAME]": case_prepare_data,
     "runmgr --version": case_version,
     "torchrun --nproc_per_node=2 -m trainer conf=demo": case_torchrun,

@@ -22,7 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 from trainer import exitcodes
 from trainer.config import TRAINER_SECTIONS, TrainerConfig
 from trainer.errors import CheckpointError, TrainerConfigError
-from trainer.report import CheckpointReport, Heartbeat, StartReport, StepReport
+from trainer.report import CheckpointReport, Heartbeat, LocalNormsReport, StartReport, StepReport
 
 CONF_DIR_ENV = "RUNMGR_CONF_DIR"
 
@@ -116,6 +116,12 @@ class PrintingReporter:
 
     def checkpoint(self, r: CheckpointReport) -> None:
         self.out.write(f"checkpoint step {r.step} -> {r.path} ({r.seconds:.2f} s)\n")
+        self.out.flush()
+
+    def local_norms(self, r: LocalNormsReport) -> None:
+        largest = sorted(r.norms.items(), key=lambda item: -item[1])[:3]
+        self.out.write(f"local norms step {r.step}: {len(r.norms)} weights, largest "
+                       + ", ".join(f"{name} {norm:.3g}" for name, norm in largest) + "\n")
         self.out.flush()
 
     def heartbeat(self, beat: Heartbeat) -> None:

@@ -181,6 +181,9 @@ class TrainingConfig:
     reproduces the uninterrupted one bit for bit (HCCL_DETERMINISTIC on NPU)."""
     log_interval: int = 1
     """Report every this many steps."""
+    local_norms_interval: int = 100
+    """Record every weight's gradient norm (seed 004's "local norm", docs/local_norms.md)
+    every this many steps, besides the steps a resume plan asks for; 0: only those."""
 
 
 @dataclass
@@ -289,6 +292,9 @@ class TrainerConfig:
             "precision.hysteresis": p.hysteresis,
         }
         out += [f"{k} must be a positive integer, got {v}" for k, v in positives.items() if v <= 0]
+        if t.local_norms_interval < 0:
+            out.append(f"training.local_norms_interval must be >= 0 (0: only the steps a rollback asks for), "
+                       f"got {t.local_norms_interval}")
         if self.checkpoint.keep_last < 0:
             out.append(f"checkpoint.keep_last must be >= 0 (0 keeps every checkpoint), got {self.checkpoint.keep_last}")
         if out:

@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -34,7 +34,8 @@ from trainer.optim import (
 )
 from trainer.plan import ResumePlan
 from trainer.precision import LossScaler
-from trainer.report import CheckpointReport, Heartbeat, Reporter, StartReport, StepReport
+from trainer.local_norms import local_norms
+from trainer.report import CheckpointReport, Heartbeat, LocalNormsReport, Reporter, StartReport, StepReport
 from trainer.rng import reseed_for_step, rng_snapshot, seed_everything
 from trainer.steps import StepContext, forward_backward, micro_batches, optimizer_step
 
@@ -82,6 +83,8 @@ class NullReporter:
     def step(self, report: StepReport) -> None: ...
 
     def checkpoint(self, report: CheckpointReport) -> None: ...
+
+    def local_norms(self, report: LocalNormsReport) -> None: ...
 
     def heartbeat(self, beat: Heartbeat) -> None: ...
 
@@ -205,7 +208,8 @@ def _run_step(session: _Session, step: int) -> None:
     loss_scale = scaler.scale  # the scale this step ran with; the update may change it
     local_loss, compute_time = forward_backward(session.model, batches, loss_scale, ctx)
     params = list(session.model.parameters())
-    grad_norm, skipped = optimizer_step(params, session.optimizer, scaler, ctx.lr(step), ctx)
+    before_clip = _norms_reporter(session, step) if rank == 0 and norms_due(config, ctx.plan, step) else None
+    grad_norm, skipped = optimizer_step(params, session.optimizer, scaler, ctx.lr(step), ctx, before_clip)
     gathered = gather_floats([local_loss, compute_time], world, ctx.device.torch_device)
     loss = sum(row[0] for row in gathered) / world  # fixed order: the same float on every rank
     session.losses.append(loss)
@@ -217,6 +221,21 @@ def _run_step(session: _Session, step: int) -> None:
             compute_times=tuple(row[1] for row in gathered), skipped=skipped, time=time.time(),
             skipped_samples=session.skipped_samples,
         ))
+
+
+def norms_due(config: TrainerConfig, plan: ResumePlan, step: int) -> bool:
+    """Whether ``step`` reports its local norms: every ``training.local_norms_interval``-th
+    step (0: none) and the steps the plan asks for."""
+    interval = config.training.local_norms_interval
+    return (interval > 0 and step % interval == 0) or step in plan.local_norms_steps
+
+
+def _norms_reporter(session: _Session, step: int) -> Callable[[], None]:
+    """What the update calls once the gradients are averaged and unscaled, before clipping."""
+    def report() -> None:
+        norms = local_norms(session.model.named_parameters())
+        session.reporter.local_norms(LocalNormsReport(session.ctx.plan.subrun, step, norms, time.time()))
+    return report
 
 
 def _report_saved(session: _Session, saved: list[Optional[SavedCheckpoint]]) -> None:

@@ -234,6 +234,7 @@ def from_megatron_args(argv: Sequence[str], world_size: int = 1) -> MegatronInvo
     values = _sections(args)
     training = values["training"]
     training["global_batch_size"] = args.global_batch_size or training["micro_batch_size"] * world_size
+    training["local_norms_interval"] = 0  # Megatron's log has no per-weight norms (docs/local_norms.md)
     if args.lr_warmup_iters is not None and args.lr_warmup_fraction is not None:
         raise TrainerConfigError("--lr-warmup-iters and --lr-warmup-fraction are both given: pass one (as Megatron asserts)")
     optim = OptimConfig(lr_decay_style=LrDecayStyle(args.lr_decay_style), lr_warmup_iters=args.lr_warmup_iters or 0,
@@ -283,7 +284,8 @@ def _optim_args(optim: OptimConfig) -> list[str]:
 def to_megatron_args(config: TrainerConfig) -> list[str]:
     """The flags that make :func:`from_megatron_args` give ``config`` back. Not
     expressed (the dialect's value comes back instead): ``data.corpus_max_bytes``,
-    ``checkpoint.keep_last`` (0: Megatron keeps every checkpoint), ``device``
+    ``checkpoint.keep_last`` (0: Megatron keeps every checkpoint), ``training.local_norms_interval``
+    (0: Megatron prints no per-weight gradient norms; runmgr refuses it as an override), ``device``
     ``auto``/``npu`` (no flag: the device layer picks) and ``parallel.dist_timeout_s``
     below a whole minute (rounded up). Raises :class:`TrainerConfigError` for a
     config the dialect cannot express (the opt family, model parallelism)."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Optional, TextIO
 
-from trainer.report import CheckpointReport, Heartbeat, StartReport, StepReport
+from trainer.report import CheckpointReport, Heartbeat, LocalNormsReport, StartReport, StepReport
 
 RANKS_TAG = "[ t 1/1, p 1/1 ]"
 """Tensor and pipeline ranks of the saving/loading rank, as Megatron prints
@@ -131,6 +131,9 @@ class MegatronLog:
     def checkpoint(self, report: CheckpointReport) -> None:
         self._print(f"  successfully saved checkpoint from iteration {report.step:7d} to {self.settings.save_dir} "
                     f"{RANKS_TAG}")
+
+    def local_norms(self, report: LocalNormsReport) -> None:
+        """Megatron prints no per-weight norms: its log has no line for them (docs/local_norms.md)."""
 
     def heartbeat(self, beat: Heartbeat) -> None:
         # The trainer beats "checkpoint" before it starts a save (and before it commits one): announce

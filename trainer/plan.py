@@ -57,6 +57,10 @@ class ResumePlan:
     skips the scheduler state): step s gets the schedule's LR of s - start, a fresh
     warmup then the decay from the peak. Checkpoints record the restart point, so
     later resumes continue the restarted schedule."""
+    local_norms_steps: tuple[int, ...] = ()
+    """Steps whose per-weight gradient norms the trainer reports besides every
+    ``training.local_norms_interval``-th (the re-run after a rollback, so that a
+    returning instability shows where it enters); cumulative over the lineage."""
     avoid_nodes: tuple[str, ...] = ()
     """Nodes no rank of this sub-run may be placed on (cumulative over the lineage:
     excluded for hardware faults or repeated straggling). Read by the executor, not
@@ -74,6 +78,7 @@ class ResumePlan:
         out["skip_ranges"] = [[r.start, r.end] for r in self.skip_ranges]
         out["avoid_nodes"] = list(self.avoid_nodes)
         out["skip_iterations"] = list(self.skip_iterations)
+        out["local_norms_steps"] = list(self.local_norms_steps)
         return out
 
     @classmethod
@@ -82,6 +87,7 @@ class ResumePlan:
         values["skip_ranges"] = tuple(SkipRange(int(a), int(b)) for a, b in values.get("skip_ranges", ()))
         values["avoid_nodes"] = tuple(str(node) for node in values.get("avoid_nodes", ()))
         values["skip_iterations"] = tuple(int(i) for i in values.get("skip_iterations", ()))
+        values["local_norms_steps"] = tuple(int(i) for i in values.get("local_norms_steps", ()))
         return cls(**values)
 
     def to_json(self) -> str:

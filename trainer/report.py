@@ -66,6 +66,22 @@ class CheckpointReport:
 
 
 @dataclass(frozen=True)
+class LocalNormsReport:
+    """Every weight's gradient norm at one step (seed 004's "local norms"), reported by
+    rank 0 before the step's report: averaged over data parallel, unscaled, before clipping."""
+
+    subrun: str
+    step: int
+    """The step whose gradients these are (its update follows)."""
+    norms: dict[str, float]
+    """L2 norm of each parameter's gradient, by parameter name, in model order."""
+    time: float
+
+    def to_dict(self) -> dict:
+        return {"subrun": self.subrun, "step": self.step, "norms": dict(self.norms), "time": self.time}
+
+
+@dataclass(frozen=True)
 class StartReport:
     """What a sub-run really starts with, reported by rank 0 once the
     checkpoint is loaded and the plan applied (OPT 12.35's lesson: record the
@@ -119,5 +135,7 @@ class Reporter(Protocol):
     def step(self, report: StepReport) -> None: ...
 
     def checkpoint(self, report: CheckpointReport) -> None: ...
+
+    def local_norms(self, report: LocalNormsReport) -> None: ...
 
     def heartbeat(self, beat: Heartbeat) -> None: ...

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -93,13 +94,17 @@ def forward_backward(model: torch.nn.Module, batches: list[torch.Tensor], loss_s
 
 
 def optimizer_step(params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer, scaler: LossScaler,
-                   lr: float, ctx: StepContext) -> tuple[float, bool]:
+                   lr: float, ctx: StepContext, before_clip: Optional[Callable[[], None]] = None) -> tuple[float, bool]:
     """Average gradients over data parallel, unscale, clip, and step unless
     they overflowed. Returns the gradient norm before clipping and whether
     the update was skipped. Every rank holds the same averaged gradients, so
-    every rank takes the same decision without another collective."""
+    every rank takes the same decision without another collective.
+    ``before_clip`` runs on the averaged, unscaled gradients before clipping
+    (the loop reads the local norms there)."""
     average_gradients(params, ctx.dist_env.world_size)
     unscale_(params, scaler.scale)
+    if before_clip is not None:
+        before_clip()
     grad_norm = clip_gradients(params, ctx.clip_grad)
     skipped = not grads_finite(grad_norm)
     if not skipped:

@@ -34,7 +34,7 @@ from typing import Callable, Optional
 
 from runmgr.config.chaos import PAUSE_AT_STEP, PAUSE_IN_CHECKPOINT, FaultKind
 from trainer.plan import ResumePlan
-from trainer.report import PAUSED, CheckpointReport, Heartbeat, Reporter, StartReport, StepReport
+from trainer.report import PAUSED, CheckpointReport, Heartbeat, LocalNormsReport, Reporter, StartReport, StepReport
 
 PAUSE_SAFETY_S = 600.0
 """How long the ranks wait for their release when the fault names no duration_s."""
@@ -118,6 +118,9 @@ class PausingReporter:
 
     def checkpoint(self, report: CheckpointReport) -> None:
         self.reporter.checkpoint(report)
+
+    def local_norms(self, report: LocalNormsReport) -> None:
+        self.reporter.local_norms(report)
 
     def heartbeat(self, beat: Heartbeat) -> None:
         due = [pause for pause in self.pending if pause.due(beat)]

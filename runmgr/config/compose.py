@@ -92,11 +92,27 @@ def load_run_config(conf_name: str, overrides: list[str], conf_dir: Path | None 
     conf_dir = (conf_dir or default_conf_dir()).resolve()
     groups, settings = split_overrides(list(overrides), conf_dir)
     config = to_run_config(compose_dict(conf_name, groups, conf_dir), settings)
-    problems = config.problems()
+    problems = megatron_override_problems(config, settings) + config.problems()
     if problems:
         more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
         raise ConfigError(problems[0] + more)
     return config
+
+
+MEGATRON_UNRECORDED = ("training.local_norms_interval",)
+"""Settings a Megatron job cannot honour whatever the conf file says (its log has no
+per-weight gradient norms): refused when a command line sets them for one."""
+
+
+def megatron_override_problems(config: RunConfig, settings: list[str]) -> list[str]:
+    """One line for each ``key=value`` of :data:`MEGATRON_UNRECORDED` given with
+    ``trainer.kind=megatron`` (the conf file's own value is not expressed: docs/local_norms.md)."""
+    if not config.drives_megatron:
+        return []
+    keys = {item.split("=", 1)[0].lstrip("+~") for item in settings}
+    return [f"{key} is not honoured with trainer.kind=megatron: a Megatron job reports no per-weight gradient "
+            f"norms, so runmgr records no local norms for it (docs/local_norms.md); drop the {key} override"
+            for key in MEGATRON_UNRECORDED if key in keys]
 
 
 def _make_writable(node) -> None:

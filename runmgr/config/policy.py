@@ -34,11 +34,17 @@ class RollbackConfig:
     """When no verified checkpoint is old enough, an onset at or before this step rolls
     back to initialisation (a young run loses little: early divergence from a too-high LR
     is the usual case); a later one stops the run for a human. 0: always stop."""
+    local_norms_after_steps: int = 50
+    """The re-run after a rollback reports every weight's gradient norm on this many steps
+    from its start (docs/local_norms.md), so that an instability that comes back shows the
+    layer it enters by; 0: none. A Megatron job has no per-weight norms and ignores it."""
 
     def problems(self) -> list[str]:
-        fields = (self.margin_steps, self.skip_before_steps, self.skip_after_steps, self.from_scratch_within_steps)
+        fields = (self.margin_steps, self.skip_before_steps, self.skip_after_steps, self.from_scratch_within_steps,
+                  self.local_norms_after_steps)
         if min(fields) < 0:
-            return ["margin_steps, skip_before_steps, skip_after_steps and from_scratch_within_steps must be >= 0"]
+            return ["margin_steps, skip_before_steps, skip_after_steps, from_scratch_within_steps and "
+                    "local_norms_after_steps must be >= 0"]
         return []
 
 

@@ -13,7 +13,7 @@ from typing import Literal, Protocol
 from runmgr.watch.deaths import PEER_ECHO_CAUSES, classify
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
-from trainer.report import CheckpointReport, Heartbeat, StartReport, StepReport
+from trainer.report import CheckpointReport, Heartbeat, LocalNormsReport, StartReport, StepReport
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,8 @@ class GroupPoll:
     checkpoints: list[CheckpointReport] = field(default_factory=list)
     heartbeats: list[Heartbeat] = field(default_factory=list)
     starts: list[StartReport] = field(default_factory=list)
+    local_norms: list[LocalNormsReport] = field(default_factory=list)
+    """Per-weight gradient norms of the steps that reported them (rank 0)."""
     finished_ranks: list[int] = field(default_factory=list)
     failures: list[WorkerFailure] = field(default_factory=list)
     observations: list = field(default_factory=list)

@@ -9,7 +9,7 @@ replay`` drives the same judge over a recorded log.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Optional, Sequence
 
 from runmgr.controller.group import GroupPoll, WorkerFailure, WorkerInfo, root_cause
@@ -21,9 +21,10 @@ from runmgr.policy.decision import ABORT, Decision
 from runmgr.policy.history import History
 from runmgr.policy.ladder import decide
 from runmgr.config.watcher import WatcherConfig
-from runmgr.watch.incidents import Incident
+from logbook.local_norms import analyse
+from runmgr.watch.incidents import INSTABILITY_KINDS, Incident
 from runmgr.watch.observations import (
-    HeartbeatObservation, LaunchFailure, StepObservation, WorkerExit,
+    HeartbeatObservation, LaunchFailure, LocalNormsObservation, StepObservation, WorkerExit,
 )
 from runmgr.watch.watcher import Observation, Watcher
 
@@ -116,13 +117,26 @@ class Judge:
             incidents += self.watcher.observe(observation, now)
         if check_silence:
             incidents += self.watcher.check(now)
-        return [self._decide(incident, last_step) for incident in incidents]
+        return [self._decide(self._explained(incident), last_step) for incident in incidents]
+
+    def _explained(self, incident: Incident) -> Incident:
+        """An instability with the evidence ``local_norms`` (docs/local_norms.md): the weights whose
+        gradient norm jumped first and most from its onset on, when the lineage recorded norms
+        before and at it; any other incident as it is."""
+        if incident.kind not in INSTABILITY_KINDS or incident.onset_step is None:
+            return incident
+        moves = analyse(self.watcher.local_norms.series(), incident.onset_step)
+        if moves is None:
+            return incident
+        return replace(incident, evidence={**incident.evidence, "local_norms": moves.evidence()})
 
     def _observations(self, subrun: str, poll: GroupPoll,
                       readings: Sequence[Observation]) -> list[Observation]:
         """The detectors' inputs from this poll's reports, heartbeats and the outside readings."""
-        found: list[Observation] = (list(poll.observations) if poll.observations
-                                    else [StepObservation.from_report(report) for report in poll.steps])
+        # Local norms first: a spike reported at a step is explained by the norms up to that step.
+        found: list[Observation] = [LocalNormsObservation.from_report(report) for report in poll.local_norms]
+        found += (list(poll.observations) if poll.observations
+                  else [StepObservation.from_report(report) for report in poll.steps])
         found += [HeartbeatObservation.from_heartbeat(beat, self._nodes.get(beat.rank, ""), subrun)
                   for beat in poll.heartbeats]
         return found + list(readings)

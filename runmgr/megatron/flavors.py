@@ -12,11 +12,11 @@ NO_REWARMUP = ("Megatron restarts its LR schedule with --no-load-optim: a fresh 
 
 ABILITIES: dict[MegatronFlavor, TrainerAbilities] = {
     MegatronFlavor.megatron_lm: TrainerAbilities(
-        name="Megatron-LM", skip_data=True, rewarmup=False, rewarmup_why_not=NO_REWARMUP),
+        name="Megatron-LM", skip_data=True, rewarmup=False, rewarmup_why_not=NO_REWARMUP, local_norms=False),
     MegatronFlavor.mindspeed_llm: TrainerAbilities(
         name="MindSpeed-LLM", skip_data=False,
         skip_data_why_not="MindSpeed-LLM parses --iterations-to-skip but its training loop never reads it",
-        rewarmup=False, rewarmup_why_not=NO_REWARMUP),
+        rewarmup=False, rewarmup_why_not=NO_REWARMUP, local_norms=False),
 }
 
 

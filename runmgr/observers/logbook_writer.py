@@ -126,6 +126,8 @@ class LogbookObserver:
         for start in poll.starts:
             self.book.record_event(state.subrun, "effective_settings", describe_start(start), start.to_dict(),
                                    step=start.start_step)
+        for norms in poll.local_norms:  # before the metrics: a reader that sees a step sees its norms
+            self.book.record_local_norms(state.subrun, norms.step, norms.norms)
         if poll.steps:
             self.book.record_metrics(state.subrun, [metric_row(r) for r in poll.steps])
         for ckpt in poll.checkpoints:

@@ -25,6 +25,8 @@ class TrainerAbilities:
     """A linear re-warmup to the scheduled LR after a restart."""
     rewarmup_why_not: str = ""
     """Why not, for the decision's reason (empty when it can)."""
+    local_norms: bool = True
+    """It reports per-weight gradient norms on the steps a plan asks for."""
 
 
 BUILTIN_ABILITIES = TrainerAbilities()

@@ -66,6 +66,9 @@ class Decision:
     fewer ranks); None keeps the current plan's."""
     wait_s: float = 0.0
     """Seconds to wait before the next sub-run starts (a node slow to come back)."""
+    local_norms_steps: tuple[int, ...] = ()
+    """Steps of the next sub-run on which the trainer reports every weight's gradient norm
+    (a rollback's re-run: where a returning instability enters)."""
 
     @property
     def restarts(self) -> bool:
@@ -88,4 +91,5 @@ class Decision:
             "restart_point": self.restart_point,
             "data_parallel_size": self.data_parallel_size,
             "wait_s": self.wait_s,
+            "local_norms_steps": list(self.local_norms_steps),
         }

@@ -120,13 +120,24 @@ def _rung_decision(incident: Incident, history: History, config: PolicyConfig, r
         changes.append(f"gradient clipping {history.clip_grad() or 'as configured'} -> {rung.clip_grad:g} "
                        f"for the rest of the run")
     changes += _rewarmup_notes(rung, abilities)
+    norms_steps = _local_norms_steps(origin.step, config, abilities)
+    if norms_steps:
+        changes.append(f"local norms on steps {norms_steps[0]}-{norms_steps[-1]}")
     return Decision(
         rung.action,
         f"{why} -> {rung.action} (use {used + 1} of {rung.max_uses}): {'; '.join(changes)}",
         restart_from_step=start.step if start else None, skip_ranges=skips, lr_factor=rung.lr_factor,
         clip_grad=rung.clip_grad,
-        reset_optimizer=rung.action == RESET_OPTIMIZER, rewarmup_iters=rewarmup,
+        reset_optimizer=rung.action == RESET_OPTIMIZER, rewarmup_iters=rewarmup, local_norms_steps=norms_steps,
     )
+
+
+def _local_norms_steps(start_step: int, config: PolicyConfig, abilities: TrainerAbilities) -> tuple[int, ...]:
+    """The re-run's first ``policy.rollback.local_norms_after_steps`` steps, when the trainer
+    reports local norms (a Megatron job has none: docs/local_norms.md)."""
+    if not abilities.local_norms:
+        return ()
+    return tuple(range(start_step + 1, start_step + 1 + config.rollback.local_norms_after_steps))
 
 
 def _rewarmup_notes(rung: Rung, abilities: TrainerAbilities) -> list[str]:

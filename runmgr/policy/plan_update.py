@@ -17,7 +17,7 @@ def next_plan(plan: ResumePlan, decision: Decision, subrun: str, start_checkpoin
     ``start_checkpoint`` is the directory of the checkpoint the decision names
     (the controller knows the paths). Skip ranges accumulate, the LR scale
     multiplies, a clipping override stays for the rest of the run, and so do
-    the nodes to avoid; an optimizer reset and its re-warmup apply to this
+    the nodes to avoid and the steps whose local norms are asked for; an optimizer reset and its re-warmup apply to this
     restart only. ``also_avoid`` and ``also_resize`` come from other decisions
     of the same poll (an ECC error read in the poll whose spike ends the
     sub-run): their nodes stay out, and the smallest size asked for wins.
@@ -34,6 +34,7 @@ def next_plan(plan: ResumePlan, decision: Decision, subrun: str, start_checkpoin
         reset_optimizer=decision.reset_optimizer,
         rewarmup_iters=decision.rewarmup_iters,
         avoid_nodes=tuple(dict.fromkeys((*plan.avoid_nodes, *decision.exclude_nodes, *also_avoid))),
+        local_norms_steps=tuple(sorted({*plan.local_norms_steps, *decision.local_norms_steps})),
         data_parallel_size=_smallest(plan.data_parallel_size, decision.data_parallel_size, also_resize),
     )
 

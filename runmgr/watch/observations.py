@@ -12,9 +12,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Optional
 
-from trainer.report import Heartbeat, StepReport
+from trainer.report import Heartbeat, LocalNormsReport, StepReport
 
 DEVICE_READINGS = ("health", "ecc", "event")
+
+
+@dataclass(frozen=True)
+class LocalNormsObservation:
+    """Every weight's gradient norm at one step (seed 004's local norms), before clipping."""
+
+    step: int
+    time: float
+    subrun: str
+    norms: Mapping[str, float]
+    """L2 norm of each weight's gradient, by parameter name."""
+
+    @classmethod
+    def from_report(cls, report: LocalNormsReport) -> "LocalNormsObservation":
+        return cls(report.step, report.time, report.subrun, dict(report.norms))
 
 
 @dataclass(frozen=True)

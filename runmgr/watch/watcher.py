@@ -14,11 +14,12 @@ from runmgr.config.watcher import WatcherConfig
 from runmgr.watch.deaths import DeathDetector
 from runmgr.watch.devices import DeviceDetector
 from runmgr.watch.hang import HangDetector
+from runmgr.watch.local_norms import LocalNormsMemory
 from runmgr.watch.incidents import GRAD_SPIKE, LAUNCH_FAILURE, LOSS_SPIKE, Incident
 from runmgr.watch.nonfinite import NonFiniteDetector, RaisedNonFiniteDetector
 from runmgr.watch.observations import (
-    CheckpointObservation, DeviceObservation, HeartbeatObservation, LaunchFailure, LoadedCheckpoint, RankTimings,
-    SaveStarted, StepObservation, UploadObservation, WorkerExit,
+    CheckpointObservation, DeviceObservation, HeartbeatObservation, LaunchFailure, LoadedCheckpoint,
+    LocalNormsObservation, RankTimings, SaveStarted, StepObservation, UploadObservation, WorkerExit,
 )
 from runmgr.watch.scale import LossScaleDetector
 from runmgr.watch.slowdown import SlowdownDetector
@@ -27,7 +28,8 @@ from runmgr.watch.storage import StorageOutageDetector
 from runmgr.watch.stragglers import StragglerDetector
 
 Observation = Union[StepObservation, HeartbeatObservation, DeviceObservation, WorkerExit, CheckpointObservation,
-                    LaunchFailure, UploadObservation, RankTimings, SaveStarted, LoadedCheckpoint]
+                    LaunchFailure, UploadObservation, RankTimings, SaveStarted, LoadedCheckpoint,
+                    LocalNormsObservation]
 
 
 class Watcher:
@@ -53,25 +55,32 @@ class Watcher:
         self.deaths = DeathDetector(config.devices.fatal_event_codes)
         self.raised_nonfinite = RaisedNonFiniteDetector()
         self.storage = StorageOutageDetector(config.storage)
+        self.local_norms = LocalNormsMemory()
 
     def for_new_subrun(self, rank_nodes: Optional[Mapping[int, str]] = None) -> "Watcher":
         """A watcher for the ranks of a new sub-run: the per-rank and per-sub-run
         detectors start afresh; the device detector keeps its memory, so a
         device that stays faulty is reported once, not once per sub-run; the
         spike detectors keep the lineage's curve up to the resume step; an S3
-        outage outlives sub-runs (the driver's uploads go on across them)."""
+        outage outlives sub-runs (the driver's uploads go on across them); the local
+        norms are the lineage's, up to the resume step."""
         fresh = Watcher(self.config, rank_nodes)
         fresh.devices = self.devices
         fresh.storage = self.storage
         fresh.spikes = self.spikes
+        fresh.local_norms = self.local_norms
         return fresh
 
     def observe(self, obs: Observation, now: float) -> list[Incident]:
         """Feed one observation; returns the incidents it produced (usually none)."""
         if isinstance(obs, StepObservation):
             self.raised_nonfinite.note_step(obs)
+            self.local_norms.note(obs.subrun, obs.step)
             detectors = self.spikes + self.subrun_detectors
             return [incident for detector in detectors for incident in detector.update(obs, now)]
+        if isinstance(obs, LocalNormsObservation):
+            self.local_norms.update(obs)
+            return []
         if isinstance(obs, HeartbeatObservation):
             return self.hang.update(obs, now)
         if isinstance(obs, DeviceObservation):

@@ -22,7 +22,7 @@ from runmgr.controller.group import WorkerInfo
 from runmgr.workers.lease import DriverIdentity, DriverLease, SelfStop, ray_job_alive
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
-from trainer.report import CheckpointReport, Heartbeat, Reporter, StartReport, StepReport
+from trainer.report import CheckpointReport, Heartbeat, LocalNormsReport, Reporter, StartReport, StepReport
 
 WrapReporter = Callable[[Reporter, ResumePlan], Reporter]
 """What a rank's reports pass through on their way to the driver (chaos's pause at a step)."""
@@ -46,6 +46,9 @@ class BufferingReporter:
 
     def checkpoint(self, report: CheckpointReport) -> None:
         self._push("checkpoint", report)
+
+    def local_norms(self, report: LocalNormsReport) -> None:
+        self._push("local_norms", report)
 
     def heartbeat(self, beat: Heartbeat) -> None:
         self.gate(beat)

@@ -136,7 +136,7 @@ class RayWorkerGroup:
                 continue  # a dead rank has nothing more to say
             for kind, item in items:
                 {"step": result.steps, "checkpoint": result.checkpoints, "heartbeat": result.heartbeats,
-                 "started": result.starts}[kind].append(item)
+                 "started": result.starts, "local_norms": result.local_norms}[kind].append(item)
         result.steps.sort(key=lambda r: r.step)
 
     def _info(self, rank: int) -> WorkerInfo | None:

@@ -142,6 +142,32 @@ def test_garbage_data_is_rolled_back_skipped_and_never_trained_on_again(chaos_ru
         previous = row["consumed_samples"]
 
 
+def test_the_garbage_spike_names_the_layers_whose_local_norm_jumped_first_and_norms_prints_them(chaos_run):
+    """Must-show 4 of issue 13: the demo records every weight's gradient norm (training.local_norms_interval 1);
+    the spike's incident names the weights whose norm jumped first, against their own median before the
+    onset, and `runmgr logbook norms RUN --step N` reads the logbook's local_norms table to the same answer."""
+    events, run_dir = chaos_run["events"], str(chaos_run["run"].run_dir)
+    (injected,) = injections(events, "garbage_data")
+    decision = next(d for d in decisions_after(events, injected["time"]) if d["action"] == "rollback_skip")
+    spike = incident_of(events, decision)
+    norms, onset = spike["evidence"]["evidence"]["local_norms"], spike["step"]
+    grace = load_run_config("demo", DEMO).watcher.loss_spike.grace_steps
+    assert norms["first"] and onset <= norms["first_step"] <= onset + grace, norms
+    assert all(weight["ratio"] > norms["threshold"] for weight in norms["first"]), norms
+    assert norms["baseline_steps"][1] == onset - 1  # the baseline ends right before the onset
+    # The rollback asked for the re-run's local norms, and the next sub-run's plan carries them.
+    steps = decision["plan"]["local_norms_steps"]
+    assert steps[0] == decision["plan"]["restart_from_step"] + 1 and len(steps) == 50
+    assert next_subrun_start(events, decision)["plan"]["local_norms_steps"][:50] == steps
+    answer = runmgr_json_lines("logbook", "norms", run_dir, "--step", str(onset), "--json")[0]
+    assert answer["subrun"] == spike["subrun"] and answer["first_step"] == norms["first_step"]
+    assert [w["name"] for w in answer["first"]][:len(norms["first"])] == [w["name"] for w in norms["first"]]
+    text = runmgr_text("logbook", "norms", run_dir, "--step", str(onset))
+    first_line = next(line for line in text.splitlines() if line.startswith("moved first"))
+    assert first_line.startswith(f"moved first, at step {norms['first_step']}: ")
+    assert all(weight["name"] in first_line for weight in norms["first"]), (first_line, norms)
+
+
 def test_recurring_instability_lowers_the_lr_then_resets_adam_with_fresh_state_and_recorded_betas(chaos_run):
     events = chaos_run["events"]
     actions = [d["action"] for d in events if d["type"] == "decision"]

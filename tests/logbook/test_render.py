@@ -192,3 +192,22 @@ def test_a_resize_is_a_change_in_words_and_a_first_size_or_the_nodes_are_not():
                         {"data_parallel_size": 1, "avoid_nodes": ["n1"]}) == ["data parallel 2 → 1"]
     # the first sub-run's size is no news; the nodes show as "excluded node" from the evidence
     assert plan_changes({}, {"data_parallel_size": 2, "avoid_nodes": ["n9"]}) == []
+
+
+def test_an_incidents_line_names_the_weights_whose_local_norm_moved_first():
+    from logbook.render import incident_description
+
+    norms = {"first_step": 56, "threshold": 3.0,
+             "first": [{"name": "embedding.weight", "ratio": 12.34}, {"name": "blocks.1.mlp.down.weight", "ratio": 4.0}]}
+    event = {"kind": "loss_spike", "step": 56, "summary": "loss_spike at step 56: loss 5.1",
+             "evidence": {"description": "loss 5.1 over 2.3", "evidence": {"local_norms": norms}}}
+    assert incident_description(event) == ("loss 5.1 over 2.3; local norms moved first at step 56: "
+                                           "embedding.weight 12.3x, blocks.1.mlp.down.weight 4.0x")
+    event["evidence"]["evidence"] = {}
+    assert incident_description(event) == "loss 5.1 over 2.3"
+
+
+def test_the_local_norms_a_rollback_asks_for_are_one_phrase_and_only_when_new():
+    asked = {"local_norms_steps": list(range(41, 91))}
+    assert plan_changes({"local_norms_steps": []}, asked) == ["local norms on steps 41–90"]
+    assert plan_changes(asked, asked) == []

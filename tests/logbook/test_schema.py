@@ -1,9 +1,11 @@
+import math
 import re
 import sqlite3
 from pathlib import Path
 
 import pytest
 
+import logbook.norms_queries
 import logbook.queries
 import logbook.store
 from logbook import LOGBOOK_FILENAME, SCHEMA_VERSION, Logbook, LogbookError
@@ -37,7 +39,7 @@ def test_history_cannot_be_rewritten_even_by_hand(scripted_run, statement):
 
 def test_writer_code_issues_no_update_or_delete():
     # Alongside the trigger test above: the writer never even tries.
-    for module in (logbook.store, logbook.queries):
+    for module in (logbook.store, logbook.queries, logbook.norms_queries):
         source = Path(module.__file__).read_text()
         assert not re.search(r"\b(UPDATE|DELETE|REPLACE)\b", source), module.__name__
 
@@ -56,3 +58,26 @@ def test_a_file_that_is_not_a_logbook_is_named(tmp_path):
     (tmp_path / LOGBOOK_FILENAME).write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(LogbookError, match=f"cannot open the logbook .*{LOGBOOK_FILENAME}"):
         Logbook.open(tmp_path)
+
+
+def test_a_version_1_logbook_is_migrated_to_hold_local_norms_and_keeps_its_history(tmp_path, clock):
+    from logbook.schema import MIGRATIONS
+
+    connection = sqlite3.connect(tmp_path / LOGBOOK_FILENAME)
+    for statement in MIGRATIONS[1]:  # a logbook written before local norms existed
+        connection.execute(statement)
+    connection.execute("INSERT INTO schema_version VALUES (1, 0)")
+    connection.commit()
+    connection.close()
+    with Logbook.open(tmp_path, clock=clock) as book:
+        book.start_subrun("7.00", "launch", {}, None, 0, {}, {})
+        book.record_metrics("7.00", [{"step": 1, "loss": 2.0}])
+        assert book.record_local_norms("7.00", 1, {"output.weight": 0.5, "embedding.weight": float("nan")}) == 2
+        versions = [v for (v,) in book._connection.execute("SELECT version FROM schema_version ORDER BY version")]
+        assert versions == [1, 2] == list(range(1, SCHEMA_VERSION + 1))
+        (row,) = book.query(logbook.norms_queries.fetch_local_norms)
+        assert row["step"] == 1 and row["norms"]["output.weight"] == 0.5 and math.isnan(row["norms"]["embedding.weight"])
+    connection = sqlite3.connect(tmp_path / LOGBOOK_FILENAME)
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        connection.execute("DELETE FROM local_norms")
+    connection.close()

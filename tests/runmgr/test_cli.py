@@ -177,3 +177,11 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(logbook_run, command):
     finally:
         os.close(write_end)
     assert result.stderr == "" and result.returncode == 141
+
+
+def test_logbook_norms_needs_its_step_and_its_flags_belong_to_it_alone(logbook_run):
+    assert_one_line_error(runmgr("logbook", "norms", str(logbook_run)), "needs the step to look around: --step N")
+    assert_one_line_error(runmgr("logbook", "show", str(logbook_run), "--step", "5"),
+                          "--step, --threshold and --subrun are for `runmgr logbook norms`")
+    # This logbook was written without local norms: one line saying how they are recorded.
+    assert_one_line_error(runmgr("logbook", "norms", str(logbook_run), "--step", "5"), "no local norms in the logbook")

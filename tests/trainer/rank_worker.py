@@ -36,6 +36,9 @@ class FileReporter:
     def checkpoint(self, report) -> None:
         self._write("checkpoint", report.to_dict())
 
+    def local_norms(self, report) -> None:
+        self._write("local_norms", report.to_dict())
+
     def heartbeat(self, beat) -> None:
         self._write("heartbeat", dataclasses.asdict(beat))
 

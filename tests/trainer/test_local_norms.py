@@ -27,3 +27,11 @@ def test_a_gradient_that_enters_one_weight_shows_in_that_weight_only():
         param.grad = torch.zeros_like(param)
     model[1].weight.grad[0, 0] = 3.0
     assert local_norms(model.named_parameters()) == {"0.weight": 0.0, "1.weight": 3.0}
+
+
+def test_the_plans_local_norms_steps_round_trip_through_json():
+    from trainer.plan import ResumePlan
+
+    plan = ResumePlan(subrun="1.03", local_norms_steps=(41, 42, 43))
+    assert ResumePlan.from_json(plan.to_json()) == plan
+    assert ResumePlan.from_dict({"subrun": "1.00"}).local_norms_steps == ()  # plans written before the field

@@ -8,6 +8,7 @@ training went on, so this also proves it holds the state of its own step.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import time
@@ -20,6 +21,7 @@ from trainer import DistEnv, NullReporter, ResumePlan, TrainerConfig, train
 from trainer.errors import CheckpointError, TrainerConfigError
 
 from trainer.cli import config_from_dict
+from trainer.model import build_model
 from trainer.manifest import find_latest_verified, list_checkpoints, read_manifest
 from trainer.optim import lr_at
 
@@ -28,7 +30,7 @@ TRAIN_ITERS = 6
 
 class ListReporter:
     def __init__(self) -> None:
-        self.steps, self.checkpoints, self.beats, self.starts = [], [], [], []
+        self.steps, self.checkpoints, self.beats, self.starts, self.norms = [], [], [], [], []
 
     def started(self, report) -> None:
         self.starts.append(report)
@@ -38,6 +40,9 @@ class ListReporter:
 
     def checkpoint(self, report) -> None:
         self.checkpoints.append(report)
+
+    def local_norms(self, report) -> None:
+        self.norms.append(report)
 
     def heartbeat(self, beat) -> None:
         self.beats.append(beat)
@@ -228,3 +233,27 @@ def test_what_the_trainer_cannot_execute_is_refused_with_a_clear_message(tmp_pat
     with pytest.raises(TrainerConfigError, match="runs data parallel only") as caught:
         train(config, ResumePlan(), NullReporter(), DistEnv(world_size=2))
     assert named in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_local_norms_on_the_interval_and_the_plans_steps_add_up_to_the_unclipped_norm(tmp_path, restore_torch_globals):
+    """Every ``local_norms_interval``-th step and the steps the plan asks for report
+    each weight's gradient norm; they are read before clipping, so they add up to the step's (unclipped) global norm."""
+    config = one_rank_config(tmp_path, training={"train_iters": 5, "local_norms_interval": 2},
+                             optim={"clip_grad": 1e-3})  # clipping bites on every step
+    reporter = ListReporter()
+    train(config, ResumePlan(local_norms_steps=(3,)), reporter, DistEnv())
+    assert [r.step for r in reporter.norms] == [2, 3, 4]
+    names = [name for name, _ in build_model(config.model).named_parameters()]
+    by_step = {r.step: r for r in reporter.steps}
+    for report in reporter.norms:
+        assert list(report.norms) == names and report.subrun == "0.00"
+        total = math.sqrt(sum(value * value for value in report.norms.values()))
+        assert total == pytest.approx(by_step[report.step].grad_norm, rel=1e-5)
+        assert by_step[report.step].grad_norm > 1e-3
+
+
+def test_a_local_norms_interval_of_zero_reports_only_the_plans_steps(tmp_path, restore_torch_globals):
+    config = one_rank_config(tmp_path, training={"train_iters": 3, "local_norms_interval": 0})
+    reporter = ListReporter()
+    train(config, ResumePlan(local_norms_steps=(2, 9)), reporter, DistEnv())
+    assert [r.step for r in reporter.norms] == [2]

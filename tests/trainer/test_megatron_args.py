@@ -31,7 +31,10 @@ def test_the_demo_sections_round_trip_through_megatron_flags():
     back = from_megatron_args(args).config
     # keep_last has no flag: the dialect keeps every checkpoint, as Megatron does.
     assert back.checkpoint.keep_last == 0
-    assert dataclasses.replace(back, checkpoint=dataclasses.replace(back.checkpoint, keep_last=3)) == config
+    # Nor has local_norms_interval: Megatron prints no per-weight norms, so the dialect records none.
+    assert back.training.local_norms_interval == 0
+    assert dataclasses.replace(back, checkpoint=dataclasses.replace(back.checkpoint, keep_last=3),
+                               training=dataclasses.replace(back.training, local_norms_interval=1)) == config
     assert to_megatron_args(back) == args
     assert ["--num-query-groups", "2"] == args[args.index("--num-query-groups"):][:2]
     assert "--group-query-attention" in args and ["--distributed-backend", "gloo"] == args[-2:]

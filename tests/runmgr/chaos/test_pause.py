@@ -36,6 +36,9 @@ class Recorder:
     def checkpoint(self, report) -> None:
         self.seen.append(("checkpoint", report.step, ""))
 
+    def local_norms(self, report) -> None:
+        self.seen.append(("local_norms", report.step, ""))
+
     def heartbeat(self, beat: Heartbeat) -> None:
         self.seen.append(("beat", beat.step, beat.phase))
 

@@ -132,3 +132,17 @@ def test_seed_000s_llama2_70b_on_mindspeed_composes_as_a_megatron_job(tmp_path):
     assert config.world_size == 512 and config.world_size % config.megatron.nproc_per_node == 0
     assert (config.training.global_batch_size, config.model.seq_length) == (1024, 4096)
     assert config.megatron.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+
+
+def test_a_local_norms_interval_override_is_refused_for_a_megatron_job(tmp_path):
+    """A Megatron job reports no per-weight gradient norms: asking for them is refused with one line;
+    the conf's own value (the demo records every step) is not expressed in Megatron's flags."""
+    with pytest.raises(ConfigError) as caught:
+        load_run_config("demo", [f"run.dir={tmp_path}", "chaos=none", "trainer.kind=megatron",
+                                 "training.local_norms_interval=10"])
+    said = str(caught.value)
+    assert said.startswith("training.local_norms_interval is not honoured with trainer.kind=megatron")
+    assert "\n" not in said and "docs/local_norms.md" in said
+    assert load_run_config("demo", [f"run.dir={tmp_path}", "chaos=none", "trainer.kind=megatron"])
+    builtin = load_run_config("demo", [f"run.dir={tmp_path}", "chaos=none", "training.local_norms_interval=10"])
+    assert builtin.training.local_norms_interval == 10

@@ -143,3 +143,19 @@ def test_kinds_left_out_of_the_ladder_are_only_recorded():
     config = PolicyConfig(instability=InstabilityConfig(kinds=(LOSS_SPIKE, NONFINITE)))
     decision = decide(dataclasses.replace(spike(3050), kind="grad_spike"), History(), config, CHECKPOINTS)
     assert decision.action == IGNORE
+
+
+def test_a_rollback_asks_for_local_norms_on_the_reruns_first_steps():
+    decision = decide(spike(3050), History(), PolicyConfig(), CHECKPOINTS)
+    assert decision.local_norms_steps == tuple(range(2501, 2551))  # the re-run from 2500, 50 steps
+    assert "local norms on steps 2501-2550" in decision.reason
+    config = PolicyConfig(rollback=RollbackConfig(local_norms_after_steps=0))
+    assert decide(spike(3050), History(), config, CHECKPOINTS).local_norms_steps == ()
+
+
+def test_a_trainer_without_local_norms_is_asked_for_none():
+    from runmgr.config.megatron import MegatronFlavor
+    from runmgr.megatron.flavors import abilities_of
+
+    decision = decide(spike(3050), History(), PolicyConfig(), CHECKPOINTS, None, abilities_of(MegatronFlavor.megatron_lm))
+    assert decision.restarts and decision.local_norms_steps == () and "local norms" not in decision.reason

@@ -33,3 +33,13 @@ def test_a_decision_that_does_not_restart_makes_no_plan():
 def test_merge_ranges_sorts_and_joins():
     ranges = (SkipRange(500, 600), SkipRange(0, 10), SkipRange(10, 20), SkipRange(550, 700))
     assert merge_ranges(ranges) == (SkipRange(0, 20), SkipRange(500, 700))
+
+
+def test_the_local_norms_steps_a_rollback_asks_for_reach_the_plan_and_stay_with_the_lineage():
+    from runmgr.choices import Action
+
+    rollback = Decision(Action.rollback_skip, "spike", restart_from_step=40, local_norms_steps=(41, 42))
+    plan = next_plan(ResumePlan(subrun="1.02"), rollback, "1.03", "/ck/step_00000040")
+    assert plan.local_norms_steps == (41, 42)
+    died = Decision(Action.restart, "a rank died", restart_from_step=40)
+    assert next_plan(plan, died, "1.04", "/ck/step_00000040").local_norms_steps == (41, 42)

@@ -255,6 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
     from runmgr.healthcheck.command import add_parser as add_health_check
 
     add_health_check(sub)
+    from runmgr.precision.command import add_parser as add_precision_check
+
+    add_precision_check(sub)
     return parser
 
 

@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import Optional, TextIO
 
 from runmgr.errors import UserError
 
@@ -47,7 +47,7 @@ def _say(err: TextIO):
     return say
 
 
-def cmd_precision_check(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def cmd_precision_check(args: argparse.Namespace, out: Optional[TextIO] = None, err: Optional[TextIO] = None) -> int:
     from runmgr.precision.check import DEFAULT_STEPS, check_against_config, check_against_log
     from runmgr.precision.protocol import side_from_items
     from runmgr.precision.render import render
@@ -55,7 +55,7 @@ def cmd_precision_check(args: argparse.Namespace, out: TextIO = sys.stdout, err:
     reference = side_from_items(args.items, "the reference (before --against)")
     if args.steps is not None and args.steps < 1:
         raise UserError(f"--steps must be a positive number of steps, got {args.steps}")
-    say = _say(err)
+    out, say = out or sys.stdout, _say(err or sys.stderr)
     if args.against is not None:
         other = side_from_items(args.against, "--against")
         report = check_against_config(reference, other, args.steps or DEFAULT_STEPS, args.config_dir, say)

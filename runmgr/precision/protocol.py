@@ -67,8 +67,9 @@ def side_from_items(items: list[str], what: str) -> Side:
     return Side(confs[0][len("conf="):], tuple(item for item in items if not item.startswith("conf=")))
 
 
-def refuse_pinned_overrides(side: Side, is_reference: bool) -> None:
-    """One line for an override the protocol would overrule."""
+def refuse_pinned_overrides(side: Side, seed: Optional[int]) -> None:
+    """One line for an override the protocol would overrule (``seed``: the
+    reference's, when ``side`` is the other one)."""
     for item in side.overrides:
         key = override_key(item)
         if key in PINNED and item.partition("=")[2].strip() != PINNED[key]:
@@ -76,9 +77,9 @@ def refuse_pinned_overrides(side: Side, is_reference: bool) -> None:
                             f"(seed 004's simplified configuration): drop it")
         if key in SET_BY_THE_CHECK:
             raise UserError(f"{item} in `{side.label()}`: {SET_BY_THE_CHECK[key]}")
-        if key == SEED_KEY and not is_reference:
-            raise UserError(f"{item} in `{side.label()}`: both sides run with the first config's seed (identical "
-                            f"weights and data); set {SEED_KEY} on the first config instead")
+        if key == SEED_KEY and seed is not None and item.partition("=")[2].strip() != str(seed):
+            raise UserError(f"{item} in `{side.label()}`: both sides run with the first config's seed, {seed} "
+                            f"(identical weights and data); set {SEED_KEY} on the first config instead")
 
 
 def pinned_overrides(steps: int, seed: Optional[int]) -> list[str]:
@@ -97,8 +98,9 @@ def pinned_config(side: Side, steps: int, conf_dir: Optional[Path], seed: Option
     other side (None for the reference itself)."""
     from trainer.loop import check_config  # torch: only once the command line has been read
 
-    refuse_pinned_overrides(side, is_reference=seed is None)
-    own = [item for item in side.overrides if override_key(item) not in PINNED]  # the rest say what the pins say
+    refuse_pinned_overrides(side, seed)
+    pins = set(PINNED) | ({SEED_KEY} if seed is not None else set())
+    own = [item for item in side.overrides if override_key(item) not in pins]  # the rest say what the pins say
     config = load_run_config(side.conf, [*own, *pinned_overrides(steps, seed)], conf_dir)
     if config.drives_megatron:
         raise UserError(f"conf {side.conf} runs trainer.kind=megatron: the check runs the built-in trainer; "

@@ -122,11 +122,7 @@ def compare_scalar(stage: str, measure: str, a: Optional[float], b: Optional[flo
         return StageVerdict(stage, measure, _fmt(a), _fmt(b), NOT_COMPARED, f"{missing} has no {measure}")
     delta = b - a
     same = abs(delta) <= tolerance
-    if same:
-        detail = "bit for bit" if delta == 0 and tolerance == 0 else (
-            "as printed" if tolerance else "")
-    else:
-        detail = _signed(delta)
+    detail = ("as printed" if tolerance else "bit for bit") if same else _signed(delta)
     return StageVerdict(stage, measure, _fmt(a), _fmt(b), SAME if same else DIFFERS, detail)
 
 
@@ -137,7 +133,7 @@ def compare_local_norms(a: dict[str, float], b: dict[str, float]) -> StageVerdic
     only = sorted(set(a) ^ set(b))
     if only:
         return StageVerdict(BACKWARD, measure, shown_a, shown_b, DIFFERS,
-                            f"the weights differ ({', '.join(only[:WEIGHTS_SHOWN])}{' ...' if len(only) > 3 else ''} "
+                            f"the weights differ ({', '.join(only[:WEIGHTS_SHOWN])}{' ...' if len(only) > WEIGHTS_SHOWN else ''} "
                             f"on one side only)")
     differing = [name for name in a if a[name] != b[name]]
     if not differing:
@@ -165,28 +161,27 @@ def compare_long_run(a_losses: Sequence[float], a_norms: Sequence[float], b_loss
     measure = f"loss and grad norm, {steps} steps at LR 0"
     if steps == 0:
         return StageVerdict(LONG_RUN, measure, "", "", NOT_COMPARED, "B has no run at LR 0")
-    shown_a, shown_b = _fmt(_mean(a_losses[:steps])) + " (mean loss)", _fmt(_mean(b_losses[:steps])) + " (mean loss)"
+    shown = [f"{_fmt(_mean(losses[:steps]))} (mean loss)" for losses in (a_losses, b_losses)]
+    series = (("loss", a_losses, b_losses, band.loss), ("grad norm", a_norms, b_norms, band.grad_norm))
+
+    def floor(what: str, printed: float) -> float:
+        return _print_floor(what, printed) if log_precision else 0.0
+
     for step in range(steps):
-        for what, a_val, b_val, width in (("loss", a_losses[step], b_losses[step], band.loss[step]),
-                                          ("grad norm", a_norms[step], b_norms[step], band.grad_norm[step])):
-            floor = _print_floor(what, b_val) if log_precision else 0.0
-            if not abs(b_val - a_val) <= width + floor:
-                return StageVerdict(LONG_RUN, measure, shown_a, shown_b, DIFFERS,
-                                    f"leaves the band at step {step + 1}: {what} {_signed(b_val - a_val)}, "
-                                    f"band {width:.3e}")
-    deltas = [b - a for a, b in zip(a_losses[:steps], b_losses[:steps])]
-    floors = [_print_floor("loss", b) if log_precision else 0.0 for b in b_losses[:steps]]
-    if all(abs(d) <= f for d, f in zip(deltas, floors)) and all(
-            abs(b - a) <= (_print_floor("grad norm", b) if log_precision else 0.0)
-            for a, b in zip(a_norms[:steps], b_norms[:steps])):
-        return StageVerdict(LONG_RUN, measure, shown_a, shown_b, SAME,
-                            "as printed" if log_precision else "bit for bit")
-    signs = {d > 0 for d, f in zip(deltas, floors) if abs(d) > f}
-    if len(signs) == 1 and sum(abs(d) > f for d, f in zip(deltas, floors)) > 1:
-        return StageVerdict(LONG_RUN, measure, shown_a, shown_b, DIFFERS,
-                            f"inside the band but one-sided (B {'above' if True in signs else 'below'} A): a drift, "
-                            f"not noise")
-    return StageVerdict(LONG_RUN, measure, shown_a, shown_b, CONSISTENT, "inside the band, around zero")
+        for what, a, b, width in series:
+            delta = b[step] - a[step]
+            if not abs(delta) <= width[step] + floor(what, b[step]):
+                return StageVerdict(LONG_RUN, measure, *shown, DIFFERS, f"leaves the band at step {step + 1}: "
+                                    f"{what} {_signed(delta)}, band {width[step]:.3e}")
+    moved = {what: [b[s] - a[s] for s in range(steps) if abs(b[s] - a[s]) > floor(what, b[s])]
+             for what, a, b, _width in series}
+    if not moved["loss"] and not moved["grad norm"]:
+        return StageVerdict(LONG_RUN, measure, *shown, SAME, "as printed" if log_precision else "bit for bit")
+    above = {delta > 0 for delta in moved["loss"]}
+    if len(moved["loss"]) > 1 and len(above) == 1:
+        return StageVerdict(LONG_RUN, measure, *shown, DIFFERS, f"inside the band but one-sided (B "
+                            f"{'above' if True in above else 'below'} A): a drift, not noise")
+    return StageVerdict(LONG_RUN, measure, *shown, CONSISTENT, "inside the band, around zero")
 
 
 def _print_floor(what: str, printed: float) -> float:

@@ -300,9 +300,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     from runmgr.healthcheck.command import add_parser as add_health_check
     from runmgr.lint.command import add_parser as add_lint
+    from runmgr.precision.command import add_parser as add_precision_check
 
     add_health_check(sub)
     add_lint(sub)
+    add_precision_check(sub)
     return parser
 
 

@@ -336,6 +336,20 @@ def case_torchrun_megatron_dialect(ctx: Context) -> None:
     assert "iteration        3/       3 | consumed samples:           12 |" in result.stdout
 
 
+def case_precision_check(ctx: Context) -> None:
+    from tests.runmgr.precision.fixtures.make_logs import TINY  # the small config its pinned Megatron log is of
+
+    other = ctx.runmgr("precision-check", "conf=demo", *TINY, "--against", "conf=demo", *TINY,
+                       "optim.decay_1d_weights=true", "--steps", "3")
+    assert other.returncode == 1, other.stderr[-3000:]  # 1: a stage differs
+    assert "first difference: optimizer (step-2 loss)" in other.stdout and "Traceback" not in other.stderr
+    log = ROOT / "tests" / "runmgr" / "precision" / "fixtures" / "megatron_pinned.log"
+    for extra in ([], ["--steps", "2", "--json"]):
+        same = ctx.ok("precision-check", "conf=demo", *TINY, "--against-log", str(log), *extra)
+        assert ("first difference: none" in same.stdout) if not extra else \
+            json.loads(same.stdout)["first_difference"] is None
+
+
 CASES: dict[str, Callable[[Context], None]] = {
     "make demo": case_make_demo,
     "make test": case_make_test,
@@ -363,6 +377,8 @@ CASES: dict[str, Callable[[Context], None]] = {
     "runmgr logbook serve [RUN_OR_FOLDER] [--host 127.0.0.1] [--port N]": case_logbook_serve,
     "runmgr logbook norms RUN --step N [--threshold X] [--json]": case_logbook_norms,
     "runmgr prepare-data --input FILE --output-prefix P [--tokenizer PATH_OR_NAME]": case_prepare_data,
+    "runmgr precision-check conf=A [key=value ...] [--against conf=B [key=value ...] | --against-log FILE] "
+    "[--steps N] [--json]": case_precision_check,
     "runmgr --version": case_version,
     "torchrun --nproc_per_node=2 -m trainer conf=demo": case_torchrun,
     "torchrun --nproc_per_node=2 -m trainer --num-layers N --hidden-size H ...": case_torchrun_megatron_dialect,

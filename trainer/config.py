@@ -140,6 +140,13 @@ class PrecisionConfig:
 
     bf16: bool = False
     """Autocast compute to bfloat16, fp32 master weights."""
+    embedding_bf16: bool = False
+    """Keep the embedding's weight in bfloat16 as the passes see it: the lookup
+    (and the tied output projection) use its bf16 rounding and its gradient is
+    rounded to bf16 too; the optimizer keeps fp32 master weights. Seed 004's
+    forward-stage case (one framework's embedding in bf16, the reference's in
+    fp32), kept for reproducing it (``runmgr precision-check``). No Megatron
+    flag: refused with ``trainer.kind=megatron``."""
     fp16: bool = False
     """Autocast compute to float16 with a dynamic loss scaler."""
     initial_loss_scale: float = 65536.0

@@ -33,7 +33,7 @@ from trainer.optim import (
     warmup_iters,
 )
 from trainer.plan import ResumePlan
-from trainer.precision import LossScaler
+from trainer.precision import LossScaler, embedding_dtype
 from trainer.local_norms import local_norms
 from trainer.report import CheckpointReport, Heartbeat, LocalNormsReport, Reporter, StartReport, StepReport
 from trainer.rng import reseed_for_step, rng_snapshot, seed_everything
@@ -163,7 +163,7 @@ def _start(config: TrainerConfig, plan: ResumePlan, reporter: Reporter, dist_env
     stream = build_sample_stream(config.data, config.model.seq_length, seed=config.training.seed,
                                  skip_ranges=plan.skip_ranges)
     seed_everything(config.training.seed)
-    model = build_model(config.model).to(device.torch_device)
+    model = build_model(config.model, embedding_dtype(config.precision)).to(device.torch_device)
     broadcast_parameters(list(model.parameters()), dist_env.world_size)
     optimizer = build_optimizer(model, config.optim)
     scaler = LossScaler.from_config(config.precision)

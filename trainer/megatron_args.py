@@ -118,6 +118,25 @@ _SWITCHES = (  # (flag, section, field): store_true flags that are one bool fiel
 )
 
 
+_NO_FLAG = (  # (section, field, why Megatron has no flag for it): bool settings the dialect cannot express when on
+    ("optim", "decay_1d_weights", "Megatron never decays biases and 1-D weights"),
+    ("precision", "embedding_bf16", "Megatron keeps the embedding in the model's own dtype"),
+)
+
+
+def without_megatron_flag(config: TrainerConfig) -> Optional[str]:
+    """One line naming the settings that are on but have no Megatron flag (a
+    Megatron job would run without them), with the fix; None when there is none."""
+    on = [(f"{section}.{name}", why) for section, name, why in _NO_FLAG if getattr(getattr(config, section), name)]
+    if not on:
+        return None
+    keys = ", ".join(f"{key}=true" for key, _ in on)
+    reasons = "; ".join(why for _, why in on)
+    fix = " ".join(f"{key}=false" for key, _ in on)
+    return (f"{keys} has no Megatron flag ({reasons}): a Megatron job cannot run it; set {fix} "
+            f"or use trainer.kind=builtin")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that raises one line instead of printing usage and exiting."""
 
@@ -288,8 +307,9 @@ def to_megatron_args(config: TrainerConfig) -> list[str]:
     (0: Megatron prints no per-weight gradient norms; runmgr refuses it as an override), ``device``
     ``auto``/``npu`` (no flag: the device layer picks) and ``parallel.dist_timeout_s``
     below a whole minute (rounded up). Raises :class:`TrainerConfigError` for a
-    config the dialect cannot express (the opt family, model parallelism)."""
-    unsupported = config.unsupported()
+    config the dialect cannot express (the opt family, model parallelism, a setting
+    without a Megatron flag: :func:`without_megatron_flag`)."""
+    unsupported = config.unsupported() or without_megatron_flag(config)
     if unsupported:
         raise TrainerConfigError(unsupported)
     out: list[str] = []

@@ -135,9 +135,10 @@ class Block(nn.Module):
 class Transformer(nn.Module):
     """Token ids (batch, seq) -> next-token logits (batch, seq, vocab)."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, embedding_dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.cfg = cfg
+        self.embedding_dtype = embedding_dtype  # what the passes see the weight in; the parameter stays fp32
         self.embedding = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.positions = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size) if cfg.family == "opt" else None
         self.dropout = nn.Dropout(cfg.hidden_dropout)
@@ -152,7 +153,11 @@ class Transformer(nn.Module):
         init_weights(self, cfg)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = self.embedding(tokens)
+        master = self.embedding.weight
+        # The weight as kept for the passes: the fp32 parameter itself, or its bf16 copy,
+        # whose lookup and gradient accumulation then run in bf16 (seed 004's case).
+        kept = master.to(self.embedding_dtype)
+        x = F.embedding(tokens, kept).to(master.dtype)
         if self.positions is not None:
             x = x + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
         x = self.dropout(x)
@@ -162,7 +167,7 @@ class Transformer(nn.Module):
             else:
                 x = block(x)
         x = self.final_norm(x)
-        weight = self.output.weight if self.output is not None else self.embedding.weight
+        weight = self.output.weight if self.output is not None else kept.to(master.dtype)
         return F.linear(x, weight)
 
 
@@ -183,9 +188,10 @@ def init_weights(model: Transformer, cfg: ModelConfig) -> None:
             nn.init.normal_(param, mean=0.0, std=cfg.init_method_std)
 
 
-def build_model(cfg: ModelConfig) -> Transformer:
-    """A freshly initialised model; seed torch's RNG first for a reproducible init."""
-    return Transformer(cfg)
+def build_model(cfg: ModelConfig, embedding_dtype: torch.dtype = torch.float32) -> Transformer:
+    """A freshly initialised model; seed torch's RNG first for a reproducible
+    init. ``embedding_dtype``: see :func:`trainer.precision.embedding_dtype`."""
+    return Transformer(cfg, embedding_dtype)
 
 
 def parameter_count(cfg: ModelConfig) -> int:

@@ -27,6 +27,14 @@ def compute_dtype(cfg: PrecisionConfig) -> torch.dtype:
     return torch.float16 if cfg.fp16 else torch.float32
 
 
+def embedding_dtype(cfg: PrecisionConfig) -> torch.dtype:
+    """The dtype the embedding's weight is kept in for the forward and
+    backward passes: bf16 with ``embedding_bf16``, else fp32 (the master
+    weights' own dtype, whatever the compute dtype: autocast leaves the
+    lookup in fp32)."""
+    return torch.bfloat16 if cfg.embedding_bf16 else torch.float32
+
+
 def autocast(device_type: str, cfg: PrecisionConfig) -> ContextManager:
     """Autocast to bf16/fp16 on ``device_type``; a no-op context for fp32."""
     dtype = compute_dtype(cfg)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from trainer.config import TRAINER_SECTIONS, Choice, TrainerConfig
+from trainer.megatron_args import without_megatron_flag
 
 from health.config import HealthConfig, HealthConfigError, validate as validate_health
 from runmgr.config.chaos import INPUT_KINDS, RANK_KINDS, ChaosConfig
@@ -223,6 +224,9 @@ class RunConfig(TrainerConfig):
                         "the megatron settings"]
             return []
         out = self.megatron.problems(world_size)
+        no_flag = without_megatron_flag(self)
+        if no_flag:
+            out.append(no_flag)
         if self.checkpoint.s3.enabled:
             out.append("checkpoint.s3 is not supported yet for trainer.kind=megatron: set checkpoint.s3.bucket=null")
         if self.megatron.script is not None or self.megatron.args:

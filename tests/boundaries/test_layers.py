@@ -19,7 +19,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"policy", "megatron"}),
     frozenset({"controller", "resume"}),
     frozenset({"workers", "observers", "metrics", "chaos", "healthcheck", "stacks", "status", "rundir", "cluster",
-               "dryrun", "refusals", "stopping", "logbook_samples", "reaper", "headwatch", "diskspace", "s3"}),
+               "dryrun", "refusals", "stopping", "logbook_samples", "reaper", "headwatch", "diskspace", "s3",
+               "precision"}),
     frozenset({"lint"}),
     frozenset({"launch", "runners", "replay", "cli", "__main__"}),
 )

@@ -88,6 +88,21 @@ def test_s3_copies_are_refused_for_a_megatron_job(tmp_path):
     assert "checkpoint.s3 is not supported yet for trainer.kind=megatron" in said
 
 
+@pytest.mark.parametrize("key", ["precision.embedding_bf16", "optim.decay_1d_weights"])
+@pytest.mark.parametrize("with_script", [False, True])
+def test_settings_without_a_megatron_flag_are_refused_with_one_line(tmp_path, key, with_script):
+    # Derived args could not carry them; a user's own args would never see them.
+    if with_script:
+        (tmp_path / "pretrain_gpt.py").write_text("")
+    overrides = [f"run.dir={tmp_path}", "chaos=none", "trainer.kind=megatron", f"{key}=true"]
+    if with_script:
+        overrides += [f"megatron.script={tmp_path / 'pretrain_gpt.py'}", job_args(tmp_path / "c")]
+    with pytest.raises(ConfigError) as caught:
+        load_run_config("demo", overrides)
+    said = str(caught.value)
+    assert said.startswith(f"{key}=true has no Megatron flag") and f"set {key}=false" in said and "\n" not in said
+
+
 def test_faults_that_rewrite_the_built_in_trainers_inputs_are_refused_with_a_user_script(tmp_path):
     (tmp_path / "pretrain_gpt.py").write_text("")
     with pytest.raises(ConfigError, match="chaos faults garbage_data, recurring_instability .*reach the job only"):

@@ -152,6 +152,14 @@ class Transformer(nn.Module):
         self.recompute = cfg.recompute_granularity == "full"
         init_weights(self, cfg)
 
+    def pass_dtypes(self) -> dict[str, torch.dtype]:
+        """Each weight's dtype as the forward and backward passes see it (the
+        parameters themselves stay in their own dtype): what a precision check
+        compares between two configs."""
+        seen = {name: param.dtype for name, param in self.named_parameters()}
+        seen["embedding.weight"] = self.embedding_dtype
+        return seen
+
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         master = self.embedding.weight
         # The weight as kept for the passes: the fp32 parameter itself, or its bf16 copy,

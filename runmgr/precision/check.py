@@ -18,7 +18,8 @@ from typing import Callable, Optional
 
 from runmgr.precision.compare import (
     BACKWARD, FORWARD, LOG_GRAD_NORM_TOLERANCE, NOT_COMPARED, OPTIMIZER, Band, StageVerdict, WeightDifference,
-    compare_local_norms, compare_long_run, compare_scalar, first_difference, log_loss_tolerance, weights_involved,
+    compare_local_norms, compare_long_run, compare_scalar, dtypes_apart, first_difference, log_loss_tolerance,
+    weights_involved,
 )
 from runmgr.precision.logref import LogReference, read_megatron_log
 from runmgr.precision.protocol import PINNED, Side, pinned_config
@@ -41,6 +42,8 @@ class CheckReport:
     stages: tuple[StageVerdict, ...]
     weights: tuple[WeightDifference, ...] = ()
     """The weights whose step-1 local norm or update differs most (two runs only)."""
+    dtypes_apart: tuple[tuple[str, str, str], ...] = ()
+    """The weights held in another dtype on each side: (name, A's, B's) (two runs only)."""
     band: Band = field(default_factory=lambda: Band((), ()))
     band_source: str = ""
     """How the band was measured, in words."""
@@ -60,6 +63,7 @@ class CheckReport:
                 "stages": [stage.to_dict() for stage in self.stages],
                 "first_difference": first.stage if first else None,
                 "weights": [weight.to_dict() for weight in self.weights],
+                "dtypes_apart": [{"name": name, "a": a, "b": b} for name, a, b in self.dtypes_apart],
                 "band": {**self.band.to_dict(), "source": self.band_source}}
 
 
@@ -105,7 +109,8 @@ def check_against_config(a: Side, b: Side, steps: int, conf_dir: Optional[Path] 
     )
     weights = (weights_involved(stages_a.local_norms, stages_b.local_norms, "local norm")
                + weights_involved(stages_a.updates, stages_b.updates, "update"))
-    return CheckReport(a.label(), b.label(), steps, verdicts, tuple(weights), band, source)
+    return CheckReport(a.label(), b.label(), steps, verdicts, tuple(weights),
+                       tuple(dtypes_apart(stages_a.dtypes, stages_b.dtypes)), band=band, band_source=source)
 
 
 def check_against_log(a: Side, log: Path, steps: Optional[int], conf_dir: Optional[Path] = None,
@@ -128,7 +133,7 @@ def check_against_log(a: Side, log: Path, steps: Optional[int], conf_dir: Option
         band, source = _band(config_a, long_steps, say)
         long_verdict = compare_long_run(long_a.losses, long_a.grad_norms, ref.long_losses[:long_steps],
                                         ref.long_grad_norms[:long_steps], band, log_precision=True)
-    return CheckReport(a.label(), f"log {log}", long_steps, (*stages, long_verdict), (), band, source)
+    return CheckReport(a.label(), f"log {log}", long_steps, (*stages, long_verdict), band=band, band_source=source)
 
 
 def _log_stages(ref: LogReference, run) -> tuple[StageVerdict, ...]:

@@ -146,6 +146,12 @@ def _global(norms) -> str:
     return f"{math.sqrt(sum(n * n for n in norms)):.8f} (global)"
 
 
+def dtypes_apart(a: dict[str, str], b: dict[str, str]) -> list[tuple[str, str, str]]:
+    """The weights (common to both sides) held in another dtype: (name, A's dtype, B's dtype).
+    A weight kept in bf16 on one side changes the forward pass from step 1 on (seed 004's embedding)."""
+    return [(name, a[name], b[name]) for name in a if name in b and a[name] != b[name]]
+
+
 def weights_involved(a: dict[str, float], b: dict[str, float], measure: str) -> list[WeightDifference]:
     """The weights (common to both sides) whose ``measure`` differs most, largest relative difference first."""
     found = [WeightDifference(name, measure, a[name], b[name]) for name in a if name in b and a[name] != b[name]]

@@ -23,6 +23,13 @@ def _table(rows: list[tuple[str, ...]]) -> list[str]:
     return lines
 
 
+def _dtypes(report: CheckReport) -> list[str]:
+    if not report.dtypes_apart:
+        return []
+    return ["", "weights held in another dtype (the forward pass differs from step 1):",
+            *(f"  {name}: {a} in A, {b} in B" for name, a, b in report.dtypes_apart)]
+
+
 def _weights(report: CheckReport) -> list[str]:
     if not report.weights:
         return []
@@ -44,6 +51,7 @@ def render(report: CheckReport) -> str:
         "",
         (f"first difference: {first.stage} ({first.measure})" if first is not None
          else "first difference: none (the two agree at every stage compared)"),
+        *_dtypes(report),
         *_weights(report),
     ]
     if report.band_source:

@@ -43,6 +43,8 @@ class StageRun:
     """Norm of each weight's change by step 1's optimizer step, by name."""
     loss_step2: float
     """Step 2's loss: the weights after one optimizer step."""
+    dtypes: dict[str, str]
+    """Each weight's dtype as the passes see it (``float32``, ``bfloat16``), by name."""
 
 
 @dataclass(frozen=True)
@@ -111,10 +113,11 @@ def run_stages(config: TrainerConfig, threads: int = 1) -> StageRun:
         loss1 = trainee.forward_backward(1)
         norms = trainee.local_norms()
         before = trainee.weights()
+        dtypes = {name: str(dtype).removeprefix("torch.") for name, dtype in trainee.model.pass_dtypes().items()}
         grad_norm = trainee.optimizer_step(trainee.ctx.lr(1))
         updates = {name: float((weight - before[name]).float().norm()) for name, weight in trainee.weights().items()}
         loss2 = trainee.forward_backward(2)
-    return StageRun(loss1, grad_norm, norms, updates, loss2)
+    return StageRun(loss1, grad_norm, norms, updates, loss2, dtypes)
 
 
 def run_long(config: TrainerConfig, steps: int, threads: int = 1) -> LongRun:

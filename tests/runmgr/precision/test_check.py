@@ -52,6 +52,8 @@ def test_an_embedding_kept_in_bf16_first_differs_at_the_forward_pass(capsys):
     code, report = check(capsys, "--against", "conf=demo", *TINY, "precision.embedding_bf16=true", "--steps", "4")
     assert code == 1 and report["first_difference"] == "forward"
     assert verdicts(report)["long-run"] == "differs"
+    # What to look at: the one weight held in another dtype.
+    assert report["dtypes_apart"] == [{"name": "embedding.weight", "a": "float32", "b": "bfloat16"}]
 
 
 def test_the_table_names_the_first_difference_and_the_weights(capsys):
@@ -60,6 +62,7 @@ def test_the_table_names_the_first_difference_and_the_weights(capsys):
     text = capsys.readouterr().out
     assert code == 1
     assert "first difference: optimizer (step-2 loss)" in text and "step-1 update" in text
+    assert "another dtype" not in text  # both sides hold every weight in float32
     header = next(line for line in text.splitlines() if line.startswith("stage"))
     assert header.split() == ["stage", "A", "B", "verdict"]
 

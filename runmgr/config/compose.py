@@ -84,7 +84,20 @@ def to_run_config(raw: DictConfig, settings: list[str] = ()) -> RunConfig:
         merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(settings)))
         return OmegaConf.to_object(merged)  # type: ignore[return-value]
     except OmegaConfBaseException as exc:
-        raise ConfigError(_schema_message(exc)) from None
+        raise ConfigError(_list_item_message(merged, settings) or _schema_message(exc)) from None
+
+
+def _list_item_message(merged: DictConfig, settings: list[str]) -> str | None:
+    """One line for a ``key=value`` that sets one item of a list (``a.b.1.c=v``):
+    OmegaConf merges lists whole, so the list must be given whole."""
+    for item in settings:
+        parts = item.split("=", 1)[0].lstrip("+~").split(".")
+        for depth in range(1, len(parts)):
+            if isinstance(OmegaConf.select(merged, ".".join(parts[:depth])), ListConfig):
+                whole = ".".join(parts[:depth])
+                return (f"cannot set {item.split('=', 1)[0]}: {whole} is a list, set it whole, e.g. "
+                        f"{whole}=[...] with every item (its current items are in conf/*.yaml)")
+    return None
 
 
 def load_run_config(conf_name: str, overrides: list[str], conf_dir: Path | None = None) -> RunConfig:

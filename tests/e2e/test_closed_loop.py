@@ -15,7 +15,13 @@ pytestmark = pytest.mark.slow
 # The demo as `make demo` runs it, minus the health check's compute probes
 # (noisy on a loaded 2-core CI machine; tests/runmgr/healthcheck covers them).
 DEMO = ["chaos=opt_run12", "watcher=demo", "policy=demo", "cluster.local_nodes=3", "health.skip=true"]
-LR_BLOWUP = ["chaos=lr_blowup", "watcher=demo", "policy=demo", "cluster.local_nodes=1", "health.skip=true"]
+# The LR cut is a tenth, not OPT's 0.67: a 300x mistake needs an order of magnitude, and
+# where 200x still diverges depends on the machine's float kernels (conf/chaos/lr_blowup.yaml).
+LR_CUT = 0.1
+LR_BLOWUP = ["chaos=lr_blowup", "watcher=demo", "policy=demo", "cluster.local_nodes=1", "health.skip=true",
+             "policy.instability.ladder=[{action: rollback_skip, max_uses: 10, skip_data: true, lr_factor: 1.0}, "
+             f"{{action: lower_lr, max_uses: 6, skip_data: true, lr_factor: {LR_CUT}}}, "
+             "{action: reset_optimizer, max_uses: 2, skip_data: true, lr_factor: 1.0, rewarmup_iters: 200}]"]
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +185,7 @@ def test_recurring_instability_lowers_the_lr_then_resets_adam_with_fresh_state_a
     groups = settings["data"]["optimizer"]
     assert all(g["step"] == 0 and g["moment_norm"] == 0.0 for g in groups)  # verifiably fresh
     assert all(tuple(g["betas"]) == (0.9, 0.95) for g in groups)  # the effective betas, recorded
-    assert settings["data"]["lr_scale"] == pytest.approx(0.67)  # the LR cut stays for the rest of the run
+    assert settings["data"]["lr_scale"] == pytest.approx(LR_CUT)  # the LR cut stays for the rest of the run
     assert "fresh Adam state" in settings["message"]
 
 
@@ -227,7 +233,7 @@ def test_an_lr_blowup_really_diverges_and_a_lower_lr_gets_the_run_past_it(lr_blo
     cut = next_subrun_start(events, acted[1])
     settings = next(e for e in events if e["type"] == "event" and e["kind"] == "effective_settings"
                     and e["subrun"] == cut["subrun"])
-    assert settings["data"]["lr_scale"] == pytest.approx(0.67)
+    assert settings["data"]["lr_scale"] == pytest.approx(LR_CUT)
     ends = [e for e in events if e["type"] == "subrun_end"]
     assert ends[-1]["end_state"] == "finished" and ends[-1]["last_step"] == 200
     assert ends[-1]["last_step"] > divergence["step"]

@@ -29,6 +29,8 @@ def runmgr(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
         (["conf=demo", "model=nosuchmodel"], "unknown model 'nosuchmodel'"),
         (["run.name=x"], "name exactly one config"),
         (["conf=demo", "training.train_iters"], "write overrides as key=value"),
+        (["conf=demo", "policy.instability.ladder.1.lr_factor=0.1"],
+         "policy.instability.ladder is a list, set it whole, e.g. policy.instability.ladder=[...]"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(args, expected, tmp_path):

@@ -21,7 +21,7 @@ from runmgr.controller.states import Finished, Launching
 from runmgr.dryrun import build_plan, inspect_cluster, render_plan
 from runmgr.refusals import refuse_changed_model_shape, refuse_unrunnable_plan
 from runmgr.healthcheck.gate import preflight_health
-from runmgr.lint.gate import lint_after_health, lint_before_launch
+from runmgr.lint.gate import lint_after_health, lint_before_launch, print_findings
 from runmgr.lint.run import LintResult, merged
 from runmgr.metrics.exporter import MetricsObserver
 from runmgr.metrics.server import MetricsServer
@@ -129,8 +129,9 @@ def launch(conf_name: str, overrides: list[str], dry_run: bool = False, conf_dir
            out: TextIO = sys.stdout) -> int:
     config = load_config(conf_name, overrides, conf_dir)
     check_data_path(config.data)
-    linted = lint_before_launch(config, out)  # a lint error: one line, exit 2, nothing written or started
+    linted = lint_before_launch(config)  # a lint error: one line, exit 2, nothing written or started
     if dry_run:
+        print_findings(linted, out)
         out.write(render_plan(build_plan(config, inspect_cluster(config.cluster))) + "\n")
         return 0
     # Before anything is written or started: a run that cannot start is one line, exit 2.
@@ -139,6 +140,7 @@ def launch(conf_name: str, overrides: list[str], dry_run: bool = False, conf_dir
     note = refuse_changed_model_shape(config) if runs_this_conf else None  # else the job's own args describe it
     if runs_this_conf:
         refuse_unrunnable_plan(config, conf_name, overrides)
+    print_findings(linted, out)
     if note:
         out.write(note + "\n")
     metrics = MetricsServer.start(config.metrics)  # an address it cannot take: one line, before anything is written

@@ -27,22 +27,35 @@ def warning_line(finding: Finding) -> str:
     return f"lint warning {finding.rule}: {finding.message}; fix: {finding.fix} [{finding.source}]"
 
 
-def report(result: LintResult, out: TextIO) -> LintResult:
-    """Raise :class:`LintError` on errors; print each warning and each ignored rule."""
+def stop_on_errors(result: LintResult) -> LintResult:
+    """Raise :class:`LintError` on errors, else hand the result on (its warnings unprinted)."""
     if result.errors:
         raise LintError(error_line(result.errors))
+    return result
+
+
+def report(result: LintResult, out: TextIO) -> LintResult:
+    """Raise :class:`LintError` on errors; print each warning and each ignored rule."""
+    stop_on_errors(result)
+    print_findings(result, out)
+    return result
+
+
+def print_findings(result: LintResult, out: TextIO) -> None:
+    """Each warning and each ignored rule, one line each."""
     for finding in result.warnings:
         out.write(warning_line(finding) + "\n")
     for rule in result.ignored:
         silenced = any(f.rule == rule for f in result.silenced)
         out.write(f"lint ignored {rule} (lint.ignore){': it fired' if silenced else ''}\n")
     out.flush()
-    return result
 
 
-def lint_before_launch(config: RunConfig, out: TextIO) -> LintResult:
-    """The config, checkpoint and data rules, before any run directory or Ray exists."""
-    return report(lint_config(config), out)
+def lint_before_launch(config: RunConfig) -> LintResult:
+    """The config, checkpoint and data rules, before any run directory or Ray exists: an
+    error raises; the warnings are printed by the caller (:func:`print_findings`) once the
+    launch's other refusals have passed, so that a refused launch prints one line only."""
+    return stop_on_errors(lint_config(config))
 
 
 def lint_after_health(config: RunConfig, health_report: Mapping, out: TextIO) -> LintResult:

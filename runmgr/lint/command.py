@@ -8,13 +8,15 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Optional, TextIO
+from typing import TYPE_CHECKING, Optional, TextIO
 
 from runmgr.config.schema import RunConfig
 from runmgr.errors import UserError
 from runmgr.healthcheck.gate import store_for
 from runmgr.lint.findings import Finding
-from runmgr.lint.run import LintResult, lint_config, lint_health, merged
+
+if TYPE_CHECKING:
+    from runmgr.lint.run import LintResult
 
 EXIT_ERRORS = 2
 
@@ -29,6 +31,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_lint(args: argparse.Namespace) -> int:
+    # Imported here: the rules reach torch (the checkpoint rule's model shapes), which
+    # every other runmgr command would otherwise pay for at start (~2 s).
+    from runmgr.lint.run import lint_config, lint_health, merged
+
     conf = [item for item in args.items if item.startswith("conf=")]
     if len(conf) != 1:
         raise UserError("name exactly one config, e.g. `runmgr lint conf=llama2_70b` (the names are conf/*.yaml)")

@@ -45,6 +45,7 @@ def train_loop(loop_config: dict) -> None:
     from trainer.plan import ResumePlan
     from trainer.precision import LossScaler
     from trainer.rng import reseed_for_step, seed_everything
+    from trainer.parallel.engine import plain_engine
     from trainer.steps import StepContext, forward_backward, micro_batches, optimizer_step
 
     torch.set_num_threads(1)  # as the trainer does: two ranks share two cores
@@ -77,13 +78,13 @@ def train_loop(loop_config: dict) -> None:
         optimizer.load_state_dict(state["optimizer"])
     ctx = StepContext(config, ResumePlan(), DistEnv(rank=rank, world_size=world), device, start_step, 0)
     record("ready", start_step)  # built and resumed: where runmgr's trainer sends its StartReport
-    params = list(model.parameters())
+    engine = plain_engine(model, optimizer, device, rank, world)
     for step in range(start_step + 1, config.training.train_iters + 1):
         started = time.perf_counter()
         reseed_for_step(config.training.seed, step, rank)
         batches, cursor = micro_batches(stream, cursor, ctx)
-        local_loss, compute = forward_backward(model, batches, scaler.scale, ctx)
-        optimizer_step(params, optimizer, scaler, ctx.lr(step), ctx)
+        local_loss, compute = forward_backward(engine, batches, scaler.scale, ctx)
+        optimizer_step(engine, scaler, ctx.lr(step), ctx)
         gathered = gather_floats([local_loss, compute], world, device.torch_device)
         metrics = {"step": step, "loss": sum(row[0] for row in gathered) / world}
         record("step", step, time.perf_counter() - started)

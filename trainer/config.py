@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from trainer.parallel.layout import Layout
 
 
 class Choice(str, Enum):
@@ -251,6 +254,14 @@ class TrainerConfig:
     device: DeviceKind = DeviceKind.auto
     """``auto`` (npu, then cuda, then cpu), ``cpu``, ``cuda`` or ``npu``."""
 
+    def layout(self, world_size: int) -> "Layout":
+        """How ``world_size`` ranks split the work under :attr:`parallel`."""
+        from trainer.parallel.layout import layout_of  # the parallel package imports this module
+
+        par = self.parallel
+        return layout_of(world_size, par.tensor_model_parallel_size, par.pipeline_model_parallel_size,
+                         par.use_distributed_optimizer, par.use_torch_fsdp2)
+
     def data_parallel_size(self, world_size: int) -> int:
         model_parallel = self.parallel.tensor_model_parallel_size * self.parallel.pipeline_model_parallel_size
         return world_size // model_parallel
@@ -336,6 +347,9 @@ class TrainerConfig:
             out.append(f"training.seed must be >= 0 (numpy's seed sequences take no negative number), got {t.seed}")
         if p.bf16 and p.fp16:
             out.append("precision.bf16 and precision.fp16 are both true: choose one")
+        if par.use_distributed_optimizer and par.use_torch_fsdp2:
+            out.append("parallel.use_distributed_optimizer and parallel.use_torch_fsdp2 are both true: choose one "
+                       "(FSDP2 already shards the optimizer state)")
         model_parallel = par.tensor_model_parallel_size * par.pipeline_model_parallel_size
         if world_size % model_parallel:
             out.append(f"world size {world_size} is not divisible by tensor x pipeline parallel size {model_parallel}")

@@ -20,21 +20,19 @@ import torch
 from trainer.checkpoint import Checkpointer, SavedCheckpoint, config_hash, load_checkpoint, retire_checkpoints_after
 from trainer.config import TrainerConfig
 from trainer.device import Device, resolve_device
-from trainer.distributed import DistEnv, broadcast_parameters, destroy_process_groups, gather_floats, init_process_groups
+from trainer.distributed import DistEnv, destroy_process_groups, gather_floats, init_process_groups
 from trainer.errors import TrainerConfigError
-from trainer.model import build_model
 from trainer.optim import (
     GroupSettings,
     apply_hyperparameters,
-    build_optimizer,
     decay_iters,
     effective_settings,
     set_lr,
     warmup_iters,
 )
+from trainer.parallel.engine import Engine, build_engine
 from trainer.plan import ResumePlan
 from trainer.precision import LossScaler, embedding_dtype
-from trainer.local_norms import local_norms
 from trainer.report import CheckpointReport, Heartbeat, LocalNormsReport, Reporter, StartReport, StepReport
 from trainer.rng import reseed_for_step, rng_snapshot, seed_everything
 from trainer.steps import StepContext, forward_backward, micro_batches, optimizer_step
@@ -141,8 +139,8 @@ class _Session:
 
     ctx: StepContext
     stream: Any
-    model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
+    engine: Engine
+    """This rank's share of the model and optimizer."""
     scaler: LossScaler
     checkpointer: Optional[Checkpointer]
     reporter: Reporter
@@ -163,9 +161,9 @@ def _start(config: TrainerConfig, plan: ResumePlan, reporter: Reporter, dist_env
     stream = build_sample_stream(config.data, config.model.seq_length, seed=config.training.seed,
                                  skip_ranges=plan.skip_ranges)
     seed_everything(config.training.seed)
-    model = build_model(config.model, embedding_dtype(config.precision)).to(device.torch_device)
-    broadcast_parameters(list(model.parameters()), dist_env.world_size)
-    optimizer = build_optimizer(model, config.optim)
+    engine = build_engine(config, config.layout(dist_env.world_size), dist_env.rank, device,
+                          embedding_dtype(config.precision))
+    model, optimizer = engine.model, engine.optimizer
     scaler = LossScaler.from_config(config.precision)
     start_step, cursor, resumed_from, manifest = 0, 0, None, {}
     if plan.start_checkpoint:
@@ -185,7 +183,7 @@ def _start(config: TrainerConfig, plan: ResumePlan, reporter: Reporter, dist_env
             reset_optimizer=plan.reset_optimizer, skip_ranges=tuple((r.start, r.end) for r in plan.skip_ranges),
             time=time.time(),
         ))
-    return _Session(ctx, stream, model, optimizer, scaler,
+    return _Session(ctx, stream, engine, scaler,
                     _checkpointer(config, plan, dist_env, ckpt_group, start_step, resumed_from), reporter, cursor,
                     settings, int(manifest.get(SKIPPED_SAMPLES_FIELD, 0)))
 
@@ -206,12 +204,16 @@ def _run_step(session: _Session, step: int) -> None:
     reseed_for_step(config.training.seed, step, rank)
     batches, session.cursor = micro_batches(session.stream, session.cursor, ctx)
     loss_scale = scaler.scale  # the scale this step ran with; the update may change it
-    local_loss, compute_time = forward_backward(session.model, batches, loss_scale, ctx)
-    params = list(session.model.parameters())
-    before_clip = _norms_reporter(session, step) if rank == 0 and norms_due(config, ctx.plan, step) else None
-    grad_norm, skipped = optimizer_step(params, session.optimizer, scaler, ctx.lr(step), ctx, before_clip)
-    gathered = gather_floats([local_loss, compute_time], world, ctx.device.torch_device)
-    loss = sum(row[0] for row in gathered) / world  # fixed order: the same float on every rank
+    local_loss, compute_time = forward_backward(session.engine, batches, loss_scale, ctx)
+    before_clip = _norms_reporter(session, step) if norms_due(config, ctx.plan, step) else None
+    grad_norm, skipped = optimizer_step(session.engine, scaler, ctx.lr(step), ctx, before_clip)
+    holds = local_loss is not None
+    gathered = gather_floats([local_loss if holds else 0.0, compute_time, float(holds)], world,
+                             ctx.device.torch_device)
+    # The mean over the ranks that computed a loss (the last pipeline stage), in rank
+    # order: the same float on every rank.
+    losses = [row[0] for row in gathered if row[2]]
+    loss = sum(losses) / len(losses)
     session.losses.append(loss)
     if rank == 0 and (step % config.training.log_interval == 0 or step == config.training.train_iters):
         session.reporter.step(StepReport(
@@ -231,10 +233,12 @@ def norms_due(config: TrainerConfig, plan: ResumePlan, step: int) -> bool:
 
 
 def _norms_reporter(session: _Session, step: int) -> Callable[[], None]:
-    """What the update calls once the gradients are averaged and unscaled, before clipping."""
+    """What the update calls once the gradients are averaged and unscaled, before
+    clipping (on every rank: the norms of a split model are a collective; rank 0 reports)."""
     def report() -> None:
-        norms = local_norms(session.model.named_parameters())
-        session.reporter.local_norms(LocalNormsReport(session.ctx.plan.subrun, step, norms, time.time()))
+        norms = session.engine.local_norms()
+        if session.ctx.dist_env.rank == 0:
+                session.reporter.local_norms(LocalNormsReport(session.ctx.plan.subrun, step, norms, time.time()))
     return report
 
 
@@ -262,7 +266,7 @@ def _checkpoint_phase(session: _Session, step: int) -> None:
         return
     session.reporter.heartbeat(Heartbeat(ctx.dist_env.rank, "checkpoint", step, time.time()))
     fields = _manifest_fields(session)
-    _report_saved(session, checkpointer.save(step, session.model, session.optimizer, session.scaler,
+    _report_saved(session, checkpointer.save(step, session.engine.model, session.engine.optimizer, session.scaler,
                                              session.cursor, fields))
 
 

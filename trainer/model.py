@@ -71,7 +71,13 @@ class Rotary(nn.Module):
 
 
 class Attention(nn.Module):
-    """Causal self-attention with grouped key/value heads."""
+    """Causal self-attention with grouped key/value heads.
+
+    The fused ``qkv`` projection keeps Megatron's layout: its output is grouped
+    by key/value head, each group holding its query heads, then its key, then
+    its value. A tensor-parallel split of the output dimension then hands each
+    rank whole groups, and the forward reads the group count from the tensor
+    (it is the local count on a tensor-parallel rank)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -84,37 +90,37 @@ class Attention(nn.Module):
         self.rotary = Rotary(self.head_dim, cfg.max_position_embeddings, cfg.rotary_base) if cfg.family == "llama" else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        batch, seq, width = x.shape
-        kv_width = self.kv_heads * self.head_dim
-        q, k, v = self.qkv(x).split([width, kv_width, kv_width], dim=-1)
-        q = q.view(batch, seq, self.heads, self.head_dim).transpose(1, 2)
-        k = k.view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = v.view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
+        batch, seq, _width = x.shape
+        per_group = self.heads // self.kv_heads
+        grouped = self.qkv(x).view(batch, seq, -1, per_group + 2, self.head_dim)  # -1: the (local) groups
+        groups = grouped.shape[2]
+        q = grouped[:, :, :, :per_group].reshape(batch, seq, groups * per_group, self.head_dim).transpose(1, 2)
+        k = grouped[:, :, :, per_group].transpose(1, 2)
+        v = grouped[:, :, :, per_group + 1].transpose(1, 2)
         if self.rotary is not None:
             q, k = self.rotary(q), self.rotary(k)
-        if self.kv_heads != self.heads:
-            repeat = self.heads // self.kv_heads
-            k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+        if per_group != 1:
+            k, v = k.repeat_interleave(per_group, dim=1), v.repeat_interleave(per_group, dim=1)
         dropout = self.dropout if self.training else 0.0
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
-        return self.proj(out.transpose(1, 2).reshape(batch, seq, width))
+        return self.proj(out.transpose(1, 2).reshape(batch, seq, groups * per_group * self.head_dim))
 
 
 class MLP(nn.Module):
-    """SwiGLU (llama, gate and up projections fused) or ReLU (opt)."""
+    """SwiGLU (llama: separate gate and up projections, so that a tensor-parallel
+    split of each keeps gate and up rows together) or ReLU (opt)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.gated = cfg.family == "llama"
         bias = not self.gated
-        up_width = 2 * cfg.ffn_hidden_size if self.gated else cfg.ffn_hidden_size
-        self.up = nn.Linear(cfg.hidden_size, up_width, bias=bias)
+        self.gate = nn.Linear(cfg.hidden_size, cfg.ffn_hidden_size, bias=False) if self.gated else None
+        self.up = nn.Linear(cfg.hidden_size, cfg.ffn_hidden_size, bias=bias)
         self.down = nn.Linear(cfg.ffn_hidden_size, cfg.hidden_size, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gated:
-            gate, up = self.up(x).chunk(2, dim=-1)
-            return self.down(F.silu(gate) * up)
+        if self.gate is not None:
+            return self.down(F.silu(self.gate(x)) * self.up(x))
         return self.down(F.relu(self.up(x)))
 
 
@@ -133,17 +139,24 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Token ids (batch, seq) -> next-token logits (batch, seq, vocab)."""
+    """Token ids (batch, seq) -> next-token logits (batch, seq, vocab).
+
+    ``blocks`` is a ModuleDict keyed by layer number, so that a pipeline stage
+    that keeps some layers (and drops the others, the embedding or the head:
+    they become None) keeps every parameter's name, and a checkpoint written at
+    one pipeline layout loads at another. A stage without the embedding takes
+    the previous stage's hidden states; one without the final norm returns its
+    hidden states."""
 
     def __init__(self, cfg: ModelConfig, embedding_dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.cfg = cfg
         self.embedding_dtype = embedding_dtype  # what the passes see the weight in; the parameter stays fp32
-        self.embedding = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.embedding: Optional[nn.Embedding] = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.positions = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size) if cfg.family == "opt" else None
         self.dropout = nn.Dropout(cfg.hidden_dropout)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
-        self.final_norm = _norm(cfg)
+        self.blocks = nn.ModuleDict({str(layer): Block(cfg) for layer in range(cfg.num_layers)})
+        self.final_norm: Optional[nn.Module] = _norm(cfg)
         # Tied: the output reuses embedding.weight through F.linear, so no second
         # module aliases the parameter (checkpoint state dicts stay unambiguous).
         self.output: Optional[nn.Linear] = (
@@ -157,26 +170,37 @@ class Transformer(nn.Module):
         parameters themselves stay in their own dtype): what a precision check
         compares between two configs."""
         seen = {name: param.dtype for name, param in self.named_parameters()}
-        seen["embedding.weight"] = self.embedding_dtype
+        if self.embedding is not None:
+            seen["embedding.weight"] = self.embedding_dtype
         return seen
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        master = self.embedding.weight
-        # The weight as kept for the passes: the fp32 parameter itself, or its bf16 copy,
-        # whose lookup and gradient accumulation then run in bf16 (seed 004's case).
-        kept = master.to(self.embedding_dtype)
-        x = F.embedding(tokens, kept).to(master.dtype)
-        if self.positions is not None:
-            x = x + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
-        x = self.dropout(x)
-        for block in self.blocks:
+        """``tokens``: token ids (batch, seq), or hidden states (batch, seq,
+        hidden) on a pipeline stage without the embedding."""
+        kept = None
+        if self.embedding is not None:
+            master = self.embedding.weight
+            # The weight as kept for the passes: the fp32 parameter itself, or its bf16 copy,
+            # whose lookup and gradient accumulation then run in bf16 (seed 004's case).
+            kept = master.to(self.embedding_dtype)
+            x = F.embedding(tokens, kept).to(master.dtype)
+            if self.positions is not None:
+                x = x + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
+            x = self.dropout(x)
+        else:
+            x = tokens
+        for block in self.blocks.values():
             if self.recompute and self.training:
                 x = checkpoint(block, x, use_reentrant=False)
             else:
                 x = block(x)
+        if self.final_norm is None:
+            return x
         x = self.final_norm(x)
-        weight = self.output.weight if self.output is not None else kept.to(master.dtype)
-        return F.linear(x, weight)
+        if self.output is not None:
+            return self.output(x)
+        assert kept is not None, "a tied output needs the embedding on the same stage"
+        return F.linear(x, kept.to(self.embedding.weight.dtype))
 
 
 def init_weights(model: Transformer, cfg: ModelConfig) -> None:

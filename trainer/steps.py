@@ -15,9 +15,11 @@ import torch.nn.functional as F
 from trainer.config import TrainerConfig
 from trainer.data.windows import inputs_and_labels
 from trainer.device import Device
-from trainer.distributed import DistEnv, average_gradients
+from trainer.distributed import DistEnv
 from trainer.errors import TrainerConfigError
-from trainer.optim import clip_gradients, lr_at, set_lr
+from trainer.optim import lr_at, set_lr
+from trainer.parallel.engine import Engine
+from trainer.parallel.layout import Layout
 from trainer.plan import ResumePlan
 from trainer.precision import LossScaler, autocast, grads_finite, unscale_
 
@@ -35,6 +37,10 @@ class StepContext:
     rewarmup_iters: int
     schedule_origin: int = 0
     """Step at which the LR schedule (re)started: step s gets the schedule's s - origin."""
+
+    @property
+    def layout(self) -> Layout:
+        return self.config.layout(self.dist_env.world_size)
 
     @property
     def accumulation(self) -> int:
@@ -56,11 +62,13 @@ class StepContext:
 
 def micro_batches(stream, cursor: int, ctx: StepContext) -> tuple[list[torch.Tensor], int]:
     """This rank's micro-batches of the global batch starting at ``cursor``
-    (rank r takes the r-th contiguous slice, split in order), and the cursor
+    (data-parallel replica r takes the r-th contiguous slice, split in order;
+    the tensor-parallel ranks and pipeline stages of a replica take the same), and the cursor
     after the global batch. Each tensor is (micro, seq_length + 1) tokens."""
     positions, next_cursor = stream.take(cursor, ctx.config.training.global_batch_size)
     per_rank, micro = ctx.samples_per_rank, ctx.config.training.micro_batch_size
-    mine = positions[ctx.dist_env.rank * per_rank:(ctx.dist_env.rank + 1) * per_rank]
+    replica = ctx.layout.coords(ctx.dist_env.rank).dp
+    mine = positions[replica * per_rank:(replica + 1) * per_rank]
     tokens = np.stack([stream.tokens(p) for p in mine]).astype(np.int64, copy=False)
     vocab = ctx.config.model.vocab_size
     if tokens.size and (int(tokens.max()) >= vocab or int(tokens.min()) < 0):
@@ -72,43 +80,53 @@ def micro_batches(stream, cursor: int, ctx: StepContext) -> tuple[list[torch.Ten
     return list(batch.split(micro)), next_cursor
 
 
-def forward_backward(model: torch.nn.Module, batches: list[torch.Tensor], loss_scale: float,
-                     ctx: StepContext) -> tuple[float, float]:
+def forward_backward(engine: Engine, batches: list[torch.Tensor], loss_scale: float,
+                     ctx: StepContext) -> tuple[Optional[float], float]:
     """Accumulate gradients of the (scaled) mean loss over ``batches``.
-    Returns this rank's mean loss and the seconds of compute."""
+    Returns this rank's mean loss (None on a pipeline stage before the last)
+    and the seconds of compute."""
+    model = engine.model
     model.train()
     model.zero_grad(set_to_none=True)
     started = time.perf_counter()
+    if engine.schedule is not None:
+        loss = engine.schedule.forward_backward(batches, loss_scale)
+        ctx.device.synchronize()
+        return loss, time.perf_counter() - started
     total = torch.zeros((), dtype=torch.float32, device=ctx.device.torch_device)
     for batch in batches:
         inputs, labels = inputs_and_labels(batch)
         with autocast(ctx.device.autocast_type, ctx.config.precision):
             logits = model(inputs)
-        # Cross-entropy in fp32 whatever the compute dtype: the softmax of a
-        # large vocabulary loses too much in 16 bits.
-        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
+        loss = cross_entropy(logits, labels)
         (loss * (loss_scale / len(batches))).backward()
         total += loss.detach()
     ctx.device.synchronize()
     return float(total) / len(batches), time.perf_counter() - started
 
 
-def optimizer_step(params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer, scaler: LossScaler,
-                   lr: float, ctx: StepContext, before_clip: Optional[Callable[[], None]] = None) -> tuple[float, bool]:
+def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean next-token loss, in fp32 whatever the compute dtype: the softmax
+    of a large vocabulary loses too much in 16 bits."""
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
+def optimizer_step(engine: Engine, scaler: LossScaler, lr: float, ctx: StepContext,
+                   before_clip: Optional[Callable[[], None]] = None) -> tuple[float, bool]:
     """Average gradients over data parallel, unscale, clip, and step unless
     they overflowed. Returns the gradient norm before clipping and whether
-    the update was skipped. Every rank holds the same averaged gradients, so
-    every rank takes the same decision without another collective.
-    ``before_clip`` runs on the averaged, unscaled gradients before clipping
-    (the loop reads the local norms there)."""
-    average_gradients(params, ctx.dist_env.world_size)
-    unscale_(params, scaler.scale)
+    the update was skipped. Every rank gets the same norm, so every rank
+    takes the same decision without another collective. ``before_clip`` runs
+    on the averaged, unscaled gradients before clipping (the loop reads the
+    local norms there; a collective on non-plain layouts: every rank calls it)."""
+    engine.reduce_gradients()
+    unscale_(engine.parameters, scaler.scale)
     if before_clip is not None:
         before_clip()
-    grad_norm = clip_gradients(params, ctx.clip_grad)
+    grad_norm = engine.clip_gradients(ctx.clip_grad)
     skipped = not grads_finite(grad_norm)
     if not skipped:
-        set_lr(optimizer, lr)
-        optimizer.step()
+        set_lr(engine.optimizer, lr)
+        engine.optimizer.step()
     scaler.update(overflow=skipped)
     return grad_norm, skipped

@@ -23,6 +23,7 @@ from trainer.distributed import DistEnv
 from trainer.local_norms import local_norms
 from trainer.model import build_model
 from trainer.optim import build_optimizer
+from trainer.parallel.engine import plain_engine
 from trainer.plan import ResumePlan
 from trainer.precision import LossScaler, embedding_dtype
 from trainer.rng import reseed_for_step, seed_everything
@@ -83,13 +84,14 @@ class _Trainee:
         self.optimizer = build_optimizer(self.model, config.optim)
         self.scaler = LossScaler.from_config(config.precision)
         self.ctx = StepContext(config, ResumePlan(), DistEnv(), device, start_step=0, rewarmup_iters=0)
+        self.engine = plain_engine(self.model, self.optimizer, device)
         self.cursor = 0
 
     def forward_backward(self, step: int) -> float:
         """Step ``step``'s loss; its gradients stay on the weights (scaled by the loss scale)."""
         reseed_for_step(self.config.training.seed, step, 0)
         batches, self.cursor = micro_batches(self.stream, self.cursor, self.ctx)
-        loss, _seconds = forward_backward(self.model, batches, self.scaler.scale, self.ctx)
+        loss, _seconds = forward_backward(self.engine, batches, self.scaler.scale, self.ctx)
         return loss
 
     def local_norms(self) -> dict[str, float]:
@@ -99,7 +101,7 @@ class _Trainee:
 
     def optimizer_step(self, lr: float) -> float:
         """The loop's update at ``lr``; the global gradient norm before clipping."""
-        grad_norm, _skipped = optimizer_step(list(self.model.parameters()), self.optimizer, self.scaler, lr, self.ctx)
+        grad_norm, _skipped = optimizer_step(self.engine, self.scaler, lr, self.ctx)
         return grad_norm
 
     def weights(self) -> dict[str, torch.Tensor]:

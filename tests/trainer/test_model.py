@@ -64,8 +64,8 @@ def test_family_specific_parts():
 
 def test_grouped_query_attention_has_fewer_key_value_weights():
     full, grouped = build_model(variant(num_query_groups=None)), build_model(variant(num_query_groups=1))
-    assert full.blocks[0].attn.qkv.weight.shape == (32 * 3, 32)
-    assert grouped.blocks[0].attn.qkv.weight.shape == (32 + 2 * 8, 32)
+    assert full.blocks["0"].attn.qkv.weight.shape == (32 * 3, 32)
+    assert grouped.blocks["0"].attn.qkv.weight.shape == (32 + 2 * 8, 32)
 
 
 def test_activation_recompute_gives_the_same_gradients():

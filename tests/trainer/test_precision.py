@@ -7,6 +7,8 @@ import math
 import pytest
 import torch
 
+from trainer.parallel.engine import plain_engine
+
 from trainer.config import ModelConfig, PrecisionConfig, TrainerConfig
 from trainer.device import Device
 from trainer.distributed import DistEnv
@@ -76,7 +78,7 @@ def test_an_overflowed_step_is_skipped_and_reported():
     for p in params:
         p.grad = torch.ones_like(p)
     params[0].grad[0, 0] = float("inf")
-    grad_norm, skipped = optimizer_step(params, optimizer, scaler, lr=1e-3, ctx=ctx)
+    grad_norm, skipped = optimizer_step(plain_engine(model, optimizer, ctx.device), scaler, lr=1e-3, ctx=ctx)
     assert skipped and math.isinf(grad_norm)
     assert all(torch.equal(a, b) for a, b in zip(before, params))  # no update
     assert optimizer.state == {}
@@ -93,7 +95,7 @@ def test_a_clean_fp16_step_unscales_before_clipping_and_updates():
     loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, 32), tokens[:, 1:].reshape(-1))
     (loss * scaler.scale).backward()
     expected = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params])) / scaler.scale
-    grad_norm, skipped = optimizer_step(params, optimizer, scaler, lr=1e-3, ctx=ctx)
+    grad_norm, skipped = optimizer_step(plain_engine(model, optimizer, ctx.device), scaler, lr=1e-3, ctx=ctx)
     assert not skipped and grad_norm == pytest.approx(float(expected), rel=1e-4)
     assert optimizer.state  # Adam took the step
 

@@ -1,0 +1,81 @@
+"""Gradients across a layout: the data-parallel average, the global norm and
+clipping, for parameters that may be DTensors (tensor parallel, FSDP2) and
+may live on one pipeline stage only.
+
+The average is ONE flat all-reduce of this rank's local gradient shards over
+its data-parallel group: its reduction order is fixed by the layout, so a
+resumed run reproduces the uninterrupted one bit for bit."""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Optional
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.tensor import DTensor, Shard
+
+
+def local_part(tensor: torch.Tensor) -> torch.Tensor:
+    """The part of ``tensor`` this rank holds (a view: in-place ops change it)."""
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+def _grads(params: Iterable[nn.Parameter]) -> list[torch.Tensor]:
+    out = []
+    for param in params:
+        if param.grad is None:
+            # A weight this step did not reach still takes part in the average (fixed layout).
+            param.grad = torch.zeros_like(param)
+        out.append(local_part(param.grad))
+    return out
+
+
+def average_over(params: list[nn.Parameter], group: Optional[dist.ProcessGroup], size: int) -> None:
+    """Replace each gradient's local part by its mean over ``group`` (``size`` ranks)."""
+    if size == 1:
+        return
+    grads = _grads(params)
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, group=group)
+    flat.div_(size)
+    offset = 0
+    for grad in grads:
+        count = grad.numel()
+        grad.copy_(flat[offset:offset + count].view_as(grad))
+        offset += count
+
+
+def holders(param: torch.Tensor, ranks_per_stage: int) -> int:
+    """How many ranks of one pipeline stage hold the same values as this rank's
+    part of ``param``: all of them for a plain tensor, fewer for a DTensor
+    sharded over some mesh dimensions."""
+    if not isinstance(param, DTensor):
+        return ranks_per_stage
+    shards = 1
+    for dim, placement in enumerate(param.placements):
+        if isinstance(placement, Shard):
+            shards *= param.device_mesh.size(dim)
+    return ranks_per_stage // shards
+
+
+def global_norm(params: list[nn.Parameter], ranks_per_stage: int, device: torch.device) -> float:
+    """The L2 norm of every gradient of the whole model, the same float on
+    every rank: each rank adds the squares of its parts, weighted by one over
+    the number of ranks holding the same part, and one all-reduce over the
+    world sums them (pipeline stages hold disjoint layers)."""
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    for param in params:
+        if param.grad is not None:
+            part = local_part(param.grad).detach().double()
+            total += part.pow(2).sum() / holders(param, ranks_per_stage)
+    dist.all_reduce(total)
+    return math.sqrt(float(total)) if math.isfinite(float(total)) else float("nan")
+
+
+def scale_(params: list[nn.Parameter], factor: float) -> None:
+    """Multiply every local gradient part by ``factor`` in place."""
+    for param in params:
+        if param.grad is not None:
+            local_part(param.grad).mul_(factor)

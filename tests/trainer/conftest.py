@@ -61,6 +61,21 @@ class Ranks:
                 proc.wait()
 
 
+def launch_processes(out: Path, config: dict, plan: Optional[dict], world_size: int) -> Ranks:
+    """Start ``world_size`` rank processes training ``config`` under ``plan``,
+    writing into ``out``."""
+    spec = out / "spec.json"
+    spec.write_text(json.dumps({"config": config, "plan": plan or {}}))
+    port = free_port()
+    procs = []
+    for rank in range(world_size):
+        # stderr to a file, not a pipe: a full pipe would stall a rank mid-collective.
+        with (out / f"rank{rank}.stderr").open("w") as err:
+            procs.append(subprocess.Popen([sys.executable, str(WORKER), str(spec), str(out)],
+                                          env=rank_env(rank, world_size, port), stdout=subprocess.DEVNULL, stderr=err))
+    return Ranks(procs, out)
+
+
 @pytest.fixture(scope="module")
 def launch_ranks(tmp_path_factory):
     """``launch_ranks(config_dict, plan_dict, world_size=2) -> Ranks``: real
@@ -68,17 +83,7 @@ def launch_ranks(tmp_path_factory):
     launched: list[Ranks] = []
 
     def launch(config: dict, plan: Optional[dict] = None, world_size: int = 2) -> Ranks:
-        out = tmp_path_factory.mktemp("ranks")
-        spec = out / "spec.json"
-        spec.write_text(json.dumps({"config": config, "plan": plan or {}}))
-        port = free_port()
-        procs = []
-        for rank in range(world_size):
-            # stderr to a file, not a pipe: a full pipe would stall a rank mid-collective.
-            with (out / f"rank{rank}.stderr").open("w") as err:
-                procs.append(subprocess.Popen([sys.executable, str(WORKER), str(spec), str(out)],
-                                              env=rank_env(rank, world_size, port), stdout=subprocess.DEVNULL, stderr=err))
-        ranks = Ranks(procs, out)
+        ranks = launch_processes(tmp_path_factory.mktemp("ranks"), config, plan, world_size)
         launched.append(ranks)
         return ranks
 

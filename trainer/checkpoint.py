@@ -33,6 +33,7 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
     get_model_state_dict,
     get_state_dict,
     set_model_state_dict,
@@ -58,6 +59,11 @@ from trainer.manifest import (  # noqa: F401  (re-exported API)
 from trainer.model import build_model
 from trainer.precision import LossScaler
 from trainer.safe_load import SafeFileSystemReader, SafeLoadPlanner
+
+# The optimizer's param_groups one entry per weight name: nested, each rank's groups would list
+# its own weights under the same key, and DCP keeps one rank's copy (a pipeline stage would load
+# another stage's groups); per name, a checkpoint loads at any pipeline size.
+_OPTIM_STATE = StateDictOptions(flatten_optimizer_state_dict=True)
 
 # Fields that may change between sub-runs without changing what is trained.
 _VOLATILE_FIELDS = {"checkpoint": None, "device": None, "training": ("train_iters", "log_interval"),
@@ -134,7 +140,7 @@ def _training_state(model: nn.Module, optimizer: Optional[torch.optim.Optimizer]
     }
     if optimizer is None:
         return {"model": get_model_state_dict(model), "trainer": trainer_state}
-    model_state, optim_state = get_state_dict(model, optimizer)
+    model_state, optim_state = get_state_dict(model, optimizer, options=_OPTIM_STATE)
     return {"model": model_state, "optim": optim_state, "trainer": trainer_state}
 
 
@@ -179,15 +185,19 @@ def _refuse_inconsistent(path: Path, manifest: dict, trainer_state: dict) -> Non
 
 
 def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scaler: LossScaler,
-                    load_optimizer: bool, group: Optional[dist.ProcessGroup]) -> LoadedCheckpoint:
+                    load_optimizer: bool, group: Optional[dist.ProcessGroup],
+                    shapes: Optional[dict[str, list[int]]] = None) -> LoadedCheckpoint:
     """Verify then load ``path`` into the model (and optimizer and scaler).
     Raises :class:`BadCheckpointError` when it does not verify or its data
     disagree with its manifest, :class:`CheckpointError` when it holds a model
-    of other shapes than ``model``."""
+    of other shapes than ``shapes`` (the whole model's, :func:`config_shapes`;
+    default: ``model``'s own, right when every rank holds every name). DCP
+    loads by name, so a rank holding one pipeline stage reads its layers only."""
     path = Path(path)
     _verify_on_every_rank(path, group)
     state = _training_state(model, optimizer if load_optimizer else None, scaler, 0, 0)
-    _refuse_other_shapes(path, tensor_shapes(state["model"]))  # the same on every rank: all raise
+    # The same on every rank: all raise.
+    _refuse_other_shapes(path, shapes if shapes is not None else tensor_shapes(state["model"]))
     manifest = read_manifest(path)
     # The counters first: DCP loads in place, and a checkpoint unlike its manifest must change nothing.
     counters = {"trainer": state.pop("trainer")}
@@ -195,7 +205,8 @@ def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimiz
     _refuse_inconsistent(path, manifest, counters["trainer"])
     _read_into(state, path, group)
     if load_optimizer:
-        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
+                       options=_OPTIM_STATE)
     else:
         set_model_state_dict(model, state["model"])
     scaler.load_state_dict(counters["trainer"]["scaler"])
@@ -215,11 +226,15 @@ class Checkpointer:
     """Writes one run's checkpoints; at most one save is in flight."""
 
     def __init__(self, save_dir: Path, cfg: CheckpointConfig, rank: int, group: dist.ProcessGroup,
-                 protect: tuple[Path, ...] = (), clock: Callable[[], float] = time.time) -> None:
+                 protect: tuple[Path, ...] = (), clock: Callable[[], float] = time.time,
+                 shapes: Optional[dict[str, list[int]]] = None) -> None:
         """``group``: a gloo group used by checkpoints only; ``protect``: the
-        checkpoint this run resumed from, never pruned."""
+        checkpoint this run resumed from, never pruned; ``shapes``: the whole
+        model's ``{name: shape}`` the manifest records (:func:`config_shapes`;
+        default: rank 0's state, which is the whole model unless rank 0 holds
+        one pipeline stage)."""
         self.save_dir, self.cfg, self.rank, self.group = Path(save_dir), cfg, rank, group
-        self.protect, self.clock = protect, clock
+        self.protect, self.clock, self.shapes = protect, clock, shapes
         self._pending: Optional[_PendingSave] = None
 
     @property
@@ -248,7 +263,8 @@ class Checkpointer:
             path.mkdir(parents=True)
         dist.barrier(group=self.group)
         state = _training_state(model, optimizer, scaler, step, consumed_samples)
-        fields = {**fields, PARAMETERS_FIELD: tensor_shapes(state["model"])}
+        shapes = self.shapes if self.shapes is not None else tensor_shapes(state["model"])
+        fields = {**fields, PARAMETERS_FIELD: shapes}
         if self.cfg.async_save:
             future = dcp.async_save(state, checkpoint_id=str(path), process_group=self.group)
             self._pending = _PendingSave(step, path, future, fields, started)

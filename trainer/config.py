@@ -206,7 +206,8 @@ class ParallelConfig:
     tensor_model_parallel_size: int = 1
     """Tensor-parallel degree (Megatron); planning only, the trainer needs 1."""
     pipeline_model_parallel_size: int = 1
-    """Pipeline-parallel degree (Megatron); planning only, the trainer needs 1."""
+    """Pipeline-parallel degree: the layers split evenly by number over this many
+    stages (1F1B schedule, the step's micro-batches; needs an untied output)."""
     use_distributed_optimizer: bool = False
     """Shard optimizer state over data parallel (ZeRO-1); planning only."""
     use_torch_fsdp2: bool = False
@@ -278,17 +279,25 @@ class TrainerConfig:
         par = self.parallel
         settings = (  # (key, value given, the value the trainer runs)
             ("parallel.tensor_model_parallel_size", par.tensor_model_parallel_size, 1),
-            ("parallel.pipeline_model_parallel_size", par.pipeline_model_parallel_size, 1),
             ("parallel.use_distributed_optimizer", par.use_distributed_optimizer, False),
             ("parallel.use_torch_fsdp2", par.use_torch_fsdp2, False),
         )
         off = [(key, value, runs) for key, value, runs in settings if value != runs]
         if not off:
-            return None
+            return self._unsupported_pipeline()
         given = ", ".join(f"{key}={_yaml(value)}" for key, value, _ in off)
         fix = " ".join(f"{key}={_yaml(runs)}" for key, _, runs in off)
-        return (f"the built-in trainer runs data parallel only (no tensor or pipeline parallelism, no sharding): "
+        return (f"the built-in trainer runs data and pipeline parallel only (no tensor parallelism, no sharding): "
                 f"it cannot execute {given}; set {fix}")
+
+    def _unsupported_pipeline(self) -> Optional[str]:
+        """The built-in pipeline does not share a tied embedding between its
+        first and last stage (Megatron does)."""
+        if self.parallel.pipeline_model_parallel_size > 1 and not self.model.untie_embeddings_and_output_weights:
+            return ("pipeline parallel needs model.untie_embeddings_and_output_weights=true (the built-in trainer "
+                    "does not share a tied output between the first and last stage); set it, or "
+                    "parallel.pipeline_model_parallel_size=1")
+        return None
 
     def problems(self, world_size: int) -> list[str]:
         """Every inconsistency of this config for ``world_size`` ranks, as
@@ -350,7 +359,11 @@ class TrainerConfig:
         if par.use_distributed_optimizer and par.use_torch_fsdp2:
             out.append("parallel.use_distributed_optimizer and parallel.use_torch_fsdp2 are both true: choose one "
                        "(FSDP2 already shards the optimizer state)")
-        model_parallel = par.tensor_model_parallel_size * par.pipeline_model_parallel_size
+        pp = par.pipeline_model_parallel_size
+        if m.num_layers % pp:
+            out.append(f"parallel.pipeline_model_parallel_size ({pp}) must divide model.num_layers ({m.num_layers}): "
+                       "each stage holds as many layers")
+        model_parallel = par.tensor_model_parallel_size * pp
         if world_size % model_parallel:
             out.append(f"world size {world_size} is not divisible by tensor x pipeline parallel size {model_parallel}")
         else:
@@ -359,6 +372,13 @@ class TrainerConfig:
                 out.append(
                     f"training.global_batch_size ({t.global_batch_size}) must be divisible by "
                     f"micro_batch_size x data-parallel size ({t.micro_batch_size} x {dp} = {t.micro_batch_size * dp})"
+                )
+            elif pp > 1 and self.accumulation_steps(world_size) < pp:
+                out.append(
+                    f"pipeline parallel {pp} needs at least {pp} micro-batches a step (1F1B keeps every stage busy), "
+                    f"got training.global_batch_size / (micro_batch_size x data-parallel size) = "
+                    f"{self.accumulation_steps(world_size)}; raise training.global_batch_size or lower "
+                    "training.micro_batch_size"
                 )
         return out
 

@@ -17,7 +17,14 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from trainer.checkpoint import Checkpointer, SavedCheckpoint, config_hash, load_checkpoint, retire_checkpoints_after
+from trainer.checkpoint import (
+    Checkpointer,
+    SavedCheckpoint,
+    config_hash,
+    config_shapes,
+    load_checkpoint,
+    retire_checkpoints_after,
+)
 from trainer.config import TrainerConfig
 from trainer.device import Device, resolve_device
 from trainer.distributed import DistEnv, destroy_process_groups, gather_floats, init_process_groups
@@ -168,7 +175,8 @@ def _start(config: TrainerConfig, plan: ResumePlan, reporter: Reporter, dist_env
     start_step, cursor, resumed_from, manifest = 0, 0, None, {}
     if plan.start_checkpoint:
         loaded = load_checkpoint(Path(plan.start_checkpoint), model, optimizer, scaler,
-                                 load_optimizer=not plan.reset_optimizer, group=ckpt_group)
+                                 load_optimizer=not plan.reset_optimizer, group=ckpt_group,
+                                 shapes=config_shapes(config.model))
         start_step, cursor, resumed_from, manifest = loaded.step, loaded.consumed_samples, loaded.path, loaded.manifest
     apply_hyperparameters(optimizer, config.optim)  # the config's betas/eps/wd, not the checkpoint's
     origin = start_step if plan.restart_schedule else int(manifest.get(SCHEDULE_ORIGIN_FIELD, 0))
@@ -297,7 +305,8 @@ def _checkpointer(config: TrainerConfig, plan: ResumePlan, dist_env: DistEnv, ck
         # Checkpoints past the start belong to an abandoned branch (a rollback): not "latest" any more.
         retire_checkpoints_after(save_dir, start_step, plan.subrun)
     protect = (resumed_from,) if resumed_from is not None else ()
-    return Checkpointer(save_dir, config.checkpoint, dist_env.rank, ckpt_group, protect=protect)
+    return Checkpointer(save_dir, config.checkpoint, dist_env.rank, ckpt_group, protect=protect,
+                        shapes=config_shapes(config.model))
 
 
 def save_due(config: TrainerConfig, step: int) -> bool:

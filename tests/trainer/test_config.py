@@ -70,7 +70,6 @@ def test_typed_choices_leave_the_config_hash_of_existing_checkpoints_unchanged()
 
 @pytest.mark.parametrize("parallel, named", [
     (ParallelConfig(tensor_model_parallel_size=2), "parallel.tensor_model_parallel_size=2"),
-    (ParallelConfig(pipeline_model_parallel_size=4), "parallel.pipeline_model_parallel_size=4"),
     (ParallelConfig(use_distributed_optimizer=True), "parallel.use_distributed_optimizer=true"),
     (ParallelConfig(use_torch_fsdp2=True), "parallel.use_torch_fsdp2=true"),
 ])

@@ -300,11 +300,10 @@ def _optim(config, rows: _Rows):
 
 def _precision(config, rows: _Rows):
     p = config.precision
+    # torch's CPU autocast computes in float16 (checked on torch 2.13), so the scaler is exercised too.
+    why = "fp16 autocast and its dynamic loss scaler run on CPU" if p.fp16 else "the recipe's"
     for f in fields(p):
-        rows.keep(f"precision.{f.name}", getattr(p, f.name))
-    if p.fp16:  # torch's CPU autocast computes in float16 (checked on torch 2.13): nothing to change
-        rows.rows[-len(fields(p)):] = [replace(row, reason="fp16 autocast and its dynamic loss scaler run on CPU")
-                                       if row.key != "precision.bf16" else row for row in rows.rows[-len(fields(p)):]]
+        rows.keep(f"precision.{f.name}", getattr(p, f.name), why)
     return p
 
 

@@ -25,7 +25,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Protocol, runtime_checkable
 
 import torch
 import torch.distributed as dist
@@ -33,7 +33,6 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
     get_model_state_dict,
     get_state_dict,
     set_model_state_dict,
@@ -59,11 +58,6 @@ from trainer.manifest import (  # noqa: F401  (re-exported API)
 from trainer.model import build_model
 from trainer.precision import LossScaler
 from trainer.safe_load import SafeFileSystemReader, SafeLoadPlanner
-
-# The optimizer's param_groups one entry per weight name: nested, each rank's groups would list
-# its own weights under the same key, and DCP keeps one rank's copy (a pipeline stage would load
-# another stage's groups); per name, a checkpoint loads at any pipeline size.
-_OPTIM_STATE = StateDictOptions(flatten_optimizer_state_dict=True)
 
 # Fields that may change between sub-runs without changing what is trained.
 _VOLATILE_FIELDS = {"checkpoint": None, "device": None, "training": ("train_iters", "log_interval"),
@@ -129,6 +123,21 @@ class SavedCheckpoint:
     """From the save request to the manifest on disk."""
 
 
+@runtime_checkable
+class OwnsOptimizerState(Protocol):
+    """An optimizer whose parameters are not the model's own (ZeRO-1 steps
+    sharded rows of them), so ``get_state_dict`` cannot name its state: it
+    lays its state out itself, as ``get_state_dict`` does for a replicated
+    optimizer (by parameter name), so its checkpoints load across layouts."""
+
+    def checkpoint_state(self) -> dict:
+        """``{"state": {name: {...}}, "param_groups": [...]}``, holding the
+        live tensors: DCP saves them, or loads into them in place."""
+
+    def load_checkpoint_state(self, loaded: dict) -> None:
+        """Finish a load once DCP filled :meth:`checkpoint_state`'s tensors."""
+
+
 def _training_state(model: nn.Module, optimizer: Optional[torch.optim.Optimizer], scaler: LossScaler,
                     step: int, consumed_samples: int) -> dict:
     """The dict DCP saves or loads in place; without ``optimizer`` only the
@@ -140,7 +149,10 @@ def _training_state(model: nn.Module, optimizer: Optional[torch.optim.Optimizer]
     }
     if optimizer is None:
         return {"model": get_model_state_dict(model), "trainer": trainer_state}
-    model_state, optim_state = get_state_dict(model, optimizer, options=_OPTIM_STATE)
+    if isinstance(optimizer, OwnsOptimizerState):
+        model_state, optim_state = get_model_state_dict(model), optimizer.checkpoint_state()
+    else:
+        model_state, optim_state = get_state_dict(model, optimizer)
     return {"model": model_state, "optim": optim_state, "trainer": trainer_state}
 
 
@@ -184,6 +196,25 @@ def _refuse_inconsistent(path: Path, manifest: dict, trainer_state: dict) -> Non
                                      f"its data hold {name} {saved}, its manifest says {listed}")
 
 
+def _group_params(optim_state: Optional[dict]) -> Optional[list[list[str]]]:
+    """The weight names each of this rank's param groups lists."""
+    if optim_state is None:
+        return None
+    return [list(group["params"]) for group in optim_state["param_groups"]]
+
+
+def _keep_group_params(optim_state: Optional[dict], own: Optional[list[list[str]]]) -> None:
+    """Put this rank's own names back into the loaded param groups. DCP saves
+    ``param_groups`` as one item, written by one rank: under pipeline parallel
+    it lists that rank's stage's weights, and another stage would load groups
+    naming weights it does not hold (the groups' settings are the same on
+    every stage: decay and no decay)."""
+    if optim_state is None or own is None:
+        return
+    for group, names in zip(optim_state["param_groups"], own):
+        group["params"] = names
+
+
 def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scaler: LossScaler,
                     load_optimizer: bool, group: Optional[dist.ProcessGroup],
                     shapes: Optional[dict[str, list[int]]] = None) -> LoadedCheckpoint:
@@ -203,10 +234,14 @@ def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimiz
     counters = {"trainer": state.pop("trainer")}
     _read_into(counters, path, group)
     _refuse_inconsistent(path, manifest, counters["trainer"])
+    own_groups = _group_params(state.get("optim"))
     _read_into(state, path, group)
-    if load_optimizer:
-        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
-                       options=_OPTIM_STATE)
+    _keep_group_params(state.get("optim"), own_groups)
+    if load_optimizer and isinstance(optimizer, OwnsOptimizerState):
+        set_model_state_dict(model, state["model"])
+        optimizer.load_checkpoint_state(state["optim"])
+    elif load_optimizer:
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     else:
         set_model_state_dict(model, state["model"])
     scaler.load_state_dict(counters["trainer"]["scaler"])

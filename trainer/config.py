@@ -204,7 +204,12 @@ class ParallelConfig:
     them (:meth:`TrainerConfig.unsupported`)."""
 
     tensor_model_parallel_size: int = 1
-    """Tensor-parallel degree (Megatron); planning only, the trainer needs 1."""
+    """Tensor-parallel degree (Megatron): each rank of a group holds 1/tp of every
+    large matrix (DTensor, :mod:`trainer.parallel.tensor`); it must divide the
+    attention heads, key/value groups, ffn_hidden_size and vocab_size."""
+    sequence_parallel: bool = False
+    """With tensor parallelism, run the norms and dropouts on 1/tp of the
+    sequence (Megatron's --sequence-parallel); needs tp > 1 and tp dividing seq_length."""
     pipeline_model_parallel_size: int = 1
     """Pipeline-parallel degree (Megatron); planning only, the trainer needs 1."""
     use_distributed_optimizer: bool = False
@@ -277,18 +282,41 @@ class TrainerConfig:
         trainer that can), and the values it runs; None when it runs them all."""
         par = self.parallel
         settings = (  # (key, value given, the value the trainer runs)
-            ("parallel.tensor_model_parallel_size", par.tensor_model_parallel_size, 1),
             ("parallel.pipeline_model_parallel_size", par.pipeline_model_parallel_size, 1),
             ("parallel.use_distributed_optimizer", par.use_distributed_optimizer, False),
             ("parallel.use_torch_fsdp2", par.use_torch_fsdp2, False),
         )
         off = [(key, value, runs) for key, value, runs in settings if value != runs]
         if not off:
-            return None
+            return self._tensor_parallel_unsupported()
         given = ", ".join(f"{key}={_yaml(value)}" for key, value, _ in off)
         fix = " ".join(f"{key}={_yaml(runs)}" for key, _, runs in off)
-        return (f"the built-in trainer runs data parallel only (no tensor or pipeline parallelism, no sharding): "
+        return (f"the built-in trainer runs data and tensor parallel only (no pipeline parallelism, no sharding): "
                 f"it cannot execute {given}; set {fix}")
+
+    def _tensor_parallel_unsupported(self) -> Optional[str]:
+        """The combinations with tensor parallelism the trainer cannot run."""
+        if self.parallel.tensor_model_parallel_size > 1 and self.precision.embedding_bf16:
+            return ("precision.embedding_bf16=true cannot run with parallel.tensor_model_parallel_size>1 (the "
+                    "vocabulary-parallel embedding looks up its fp32 weight); set precision.embedding_bf16=false")
+        return None
+
+    def _tensor_parallel_problems(self) -> list[str]:
+        """What tensor parallelism needs of the model's sizes: whole heads,
+        key/value groups, ffn columns and vocabulary rows on every rank."""
+        m, tp = self.model, self.parallel.tensor_model_parallel_size
+        if tp <= 1:
+            if self.parallel.sequence_parallel:
+                return ["parallel.sequence_parallel=true needs parallel.tensor_model_parallel_size > 1 "
+                        "(it splits the sequence over the tensor-parallel ranks); set parallel.sequence_parallel=false"]
+            return []
+        sizes = {"model.num_attention_heads": m.num_attention_heads,
+                 "model.num_query_groups": m.num_query_groups or m.num_attention_heads,
+                 "model.ffn_hidden_size": m.ffn_hidden_size, "model.vocab_size": m.vocab_size}
+        if self.parallel.sequence_parallel:
+            sizes["model.seq_length"] = m.seq_length
+        return [f"parallel.tensor_model_parallel_size ({tp}) must divide {key} ({value}); "
+                f"choose a tensor-parallel size that divides it" for key, value in sizes.items() if value % tp]
 
     def problems(self, world_size: int) -> list[str]:
         """Every inconsistency of this config for ``world_size`` ranks, as
@@ -350,6 +378,7 @@ class TrainerConfig:
         if par.use_distributed_optimizer and par.use_torch_fsdp2:
             out.append("parallel.use_distributed_optimizer and parallel.use_torch_fsdp2 are both true: choose one "
                        "(FSDP2 already shards the optimizer state)")
+        out += self._tensor_parallel_problems()
         model_parallel = par.tensor_model_parallel_size * par.pipeline_model_parallel_size
         if world_size % model_parallel:
             out.append(f"world size {world_size} is not divisible by tensor x pipeline parallel size {model_parallel}")

@@ -20,7 +20,7 @@ import torch
 from trainer.checkpoint import Checkpointer, SavedCheckpoint, config_hash, load_checkpoint, retire_checkpoints_after
 from trainer.config import TrainerConfig
 from trainer.device import Device, resolve_device
-from trainer.distributed import DistEnv, destroy_process_groups, gather_floats, init_process_groups
+from trainer.distributed import DistEnv, destroy_process_groups, gather_floats, gather_ints, init_process_groups
 from trainer.errors import TrainerConfigError
 from trainer.optim import (
     GroupSettings,
@@ -31,6 +31,7 @@ from trainer.optim import (
     warmup_iters,
 )
 from trainer.parallel.engine import Engine, build_engine
+from trainer.parallel.footprint import optimizer_state_bytes
 from trainer.plan import ResumePlan
 from trainer.precision import LossScaler, embedding_dtype
 from trainer.report import CheckpointReport, Heartbeat, LocalNormsReport, Reporter, StartReport, StepReport
@@ -150,6 +151,8 @@ class _Session:
     """Samples of dummy iterations (plan.skip_iterations), over the lineage."""
     losses: list[float] = field(default_factory=list)
     last_checkpoint: Optional[str] = None
+    optimizer_bytes: tuple[int, ...] = ()
+    """Each rank's optimizer-state bytes, measured once after the first update."""
 
 
 def _start(config: TrainerConfig, plan: ResumePlan, reporter: Reporter, dist_env: DistEnv, device: Device,
@@ -208,6 +211,9 @@ def _run_step(session: _Session, step: int) -> None:
     local_loss, compute_time = forward_backward(session.engine, batches, loss_scale, ctx)
     before_clip = _norms_reporter(session, step) if norms_due(config, ctx.plan, step) else None
     grad_norm, skipped = optimizer_step(session.engine, scaler, ctx.lr(step), ctx, before_clip)
+    if not session.optimizer_bytes and not skipped:
+        session.optimizer_bytes = tuple(gather_ints(optimizer_state_bytes(session.engine.optimizer), world,
+                                                    ctx.device.torch_device))
     holds = local_loss is not None and session.engine.reports_loss
     gathered = gather_floats([local_loss if holds else 0.0, compute_time, float(holds)], world,
                              ctx.device.torch_device)
@@ -222,7 +228,7 @@ def _run_step(session: _Session, step: int) -> None:
             loss_scale=loss_scale, tokens=config.training.global_batch_size * config.model.seq_length,
             consumed_samples=session.cursor, step_time=time.perf_counter() - started,
             compute_times=tuple(row[1] for row in gathered), skipped=skipped, time=time.time(),
-            skipped_samples=session.skipped_samples,
+            skipped_samples=session.skipped_samples, optimizer_state_bytes=session.optimizer_bytes,
         ))
 
 

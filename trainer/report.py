@@ -43,10 +43,15 @@ class StepReport:
     skipped_samples: int = 0
     """Samples consumed by dummy iterations (``ResumePlan.skip_iterations``) so
     far, over the lineage (Megatron's ``skipped samples``)."""
+    optimizer_state_bytes: tuple[int, ...] = ()
+    """Per-rank bytes of the optimizer state (index = rank), measured after
+    the sub-run's first update: about 1/DP of the replicated size under
+    ZeRO-1 or FSDP2 (:func:`trainer.parallel.footprint.optimizer_state_bytes`)."""
 
     def to_dict(self) -> dict:
         out = asdict(self)
         out["compute_times"] = list(self.compute_times)
+        out["optimizer_state_bytes"] = list(self.optimizer_state_bytes)
         return out
 
 

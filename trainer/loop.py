@@ -212,7 +212,8 @@ def _run_step(session: _Session, step: int) -> None:
     ctx, scaler = session.ctx, session.scaler
     config, rank, world = ctx.config, ctx.dist_env.rank, ctx.dist_env.world_size
     started = time.perf_counter()
-    reseed_for_step(config.training.seed, step, rank)
+    # The ranks of a tensor-parallel group draw the same dropout masks: their activations are replicas.
+    reseed_for_step(config.training.seed, step, ctx.layout.seed_rank(rank))
     batches, session.cursor = micro_batches(session.stream, session.cursor, ctx)
     loss_scale = scaler.scale  # the scale this step ran with; the update may change it
     local_loss, compute_time = forward_backward(session.engine, batches, loss_scale, ctx)
@@ -221,11 +222,11 @@ def _run_step(session: _Session, step: int) -> None:
     if not session.optimizer_bytes and not skipped:
         session.optimizer_bytes = tuple(gather_ints(optimizer_state_bytes(session.engine.optimizer), world,
                                                     ctx.device.torch_device))
-    holds = local_loss is not None
+    holds = local_loss is not None and session.engine.reports_loss
     gathered = gather_floats([local_loss if holds else 0.0, compute_time, float(holds)], world,
                              ctx.device.torch_device)
-    # The mean over the ranks that computed a loss (the last pipeline stage), in rank
-    # order: the same float on every rank.
+    # The mean over the ranks that computed a loss (the last pipeline stage, one rank per
+    # tensor-parallel group), in rank order: the same float on every rank.
     losses = [row[0] for row in gathered if row[2]]
     loss = sum(losses) / len(losses)
     session.losses.append(loss)

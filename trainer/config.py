@@ -293,17 +293,11 @@ class TrainerConfig:
     def _unsupported_pipeline(self) -> Optional[str]:
         """The pipeline combinations the trainer cannot run: a tied output (the
         built-in pipeline does not share the embedding between its first and
-        last stage; Megatron does), and tensor parallel within the stages (not
-        verified yet)."""
-        pp, tp = self.parallel.pipeline_model_parallel_size, self.parallel.tensor_model_parallel_size
-        if pp > 1 and not self.model.untie_embeddings_and_output_weights:
+        last stage; Megatron does)."""
+        if self.parallel.pipeline_model_parallel_size > 1 and not self.model.untie_embeddings_and_output_weights:
             return ("pipeline parallel needs model.untie_embeddings_and_output_weights=true (the built-in trainer "
                     "does not share a tied output between the first and last stage); set it, or "
                     "parallel.pipeline_model_parallel_size=1")
-        if pp > 1 and tp > 1:
-            return (f"the built-in trainer cannot execute parallel.pipeline_model_parallel_size={pp} with "
-                    f"parallel.tensor_model_parallel_size={tp} yet (tensor parallel within pipeline stages is not "
-                    "verified); set one of them to 1")
         return None
 
     def _tensor_parallel_unsupported(self) -> Optional[str]:

@@ -223,9 +223,9 @@ def test_resume_from_a_checkpoint_that_does_not_verify_is_refused(three_steps):
 
 
 def test_what_the_trainer_cannot_execute_is_refused_with_a_clear_message(tmp_path):
-    config = one_rank_config(tmp_path, parallel={"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2},
-                             model={"untie_embeddings_and_output_weights": True})
-    with pytest.raises(TrainerConfigError, match="cannot execute parallel.pipeline_model_parallel_size=2 with") as caught:
+    config = one_rank_config(tmp_path, parallel={"pipeline_model_parallel_size": 2},
+                             model={"untie_embeddings_and_output_weights": False})
+    with pytest.raises(TrainerConfigError, match="pipeline parallel needs model.untie_embeddings_and_output_weights=true") as caught:
         train(config, ResumePlan(), NullReporter(), DistEnv(world_size=4))
     assert "\n" not in str(caught.value)
 

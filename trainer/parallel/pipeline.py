@@ -13,6 +13,7 @@ written at one pipeline size loads at another.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Callable, ContextManager, Optional
 
 import torch
@@ -24,7 +25,9 @@ from trainer.config import TrainerConfig
 from trainer.data.windows import inputs_and_labels
 from trainer.device import Device
 from trainer.model import Transformer
+from trainer.parallel.gradients import local_part
 from trainer.parallel.layout import Layout
+from trainer.parallel.tensor import loss_context
 from trainer.precision import autocast, compute_dtype
 
 
@@ -72,9 +75,14 @@ class PipelineSchedule:
     """One rank's stage in a 1F1B schedule whose micro-batches are the step's
     gradient-accumulation micro-batches."""
 
-    def __init__(self, stage: PipelineStage, n_microbatches: int) -> None:
+    def __init__(self, stage: PipelineStage, n_microbatches: int,
+                 loss_context: Callable[[], ContextManager] = contextlib.nullcontext) -> None:
         self.stage = stage
         self.n_microbatches = n_microbatches
+        self.loss_context = loss_context
+        """What the step runs under: the vocabulary-parallel loss with tensor
+        parallel stages (the last stage's logits stay sharded over the vocabulary;
+        it changes nothing for plain tensors, so every stage runs under it)."""
         self._scale = 1.0
         self._losses: list[torch.Tensor] = []
         # scale_grads=False: the loss function already divides by the micro-batch count, as the plain step does.
@@ -84,7 +92,7 @@ class PipelineSchedule:
         from trainer.steps import cross_entropy  # trainer.steps imports the engine, which imports this module
 
         loss = cross_entropy(logits, labels)
-        self._losses.append(loss.detach())  # unscaled, as the step reports it
+        self._losses.append(local_part(loss.detach()))  # unscaled, as the step reports it
         return loss * (self._scale / self.n_microbatches)
 
     def forward_backward(self, batches: list[torch.Tensor], loss_scale: float) -> Optional[float]:
@@ -97,12 +105,13 @@ class PipelineSchedule:
         inputs, labels = inputs_and_labels(torch.cat(batches))
         self._scale, self._losses = loss_scale, []
         # The schedule splits the whole batch along dim 0 into the same micro-batches again.
-        if self.stage.is_first:
-            self.schedule.step(inputs, return_outputs=False)
-        elif self.stage.is_last:
-            self.schedule.step(target=labels, losses=[], return_outputs=False)
-        else:
-            self.schedule.step(return_outputs=False)
+        with self.loss_context():
+            if self.stage.is_first:
+                self.schedule.step(inputs, return_outputs=False)
+            elif self.stage.is_last:
+                self.schedule.step(target=labels, losses=[], return_outputs=False)
+            else:
+                self.schedule.step(return_outputs=False)
         if not self.stage.is_last:
             return None
         return float(torch.stack(self._losses).sum()) / len(self._losses)
@@ -121,12 +130,22 @@ def stage_shapes(config: TrainerConfig, stage: int, stages: int) -> tuple[torch.
     output is fp32 and each block adds onto it), the logits (micro, seq,
     vocab) out of the last stage in the compute dtype.
 
+    With tensor parallel stages the stream crosses a stage boundary as a plain
+    tensor between the ranks of the same tensor-parallel coordinate: the whole
+    stream (each block's row-wise layers all-reduce it), or with sequence
+    parallelism this rank's slice of the sequence (micro, seq / tp, hidden),
+    which the next stage's first norm takes as its slice. The last stage's
+    logits (a vocabulary-sharded DTensor of the global shape) go to the loss,
+    never over the wire.
+
     Given to the stage up front (torch's static mode), so no stage runs the
     first step's shape-inference forward on uninitialised activations: that
     pass would draw dropout masks from the step's RNG, and a resumed run would
     not repeat the unbroken one. Every step's micro-batches have this shape."""
     micro, seq, model = config.training.micro_batch_size, config.model.seq_length, config.model
-    hidden = _activation((micro, seq, model.hidden_size), torch.float32, requires_grad=True)
+    tp = config.parallel.tensor_model_parallel_size
+    stream = seq // tp if tp > 1 and config.parallel.sequence_parallel else seq
+    hidden = _activation((micro, stream, model.hidden_size), torch.float32, requires_grad=True)
     inputs = torch.empty((micro, seq), dtype=torch.int64, device="meta") if stage == 0 else hidden
     if stage < stages - 1:
         return inputs, hidden
@@ -136,11 +155,14 @@ def stage_shapes(config: TrainerConfig, stage: int, stages: int) -> tuple[torch.
 def build_schedule(model: nn.Module, config: TrainerConfig, layout: Layout, rank: int, mesh: DeviceMesh,
                    device: Device) -> PipelineSchedule:
     """The 1F1B schedule of this rank's stage (``model``, already cut by
-    :func:`keep_stage`) over the mesh's ``pp`` group, with the step's
-    gradient-accumulation micro-batches as its micro-batches."""
+    :func:`keep_stage`, then split by tensor parallel) over the mesh's ``pp``
+    group, with the step's gradient-accumulation micro-batches as its
+    micro-batches. The ``pp`` group holds the ranks of this rank's data- and
+    tensor-parallel coordinates, so a stage sends its activations to the
+    next stage's rank holding the same tensor-parallel slices."""
     stage_index = layout.coords(rank).pp
     wrapped = _AutocastForward(model, lambda: autocast(device.autocast_type, config.precision))
     inputs, outputs = stage_shapes(config, stage_index, layout.pp)
     stage = PipelineStage(wrapped, stage_index, layout.pp, device.torch_device, input_args=inputs,
                           output_args=outputs, group=mesh["pp"].get_group())
-    return PipelineSchedule(stage, config.accumulation_steps(layout.world_size))
+    return PipelineSchedule(stage, config.accumulation_steps(layout.world_size), lambda: loss_context(layout.tp))

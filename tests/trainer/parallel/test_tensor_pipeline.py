@@ -4,9 +4,15 @@ boundary as each rank's slice of the sequence, to the next stage's rank of the
 same tensor-parallel coordinate): it trains as plain data parallel does, and
 its checkpoint resumes at its own layout bit for bit.
 
-Measured on CPU (gloo, fp32; only the order of float sums differs): over 50
-steps the losses of TP 2 x PP 2 differ from plain DP 4's by at most
-MEASURED_LOSS relative (assert: 1e-4, as for the pipeline alone).
+Measured on CPU (gloo, fp32; only the order of float sums differs), TP 2 x
+PP 2 against plain DP 4: for the first 21 steps the losses differ by at most
+1.9e-7 relative (assert: 1e-6) and the gradient norms by 3.7e-5 (assert:
+1e-4). Step 22 is the run's gradient spike (norm 4.3 among ~1-2, clipped at
+1.0; the pipeline alone measures 9.5e-3 there, see test_pipeline_parallel):
+it amplifies the sum-order noise to 4.0e-2 in that step's norm (assert: 1e-1
+at every step), and the losses after it stay within 8.7e-5 (assert: 3e-4
+over all 50 steps). Without sequence parallel (the stream replicated over
+tp at the boundary) the first 4 steps measured 6.6e-8, by hand.
 """
 
 from __future__ import annotations
@@ -17,10 +23,10 @@ import pytest
 
 from tests.trainer.parallel.conftest import PARALLEL_STEPS
 
-LOSS_TOLERANCE = 1e-4
-"""Max relative loss difference from data parallel (measured MEASURED_LOSS)."""
-CALM_STEPS, CALM_NORM_TOLERANCE = 21, 1e-4
-"""Gradient norms before the run's step-22 spike (see test_pipeline_parallel; measured MEASURED_NORM)."""
+LOSS_TOLERANCE, NORM_TOLERANCE = 3e-4, 1e-1
+"""Max relative differences from data parallel over 50 steps (measured 8.7e-5 and 4.0e-2, the spike's)."""
+CALM_STEPS, CALM_LOSS_TOLERANCE, CALM_NORM_TOLERANCE = 21, 1e-6, 1e-4
+"""Before the run's step-22 spike (measured 1.9e-7 and 3.7e-5)."""
 TENSOR_PIPELINE = {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2, "sequence_parallel": True}
 RESUME_STEP = 25  # tiny_config saves every 25 steps
 
@@ -47,13 +53,14 @@ def test_tensor_parallel_stages_train_as_data_parallel_does(tensor_pipeline_run,
     assert len(losses) == PARALLEL_STEPS and all(math.isfinite(x) for x in losses)
     assert all(result["losses"] == losses for result in results)  # the last stage's loss reaches every rank
     loss_difference = _relative(losses, reference)
+    calm_loss = _relative(losses[:CALM_STEPS], reference[:CALM_STEPS])
     norms, reference_norms = _grad_norms(tensor_pipeline_run["ranks"]), _grad_norms(data_parallel_run["ranks"])
-    calm_difference = _relative(norms[:CALM_STEPS], reference_norms[:CALM_STEPS])
-    print(f"TP 2 x PP 2 vs DP 4 over {PARALLEL_STEPS} steps: max relative loss difference {loss_difference:.2e}, "
-          f"grad norm {calm_difference:.2e} over the first {CALM_STEPS} steps, "
-          f"{_relative(norms, reference_norms):.2e} over all")
-    assert loss_difference < LOSS_TOLERANCE
-    assert calm_difference < CALM_NORM_TOLERANCE
+    norm_difference = _relative(norms, reference_norms)
+    calm_norm = _relative(norms[:CALM_STEPS], reference_norms[:CALM_STEPS])
+    print(f"TP 2 x PP 2 vs DP 4 over {PARALLEL_STEPS} steps: max relative loss difference {loss_difference:.2e} "
+          f"({calm_loss:.2e} over the first {CALM_STEPS} steps), grad norm {norm_difference:.2e} ({calm_norm:.2e})")
+    assert calm_loss < CALM_LOSS_TOLERANCE and loss_difference < LOSS_TOLERANCE
+    assert calm_norm < CALM_NORM_TOLERANCE and norm_difference < NORM_TOLERANCE
 
 
 def test_a_tensor_pipeline_checkpoint_resumes_at_its_own_layout_bit_for_bit(launch_layout, tensor_pipeline_run):

@@ -88,7 +88,8 @@ RESUME_FROM = 25
 def test_a_checkpoint_written_at_dp4_resumes_at_dp2(name, sharded_runs, resumed_runs):
     """DCP reshards the sharded optimizer state (and FSDP2's weights) from 4
     ranks to 2: the moments arrive whole and training goes on as the unbroken
-    run does (measured: max relative loss difference RESHARD_MEASURED over 15 steps)."""
+    run does (measured: max relative loss difference 8.2e-08 over 15 steps, one
+    float32 rounding of the reported loss, for both layouts)."""
     unbroken = sharded_runs[name]["results"][0]["losses"]
     at_dp2 = resumed_runs[name, 2]
     losses = at_dp2["results"][0]["losses"]

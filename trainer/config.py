@@ -286,8 +286,14 @@ class TrainerConfig:
         par = self.parallel
         if par.use_distributed_optimizer and par.tensor_model_parallel_size > 1:
             return ("the built-in trainer cannot execute parallel.use_distributed_optimizer=true with "
-                    f"parallel.tensor_model_parallel_size={par.tensor_model_parallel_size}; set "
-                    "parallel.use_torch_fsdp2=true instead (FSDP2 shards over data parallel on top of tensor parallel)")
+                    f"parallel.tensor_model_parallel_size={par.tensor_model_parallel_size} (ZeRO-1 shards whole "
+                    "replicated weights); set parallel.use_distributed_optimizer=false")
+        sharded = [key for key, on in (("parallel.use_distributed_optimizer", par.use_distributed_optimizer),
+                                        ("parallel.use_torch_fsdp2", par.use_torch_fsdp2)) if on]
+        if sharded and par.pipeline_model_parallel_size > 1:
+            return (f"the built-in trainer cannot execute {sharded[0]}=true with parallel.pipeline_model_parallel_size="
+                    f"{par.pipeline_model_parallel_size} yet (sharding within pipeline stages is not verified); "
+                    f"set {sharded[0]}=false")
         return self._tensor_parallel_unsupported() or self._unsupported_pipeline()
 
     def _unsupported_pipeline(self) -> Optional[str]:

@@ -45,7 +45,10 @@ def run_title(lineage: Sequence[SubRun]) -> str:
     run = lineage[0].config.get("run")
     run = run if isinstance(run, Mapping) else {}
     number = run.get("number", lineage[0].id.split(".")[0])
-    return f"{run['name']} — run {number}" if run.get("name") else f"run {number}"
+    rehearse = lineage[0].config.get("rehearse")
+    of = rehearse.get("of") if isinstance(rehearse, Mapping) else None
+    mark = f" — a rehearsal of {of} (runmgr launch --rehearse)" if of else ""
+    return (f"{run['name']} — run {number}" if run.get("name") else f"run {number}") + mark
 
 
 def chronicle(

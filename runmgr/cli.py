@@ -29,22 +29,27 @@ def _split_conf(items: list[str]) -> tuple[str, list[str]]:
 def cmd_launch(args: argparse.Namespace) -> int:
     conf, overrides = _split_conf(args.items)
     if not args.dry_run:
-        refuse_bad_launch(conf, overrides, args.config_dir)
+        refuse_bad_launch(conf, overrides, args.config_dir, rehearse=args.rehearse)
     from runmgr.launch import launch  # torch and Ray: only for a launch that passed the checks
 
-    return launch(conf, overrides, dry_run=args.dry_run, conf_dir=args.config_dir)
+    return launch(conf, overrides, dry_run=args.dry_run, conf_dir=args.config_dir, rehearse=args.rehearse)
 
 
-def refuse_bad_launch(conf: str, overrides: list[str], conf_dir: Path | None) -> None:
+def refuse_bad_launch(conf: str, overrides: list[str], conf_dir: Path | None, rehearse: bool = False) -> None:
     """What a launch can refuse from its config and the run directory alone,
     checked before torch and Ray are imported (seconds sooner) and before
     anything is written: the config, the data path, the directories, the logbook,
     and the S3 bucket of ``checkpoint.s3`` (its credentials, its existence, an answer)."""
     from runmgr.config.compose import load_run_config
+    from runmgr.config.rehearse import load_rehearsal, refuse_rehearse_settings
     from runmgr.rundir import check_run_dir
     from trainer.data import check_data_path
 
-    config = load_run_config(conf, overrides, conf_dir)
+    if rehearse:
+        config = load_rehearsal(conf, overrides, conf_dir)[0]
+    else:
+        refuse_rehearse_settings(overrides)
+        config = load_run_config(conf, overrides, conf_dir)
     check_data_path(config.data)
     check_run_dir(config)
     if config.checkpoint.s3.enabled:
@@ -226,6 +231,10 @@ def build_parser() -> argparse.ArgumentParser:
     launch = sub.add_parser("launch", help="compose a config and drive the run (resumes an existing lineage)")
     launch.add_argument("items", nargs="*", metavar="conf=NAME key=value", help="the config and its overrides")
     launch.add_argument("--dry-run", action="store_true", help="print the resolved plan; start nothing")
+    launch.add_argument("--rehearse", action="store_true",
+                        help="run the recipe at a size this machine holds (local Ray, a few hundred steps, the "
+                             "chaos schedule; sizes in the rehearse section), as <run name>-rehearsal; with "
+                             "--dry-run: how it maps to the real plan")
     launch.add_argument("--config-dir", type=Path, default=None, help="directory of the configs (default: ./conf)")
     launch.set_defaults(func=cmd_launch)
 

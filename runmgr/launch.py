@@ -12,7 +12,8 @@ from typing import TextIO
 
 from logbook import Logbook
 from runmgr import cluster as ray_cluster
-from runmgr.config.compose import config_as_dict, load_run_config
+from runmgr.config.compose import config_as_dict, load_run_config, with_settings
+from runmgr.config.rehearse import Mapping, load_rehearsal, refuse_rehearse_settings, render_mapping
 from runmgr.config.schema import RunConfig
 from runmgr.megatron.job import aligned
 from runmgr.controller.judge import ClusterSlots, Judge
@@ -132,13 +133,25 @@ def load_config(conf_name: str, overrides: list[str], conf_dir: Path | None) -> 
     return aligned(config) if config.drives_megatron else config
 
 
+def launch_config(conf_name: str, overrides: list[str], conf_dir: Path | None,
+                  rehearse: bool = False) -> tuple[RunConfig, Mapping | None]:
+    """The config a launch runs: the conf's, or with ``rehearse`` its rehearsal and how it maps
+    to the real plan (runmgr/config/rehearse.py)."""
+    if rehearse:
+        return load_rehearsal(conf_name, overrides, conf_dir)
+    refuse_rehearse_settings(overrides)
+    return load_config(conf_name, overrides, conf_dir), None
+
+
 def launch(conf_name: str, overrides: list[str], dry_run: bool = False, conf_dir: Path | None = None,
-           out: TextIO = sys.stdout) -> int:
-    config = load_config(conf_name, overrides, conf_dir)
+           out: TextIO = sys.stdout, rehearse: bool = False) -> int:
+    config, rehearsal = launch_config(conf_name, overrides, conf_dir, rehearse)
     check_data_path(config.data)
     linted = lint_before_launch(config)  # a lint error: one line, exit 2, nothing written or started
     if dry_run:
         print_findings(linted, out)
+        if rehearsal is not None:
+            out.write(render_mapping(rehearsal) + "\n\n")
         out.write(render_plan(build_plan(config, inspect_cluster(config.cluster))) + "\n")
         return 0
     # Before anything is written or started: a run that cannot start is one line, exit 2.
@@ -146,26 +159,27 @@ def launch(conf_name: str, overrides: list[str], dry_run: bool = False, conf_dir
     runs_this_conf = not config.drives_megatron or not (config.megatron.script or config.megatron.args)
     note = refuse_changed_model_shape(config) if runs_this_conf else None  # else the job's own args describe it
     if runs_this_conf:
-        refuse_unrunnable_plan(config, conf_name, overrides)
+        refuse_unrunnable_plan(config, conf_name, [*overrides, *(["--rehearse"] if rehearse else [])])
     print_findings(linted, out)
     if note:
         out.write(note + "\n")
     metrics = MetricsServer.start(config.metrics)  # an address it cannot take: one line, before anything is written
     try:
-        return run_in_dir(config, conf_name, overrides, conf_dir, out, metrics, linted)
+        return run_in_dir(config, conf_name, overrides, conf_dir, out, metrics, linted, rehearsal)
     finally:
         if metrics is not None:
             metrics.close()
 
 
 def run_in_dir(config: RunConfig, conf_name: str, overrides: list[str], conf_dir: Path | None, out: TextIO,
-               metrics: MetricsServer | None, linted: LintResult | None = None) -> int:
+               metrics: MetricsServer | None, linted: LintResult | None = None,
+               rehearsal: Mapping | None = None) -> int:
     """The run directory locked, its disk reserve held and its logbook open: the lineage."""
     run_dir = config.run_dir()
     try:
         with RunDirLock(run_dir), DiskReserve(run_dir) as reserve, Logbook.open(run_dir) as book:
             try:
-                return run_lineage(config, conf_name, overrides, conf_dir, book, out, metrics, linted)
+                return run_lineage(config, conf_name, overrides, conf_dir, book, out, metrics, linted, rehearsal)
             except DISK_WRITE_ERRORS as error:
                 if not is_disk_full(error):
                     raise
@@ -178,13 +192,17 @@ def run_in_dir(config: RunConfig, conf_name: str, overrides: list[str], conf_dir
 
 
 def run_lineage(config: RunConfig, conf_name: str, overrides: list[str], conf_dir: Path | None, book: Logbook,
-                out: TextIO, metrics: MetricsServer | None = None, linted: LintResult | None = None) -> int:
-    """With the run directory locked and its logbook open: the next sub-runs of its lineage."""
+                out: TextIO, metrics: MetricsServer | None = None, linted: LintResult | None = None,
+                rehearsal: Mapping | None = None) -> int:
+    """With the run directory locked and its logbook open: the next sub-runs of its lineage.
+    ``rehearsal``: how this run (a rehearsal) maps to the real plan; its first sub-run records it."""
     run_dir = config.run_dir()
     wait_for_lost_workers(run_dir, config.controller.worker_lease_s, out)
     chaos = build_chaos(config)
     chaos_overrides = chaos.prepare()  # faulty inputs (garbage data, a bad LR) for this lineage
-    if chaos_overrides:
+    if chaos_overrides and rehearsal is not None:  # no conf file composes a rehearsal: set them on it
+        config = with_settings(config, chaos_overrides)
+    elif chaos_overrides:
         config = load_config(conf_name, [*overrides, *chaos_overrides], conf_dir)
     ids = SubrunIds(config.run.number, len(book.lineage()))
     mirror = S3Mirror(S3Client(config.checkpoint.s3, config.run.name)) if config.checkpoint.s3.enabled else None
@@ -204,7 +222,8 @@ def run_lineage(config: RunConfig, conf_name: str, overrides: list[str], conf_di
             # The sub-run's start records the health verdicts (excluded nodes, report path) and the
             # lint's warnings and ignored rules (the logbook writer turns them into events).
             initial = replace(initial, evidence={**initial.evidence, "health": gate.evidence(),
-                                                 "lint": linted.evidence()})
+                                                 "lint": linted.evidence(),
+                                                 **({"rehearsal": rehearsal.to_dict()} if rehearsal else {})})
             final = drive(config, book, ids, initial, out, admitted_node_ids=gate.admitted_node_ids, chaos=chaos,
                           metrics=metrics, mirror=mirror)
     except KeyboardInterrupt:

@@ -73,7 +73,7 @@ def to_run_config(raw: DictConfig, settings: list[str] = ()) -> RunConfig:
     schema = OmegaConf.structured(RunConfig)
     # Frozen dataclasses (watcher, policy) make read-only nodes; the YAML and
     # the overrides must still be able to set them before they are typed.
-    _make_writable(schema)
+    make_writable(schema)
     for key in OPEN_MAPPINGS:
         OmegaConf.set_struct(OmegaConf.select(schema, key), False)
     try:
@@ -128,12 +128,24 @@ def megatron_override_problems(config: RunConfig, settings: list[str]) -> list[s
             for key in MEGATRON_UNRECORDED if key in keys]
 
 
-def _make_writable(node) -> None:
+def make_writable(node) -> None:
     OmegaConf.set_readonly(node, False)
     children = node.values() if isinstance(node, DictConfig) else node
     for child in children:
         if isinstance(child, (DictConfig, ListConfig)):
-            _make_writable(child)
+            make_writable(child)
+
+
+def with_settings(config: RunConfig, settings: list[str]) -> RunConfig:
+    """``config`` with ``key=value`` settings applied and checked again (a rehearsal's
+    config, which no conf file composes, takes the chaos schedule's inputs so)."""
+    if not settings:
+        return config
+    changed = to_run_config(OmegaConf.create(config_as_dict(config)), settings)
+    problems = changed.problems()
+    if problems:
+        raise ConfigError(problems[0])
+    return changed
 
 
 def config_as_dict(config: RunConfig) -> dict:

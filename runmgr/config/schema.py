@@ -24,6 +24,7 @@ from runmgr.config.megatron import MegatronConfig, TrainerKind, TrainerSection, 
 from runmgr.config.metrics import MetricsConfig
 from runmgr.config.numbers import number_problems
 from runmgr.config.policy import PolicyConfig
+from runmgr.config.rehearse import RehearseConfig
 from runmgr.config.s3 import RunCheckpointConfig
 from runmgr.config.typed import nested_problems
 from runmgr.config.watcher import WatcherConfig
@@ -137,6 +138,8 @@ class RunConfig(TrainerConfig):
     """The Megatron-LM / MindSpeed-LLM job of ``trainer.kind=megatron``: flavor, script, args, env, ranks per node."""
     lint: LintConfig = field(default_factory=LintConfig)
     """``runmgr lint``'s rules at every launch: those silenced on purpose, the data sample (docs/lint.md)."""
+    rehearse: RehearseConfig = field(default_factory=RehearseConfig)
+    """The sizes of ``runmgr launch --rehearse``: this recipe small, on this machine (runmgr/config/rehearse.py)."""
 
     @property
     def world_size(self) -> int:
@@ -202,6 +205,7 @@ class RunConfig(TrainerConfig):
         out += self.policy.problems()
         out += self.metrics.problems()
         out += self.lint.problems()
+        out += self.rehearse.problems()
         out += self.checkpoint.s3.problems()
         out += nested_problems(self.watcher, "watcher")
         out += self.chaos.problems(self.training.train_iters)

@@ -86,6 +86,21 @@ def record_lint(book: Logbook, subrun: str, lint: dict | None) -> None:
         book.record_event(subrun, "lint_ignored", f"lint rule {entry['rule']} ignored (lint.ignore){note}", entry)
 
 
+def record_rehearsal(book: Logbook, subrun: str, mapping: dict | None) -> None:
+    """A rehearsal's sub-run (``runmgr launch --rehearse``): one ``rehearsal`` event naming the run it
+    rehearses, with every key of the mapping (real value, rehearsal value, why) as its data."""
+    if not mapping:
+        return
+    scaled = [row for row in mapping["rows"] if row["real"] != row["rehearsal"]]
+    shown = ", ".join(f"{row['key']} {row['real']} -> {row['rehearsal']}" for row in scaled
+                      if row["key"].split(".")[0] in ("parallel", "data-parallel size", "model", "training")
+                      and row["key"] != "model.max_position_embeddings")
+    book.record_event(subrun, "rehearsal",
+                      f"a rehearsal of {mapping['of']}: {len(scaled)} settings scaled ({shown}; ...), "
+                      f"{len(mapping['rows']) - len(scaled)} kept; `runmgr logbook events` lists every one",
+                      mapping)
+
+
 class LogbookObserver:
     """Turns transitions and judgements into logbook rows."""
 
@@ -125,6 +140,7 @@ class LogbookObserver:
             self.book.record_event(new.subrun, "checkpoint_rejected", f"checkpoint {path} rejected: {reason}",
                                    {"path": path, "reason": reason})
         record_lint(self.book, new.subrun, new.evidence.get("lint"))
+        record_rehearsal(self.book, new.subrun, new.evidence.get("rehearsal"))
         if new.evidence.get("fetched_from"):
             source = new.evidence["fetched_from"]
             self.book.record_event(new.subrun, "checkpoint_downloaded",

@@ -89,3 +89,30 @@ def test_the_command_of_each_node_is_recorded_so_a_person_can_rerun_it(tmp_path)
     line = events[0]["message"]
     assert line.startswith("node 0: CUDA_DEVICE_MAX_CONNECTIONS=1 WANDB_API_KEY='***' python -m torch.distributed.run")
     assert "'/data/my corpus'" in line  # quoted: it pastes into a shell as one argument
+
+
+def test_a_rehearsal_is_marked_in_the_title_and_its_first_subrun_records_the_mapping(tmp_path):
+    """``runmgr launch --rehearse``: the chronicle's title says whose rehearsal it is, and the
+    first sub-run has a ``rehearsal`` event whose data is every key (real, rehearsal, why)."""
+    from pathlib import Path
+
+    from runmgr.config.compose import config_as_dict
+    from runmgr.config.rehearse import load_rehearsal
+    from runmgr.controller.states import Launching
+    from trainer.plan import ResumePlan
+
+    conf = Path(__file__).resolve().parents[3] / "conf"
+    config, mapping = load_rehearsal("run12", [], conf)
+    with Logbook.open(tmp_path) as book:
+        observer = LogbookObserver(book, config_as_dict(config))
+        observer.on_transition(None, Launching("12.00", ResumePlan(subrun="12.00"), 0, "launch",
+                                               {"rehearsal": mapping.to_dict()}))
+        event = next(e for e in book.events() if e.get("kind") == "rehearsal")
+    assert event["subrun"] == "12.00" and event["data"]["of"] == "run12"
+    tp = next(row for row in event["data"]["rows"] if row["key"] == "parallel.tensor_model_parallel_size")
+    assert (tp["real"], tp["rehearsal"]) == (8, 2)
+    out = io.StringIO()
+    show(tmp_path, out)
+    text = out.getvalue()
+    assert text.splitlines()[0] == "run12-rehearsal — run 12 — a rehearsal of run12 (runmgr launch --rehearse)"
+    assert "rehearsal: a rehearsal of run12:" in text and "parallel.tensor_model_parallel_size 8 -> 2" in text

@@ -64,6 +64,15 @@ class Device:
             return int(torch.npu.max_memory_allocated(self.torch_device))  # type: ignore[attr-defined]
         return peak_rss_bytes()
 
+    def memory_in_use_bytes(self) -> int:
+        """Memory this rank holds now, in bytes: the allocator's on a device, the process's
+        resident set on CPU (the baseline that :meth:`peak_memory_bytes` grows from)."""
+        if self.kind == "cuda":
+            return int(torch.cuda.memory_allocated(self.torch_device))
+        if self.kind == "npu":
+            return int(torch.npu.memory_allocated(self.torch_device))  # type: ignore[attr-defined]
+        return rss_bytes()
+
     def synchronize(self) -> None:
         """Wait for queued kernels, so that wall-clock timings mean something."""
         if self.kind == "cuda":
@@ -105,6 +114,16 @@ def peak_rss_bytes() -> int:
     """This process's peak resident set size in bytes (``getrusage``: kilobytes on Linux, bytes on macOS)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def rss_bytes() -> int:
+    """This process's resident set size now, in bytes (``/proc/self/statm``; where there is
+    none, the peak so far)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return peak_rss_bytes()
 
 
 def _import_torch_npu() -> Optional[ModuleType]:

@@ -123,7 +123,7 @@ def train(
     _limit_threads()
     reporter.heartbeat(Heartbeat(dist_env.rank, "init", 0, time.time()))
     device = resolve_device(config.device, dist_env.local_rank, config.training.deterministic)
-    baseline = device.peak_memory_bytes()  # before the process groups, the model and the data
+    baseline = device.memory_in_use_bytes()  # before the process groups, the model and the data
     ckpt_group = init_process_groups(dist_env, device.backend, config.parallel.dist_timeout_s)
     try:
         return _train(config, plan, reporter, dist_env, device, ckpt_group, baseline)

@@ -55,8 +55,8 @@ class HeldMemory:
     peak: int
     """The device's peak (allocator) or, on CPU, the process's peak RSS."""
     baseline: int
-    """The same figure when training began (after imports, before the model): on CPU the torch
-    runtime's share of ``peak``."""
+    """Memory in use when training began (after imports, before the model): on CPU the
+    process's resident set then, the torch runtime's share of ``peak``."""
 
     @property
     def states(self) -> int:

@@ -1,21 +1,22 @@
 """Resharding resume through runmgr (issue 14, must-show 2): a data-parallel 4 run on
-four one-rank nodes of a real local Ray loses a node with no spare, and the next
+two two-rank nodes of a real local Ray loses a node with no spare, and the next
 sub-run continues at data parallel 2 from the DP 4 checkpoint, to the end.
 
 The moment comes from the run's own state: the chaos schedule kills rank 1 once the
 run reached step :data:`KILL_AT` (``kill_worker``), and the policy takes a killed
-worker's node out (``policy.death_actions.killed=exclude_node``). The three nodes left
-hold three ranks; the global batch (8 samples of micro-batch 2) divides by data
-parallel 4, 2 or 1, so the policy picks 2 and gradient accumulation keeps the global
-batch (1 micro-batch per replica per step at DP 4, 2 at DP 2).
+worker's node out (``policy.death_actions.killed=exclude_node``). The node left holds
+two ranks; the global batch (8 samples of micro-batch 2) divides by data parallel 4, 2
+or 1, so the policy picks 2 and gradient accumulation keeps the global batch (1
+micro-batch per replica per step at DP 4, 2 at DP 2). (tests/runmgr/policy/test_capacity.py
+covers the sizes the batch forbids: 3 ranks left give DP 2, too.)
 
 The unbroken DP 4 run of the same config on the same Ray is the reference. The
 resized run's kept losses (steps 1-10 from the first sub-run, 11-30 recomputed at DP 2
 from the step-10 checkpoint) equal the reference's up to the order of the float sums:
 the gradient of a step is the same mean over the same 8 samples, summed over 2
 replicas of 2 micro-batches instead of 4 replicas of 1. Measured on this machine: the
-largest relative loss difference over the 30 steps is below 1e-6 (float32 rounding);
-the test allows :data:`TOLERANCE` = 1e-4.
+largest relative loss difference over the 30 steps is 6.0e-08 (step 28: float32
+rounding); the test allows :data:`TOLERANCE` = 1e-5.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.slow
 
 STEPS = 30
 KILL_AT = 15
-TOLERANCE = 1e-4
+TOLERANCE = 1e-5
 """Largest relative difference allowed between the resized and the unbroken run's losses."""
 BASE = [o for o in E2E_OVERRIDES if not o.startswith("training.train_iters=")] + [
     f"training.train_iters={STEPS}", "cluster.num_workers=4", "cluster.cpus_per_worker=1"]
@@ -42,10 +43,10 @@ RESIZED = [f"chaos.faults=[{{kind: kill_worker, at_step: {KILL_AT}, rank: 1}}]",
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
-    """The unbroken and the resized run, one after the other, on one local Ray of four
-    nodes of one CPU each (one rank per node, no spare)."""
+    """The unbroken and the resized run, one after the other, on one local Ray of two
+    nodes of two CPUs each (two one-CPU ranks per node, no spare)."""
     root = tmp_path_factory.mktemp("reshard")
-    head = LocalCluster(ClusterConfig(local_nodes=4, cpus_per_worker=1))
+    head = LocalCluster(ClusterConfig(local_nodes=2, cpus_per_worker=2))
     dirs = {}
     try:
         for name, extra in {"unbroken": [], "resized": RESIZED}.items():
@@ -66,7 +67,7 @@ def test_a_lost_node_without_spare_continues_at_data_parallel_2_to_the_end(runs)
     starts = [e for e in events if e["type"] == "subrun_start"]
     assert [s["plan"]["data_parallel_size"] for s in starts] == [4, 2]
     decision = next(e for e in events if e["type"] == "decision" and e["action"] == "exclude_node")
-    assert "data parallel shrinks 4 -> 2: the nodes left hold 3 rank(s)" in decision["reason"], decision["reason"]
+    assert "data parallel shrinks 4 -> 2: the nodes left hold 2 rank(s)" in decision["reason"], decision["reason"]
     assert starts[1]["start_step"] == 10  # the DP 4 run's checkpoint, loaded at DP 2
     started = [len(e["data"]["workers"]) for e in events if e["type"] == "event" and e["kind"] == "workers_started"]
     assert started == [4, 2]

@@ -25,7 +25,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Protocol, runtime_checkable
 
 import torch
 import torch.distributed as dist
@@ -126,6 +126,21 @@ class SavedCheckpoint:
     """From the save request to the manifest on disk."""
 
 
+@runtime_checkable
+class OwnsOptimizerState(Protocol):
+    """An optimizer whose parameters are not the model's own (ZeRO-1 steps
+    sharded rows of them), so ``get_state_dict`` cannot name its state: it
+    lays its state out itself, as ``get_state_dict`` does for a replicated
+    optimizer (by parameter name), so its checkpoints load across layouts."""
+
+    def checkpoint_state(self) -> dict:
+        """``{"state": {name: {...}}, "param_groups": [...]}``, holding the
+        live tensors: DCP saves them, or loads into them in place."""
+
+    def load_checkpoint_state(self, loaded: dict) -> None:
+        """Finish a load once DCP filled :meth:`checkpoint_state`'s tensors."""
+
+
 def _training_state(model: nn.Module, optimizer: Optional[torch.optim.Optimizer], scaler: LossScaler,
                     step: int, consumed_samples: int) -> dict:
     """The dict DCP saves or loads in place; without ``optimizer`` only the
@@ -137,7 +152,10 @@ def _training_state(model: nn.Module, optimizer: Optional[torch.optim.Optimizer]
     }
     if optimizer is None:
         return {"model": get_model_state_dict(model), "trainer": trainer_state}
-    model_state, optim_state = get_state_dict(model, optimizer)
+    if isinstance(optimizer, OwnsOptimizerState):
+        model_state, optim_state = get_model_state_dict(model), optimizer.checkpoint_state()
+    else:
+        model_state, optim_state = get_state_dict(model, optimizer)
     return {"model": model_state, "optim": optim_state, "trainer": trainer_state}
 
 
@@ -197,7 +215,10 @@ def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimiz
     _read_into(counters, path, group)
     _refuse_inconsistent(path, manifest, counters["trainer"])
     _read_into(state, path, group)
-    if load_optimizer:
+    if load_optimizer and isinstance(optimizer, OwnsOptimizerState):
+        set_model_state_dict(model, state["model"])
+        optimizer.load_checkpoint_state(state["optim"])
+    elif load_optimizer:
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     else:
         set_model_state_dict(model, state["model"])

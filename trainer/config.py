@@ -208,9 +208,11 @@ class ParallelConfig:
     pipeline_model_parallel_size: int = 1
     """Pipeline-parallel degree (Megatron); planning only, the trainer needs 1."""
     use_distributed_optimizer: bool = False
-    """Shard optimizer state over data parallel (ZeRO-1); planning only."""
+    """Shard the optimizer state and the update over data parallel (ZeRO-1,
+    Megatron's distributed optimizer); weights and gradients stay replicated."""
     use_torch_fsdp2: bool = False
-    """Shard weights, gradients and optimizer state over data parallel (ZeRO-3); planning only."""
+    """Shard weights, gradients and optimizer state over data parallel
+    (``fully_shard``, ZeRO-3)."""
     dist_timeout_s: float = 60.0
     """Timeout of collectives: a hung peer surfaces as an error after this long."""
 
@@ -287,15 +289,17 @@ class TrainerConfig:
         settings = (  # (key, value given, the value the trainer runs)
             ("parallel.tensor_model_parallel_size", par.tensor_model_parallel_size, 1),
             ("parallel.pipeline_model_parallel_size", par.pipeline_model_parallel_size, 1),
-            ("parallel.use_distributed_optimizer", par.use_distributed_optimizer, False),
-            ("parallel.use_torch_fsdp2", par.use_torch_fsdp2, False),
         )
+        if par.use_distributed_optimizer and par.tensor_model_parallel_size > 1:
+            return ("the built-in trainer cannot execute parallel.use_distributed_optimizer=true with "
+                    f"parallel.tensor_model_parallel_size={par.tensor_model_parallel_size}; set "
+                    "parallel.use_torch_fsdp2=true instead (FSDP2 shards over data parallel on top of tensor parallel)")
         off = [(key, value, runs) for key, value, runs in settings if value != runs]
         if not off:
             return None
         given = ", ".join(f"{key}={_yaml(value)}" for key, value, _ in off)
         fix = " ".join(f"{key}={_yaml(runs)}" for key, _, runs in off)
-        return (f"the built-in trainer runs data parallel only (no tensor or pipeline parallelism, no sharding): "
+        return (f"the built-in trainer runs data parallel only (no tensor or pipeline parallelism): "
                 f"it cannot execute {given}; set {fix}")
 
     def problems(self, world_size: int) -> list[str]:

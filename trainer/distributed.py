@@ -128,3 +128,13 @@ def gather_floats(values: list[float], world_size: int, device: torch.device) ->
     parts = [torch.empty_like(local) for _ in range(world_size)]
     dist.all_gather(parts, local)
     return [part.tolist() for part in parts]
+
+
+def gather_ints(value: int, world_size: int, device: torch.device) -> list[int]:
+    """Every rank's ``value``, index = rank (int64: byte counts stay exact)."""
+    local = torch.tensor([value], dtype=torch.int64, device=device)
+    if world_size == 1:
+        return [value]
+    parts = [torch.empty_like(local) for _ in range(world_size)]
+    dist.all_gather(parts, local)
+    return [int(part) for part in parts]

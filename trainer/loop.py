@@ -20,7 +20,7 @@ import torch
 from trainer.checkpoint import Checkpointer, SavedCheckpoint, config_hash, load_checkpoint, retire_checkpoints_after
 from trainer.config import TrainerConfig
 from trainer.device import Device, resolve_device
-from trainer.distributed import DistEnv, destroy_process_groups, gather_floats, init_process_groups
+from trainer.distributed import DistEnv, destroy_process_groups, gather_floats, gather_ints, init_process_groups
 from trainer.errors import TrainerConfigError
 from trainer.flops import Throughput
 from trainer.memory import HeldMemory, held_memory
@@ -33,6 +33,7 @@ from trainer.optim import (
     warmup_iters,
 )
 from trainer.parallel.engine import Engine, build_engine
+from trainer.parallel.footprint import optimizer_state_bytes
 from trainer.plan import ResumePlan
 from trainer.precision import LossScaler, embedding_dtype
 from trainer.report import CheckpointReport, Heartbeat, LocalNormsReport, Reporter, StartReport, StepReport
@@ -159,6 +160,8 @@ class _Session:
     last_checkpoint: Optional[str] = None
     throughput: Optional[Throughput] = None
     """How a step's tokens/s becomes MFU (rank 0 only)."""
+    optimizer_bytes: tuple[int, ...] = ()
+    """Each rank's optimizer-state bytes, measured once after the first update."""
 
 
 def _start(config: TrainerConfig, plan: ResumePlan, reporter: Reporter, dist_env: DistEnv, device: Device,
@@ -218,6 +221,9 @@ def _run_step(session: _Session, step: int) -> None:
     local_loss, compute_time = forward_backward(session.engine, batches, loss_scale, ctx)
     before_clip = _norms_reporter(session, step) if norms_due(config, ctx.plan, step) else None
     grad_norm, skipped = optimizer_step(session.engine, scaler, ctx.lr(step), ctx, before_clip)
+    if not session.optimizer_bytes and not skipped:
+        session.optimizer_bytes = tuple(gather_ints(optimizer_state_bytes(session.engine.optimizer), world,
+                                                    ctx.device.torch_device))
     holds = local_loss is not None
     # Peak bytes as whole MiB and the rest: each part exact in the float32 the gather carries.
     peak_mib, peak_rest = divmod(ctx.device.peak_memory_bytes(), 1 << 20)
@@ -238,6 +244,7 @@ def _run_step(session: _Session, step: int) -> None:
             skipped_samples=session.skipped_samples, tokens_per_s=tokens_per_s,
             mfu=session.throughput.mfu(tokens_per_s) if session.throughput else None,
             peak_memory_bytes=tuple(int(row[3]) * (1 << 20) + int(row[4]) for row in gathered),
+            optimizer_state_bytes=session.optimizer_bytes,
         ))
 
 

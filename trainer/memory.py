@@ -11,6 +11,8 @@ from typing import Iterable, Optional
 import torch
 from torch import nn
 
+from trainer.parallel.footprint import optimizer_state_bytes
+
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
     """A DTensor's shard on this rank; any other tensor as it is."""
@@ -32,14 +34,6 @@ def tensor_bytes(tensors: Iterable[Optional[torch.Tensor]]) -> int:
         seen.add(key)
         total += local.numel() * local.element_size()
     return total
-
-
-def optimizer_state_bytes(optimizer: Optional[torch.optim.Optimizer]) -> int:
-    """Bytes of this rank's optimizer state (Adam's moments and step counts)."""
-    if optimizer is None:
-        return 0
-    return tensor_bytes(value for state in optimizer.state.values() for value in state.values()
-                        if isinstance(value, torch.Tensor))
 
 
 @dataclass(frozen=True)
@@ -71,4 +65,4 @@ def held_memory(model: nn.Module, optimizer: Optional[torch.optim.Optimizer], pe
     """What ``model`` and ``optimizer`` hold on this rank now."""
     params = list(model.parameters())
     return HeldMemory(tensor_bytes(params), tensor_bytes(p.grad for p in params),
-                      optimizer_state_bytes(optimizer), peak, baseline)
+                      optimizer_state_bytes(optimizer) if optimizer is not None else 0, peak, baseline)

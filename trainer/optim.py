@@ -36,10 +36,14 @@ def param_groups(model: nn.Module, weight_decay: float, decay_1d_weights: bool =
 
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
-    """AdamW over :func:`param_groups`. The for-loop implementation (no
-    foreach, no fused) keeps the update order fixed, for bit-exact resumes."""
-    return torch.optim.AdamW(
-        param_groups(model, cfg.weight_decay, cfg.decay_1d_weights),
+    """AdamW over :func:`param_groups`."""
+    return torch.optim.AdamW(param_groups(model, cfg.weight_decay, cfg.decay_1d_weights), **adamw_settings(cfg))
+
+
+def adamw_settings(cfg: OptimConfig) -> dict:
+    """AdamW's keyword arguments from the config. The for-loop implementation
+    (no foreach, no fused) keeps the update order fixed, for bit-exact resumes."""
+    return dict(
         lr=cfg.lr,
         betas=(cfg.adam_beta1, cfg.adam_beta2),
         eps=cfg.adam_eps,

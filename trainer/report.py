@@ -51,11 +51,16 @@ class StepReport:
     peak_memory_bytes: tuple[int, ...] = ()
     """Per rank (index = rank), the most memory it held so far: the device allocator's
     peak, or the process's peak RSS on CPU; empty when not measured."""
+    optimizer_state_bytes: tuple[int, ...] = ()
+    """Per-rank bytes of the optimizer state (index = rank), measured after
+    the sub-run's first update: about 1/DP of the replicated size under
+    ZeRO-1 or FSDP2 (:func:`trainer.parallel.footprint.optimizer_state_bytes`)."""
 
     def to_dict(self) -> dict:
         out = asdict(self)
         out["compute_times"] = list(self.compute_times)
         out["peak_memory_bytes"] = list(self.peak_memory_bytes)
+        out["optimizer_state_bytes"] = list(self.optimizer_state_bytes)
         return out
 
     @classmethod
@@ -66,6 +71,7 @@ class StepReport:
         values = {key: value for key, value in data.items() if key in known}
         values["compute_times"] = tuple(values.get("compute_times", ()))
         values["peak_memory_bytes"] = tuple(int(b) for b in values.get("peak_memory_bytes", ()))
+        values["optimizer_state_bytes"] = tuple(int(b) for b in values.get("optimizer_state_bytes", ()))
         return cls(**values)
 
 

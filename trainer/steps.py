@@ -94,11 +94,12 @@ def forward_backward(engine: Engine, batches: list[torch.Tensor], loss_scale: fl
         ctx.device.synchronize()
         return loss, time.perf_counter() - started
     total = torch.zeros((), dtype=torch.float32, device=ctx.device.torch_device)
-    for batch in batches:
+    for index, batch in enumerate(batches):
         inputs, labels = inputs_and_labels(batch)
         with autocast(ctx.device.autocast_type, ctx.config.precision):
             logits = model(inputs)
         loss = cross_entropy(logits, labels)
+        engine.before_backward(last=index == len(batches) - 1)
         (loss * (loss_scale / len(batches))).backward()
         total += loss.detach()
     ctx.device.synchronize()

@@ -1,6 +1,8 @@
-"""Resharding resume through runmgr (issue 14, must-show 2): a data-parallel 4 run on
-two two-rank nodes of a real local Ray loses a node with no spare, and the next
-sub-run continues at data parallel 2 from the DP 4 checkpoint, to the end.
+"""Resharding resume through runmgr (issue 14, must-show 2): a data-parallel 4 run with
+the distributed optimizer (ZeRO-1: each rank holds a quarter of AdamW's state) on two
+two-rank nodes of a real local Ray loses a node with no spare, and the next sub-run
+continues at data parallel 2 from the DP 4 checkpoint (DCP reshards the optimizer
+state into halves), to the end.
 
 The moment comes from the run's own state: the chaos schedule kills rank 1 once the
 run reached step :data:`KILL_AT` (``kill_worker``), and the policy takes a killed
@@ -36,7 +38,8 @@ KILL_AT = 15
 TOLERANCE = 1e-5
 """Largest relative difference allowed between the resized and the unbroken run's losses."""
 BASE = [o for o in E2E_OVERRIDES if not o.startswith("training.train_iters=")] + [
-    f"training.train_iters={STEPS}", "cluster.num_workers=4", "cluster.cpus_per_worker=1"]
+    f"training.train_iters={STEPS}", "cluster.num_workers=4", "cluster.cpus_per_worker=1",
+    "parallel.use_distributed_optimizer=true"]
 RESIZED = [f"chaos.faults=[{{kind: kill_worker, at_step: {KILL_AT}, rank: 1}}]",
            "policy.death_actions.killed=exclude_node"]
 
@@ -79,7 +82,7 @@ def test_each_sub_run_s_start_shows_its_layout_and_the_logbook_the_change(runs):
     events = events_of(runs["resized"])
     effective = [e["data"] for e in events if e["type"] == "event" and e["kind"] == "effective_settings"]
     assert [(e["layout"], e["data_parallel_size"], e["accumulation_steps"]) for e in effective] == [
-        ("dp 4 x tp 1 x pp 1", 4, 1), ("dp 2 x tp 1 x pp 1", 2, 2)]
+        ("dp 4 x tp 1 x pp 1, zero1", 4, 1), ("dp 2 x tp 1 x pp 1, zero1", 2, 2)]
     shown = runmgr_text("logbook", "show", str(runs["resized"]))
     assert "data parallel 4 → 2" in shown, shown
 

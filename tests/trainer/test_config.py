@@ -71,8 +71,6 @@ def test_typed_choices_leave_the_config_hash_of_existing_checkpoints_unchanged()
 @pytest.mark.parametrize("parallel, named", [
     (ParallelConfig(tensor_model_parallel_size=2), "parallel.tensor_model_parallel_size=2"),
     (ParallelConfig(pipeline_model_parallel_size=4), "parallel.pipeline_model_parallel_size=4"),
-    (ParallelConfig(use_distributed_optimizer=True), "parallel.use_distributed_optimizer=true"),
-    (ParallelConfig(use_torch_fsdp2=True), "parallel.use_torch_fsdp2=true"),
 ])
 def test_settings_the_trainer_cannot_execute_are_named_with_their_fix(parallel, named):
     config = TrainerConfig(parallel=parallel)
@@ -85,6 +83,17 @@ def test_settings_the_trainer_cannot_execute_are_named_with_their_fix(parallel, 
 
 def test_a_data_parallel_config_is_executable():
     assert TrainerConfig().unsupported() is None
+
+
+@pytest.mark.parametrize("parallel", [ParallelConfig(use_distributed_optimizer=True), ParallelConfig(use_torch_fsdp2=True)])
+def test_sharded_data_parallel_is_executable(parallel):
+    assert TrainerConfig(parallel=parallel).unsupported() is None and TrainerConfig(parallel=parallel).problems(1) == []
+
+
+def test_the_distributed_optimizer_with_tensor_parallel_is_refused_in_one_line_naming_fsdp2():
+    config = TrainerConfig(parallel=ParallelConfig(use_distributed_optimizer=True, tensor_model_parallel_size=2))
+    line = config.unsupported()
+    assert config.problems(4) == [] and "\n" not in line and "parallel.use_distributed_optimizer=true" in line and "parallel.use_torch_fsdp2=true" in line
 
 
 def test_keep_last_zero_keeps_every_checkpoint_and_a_negative_one_is_refused():

@@ -225,8 +225,6 @@ def test_resume_from_a_checkpoint_that_does_not_verify_is_refused(three_steps):
 @pytest.mark.parametrize("parallel, named", [
     ({"tensor_model_parallel_size": 2}, "parallel.tensor_model_parallel_size=2; set parallel.tensor_model_parallel_size=1"),
     ({"pipeline_model_parallel_size": 2}, "parallel.pipeline_model_parallel_size=2; set parallel.pipeline_model_parallel_size=1"),
-    ({"use_distributed_optimizer": True}, "parallel.use_distributed_optimizer=true; set parallel.use_distributed_optimizer=false"),
-    ({"use_torch_fsdp2": True}, "parallel.use_torch_fsdp2=true; set parallel.use_torch_fsdp2=false"),
 ])
 def test_what_the_trainer_cannot_execute_is_refused_with_a_clear_message(tmp_path, parallel, named):
     config = one_rank_config(tmp_path, parallel=parallel)

@@ -66,6 +66,14 @@ class Engine:
     def holds_loss(self) -> bool:
         return self.layout.holds_loss(self.rank)
 
+    def before_backward(self, last: bool) -> None:
+        """Called before each micro-batch's backward (``last``: the step's
+        last one): FSDP2 reduce-scatters the accumulated gradients once, in
+        the last backward."""
+        if self.layout.sharding == Sharding.fsdp2:
+            from trainer.parallel.fsdp import set_gradient_sync
+            set_gradient_sync(self.model, last)
+
     def reduce_gradients(self) -> None:
         """Average the gradients over data parallel."""
         if self.layout.plain:

@@ -39,8 +39,8 @@ RSS_FACTOR = 4.0
 WIDE = {"model": {"hidden_size": 256, "ffn_hidden_size": 688},
         "training": {"train_iters": 3}, "checkpoint": {"save": None}}
 
-LAYOUTS = {"dp4": {}}
-"""The layouts checked; the sharded and model-parallel ones join as they land on main."""
+LAYOUTS = {"dp4": {}, "zero1": {"use_distributed_optimizer": True}, "fsdp2": {"use_torch_fsdp2": True}}
+"""The layouts checked (DP 4 each); tensor and pipeline parallel join as they land on main."""
 
 
 def estimate(parallel: dict):

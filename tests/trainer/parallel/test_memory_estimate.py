@@ -12,10 +12,15 @@ measuring at the end of its training (trainer/memory.py):
   1.000 (Adam's step counters, 124 bytes, are the difference);
 - its peak RSS minus its RSS when training began (after imports: the torch runtime),
   against the estimate's total: at least the static part (nothing held is missed), at
-  most :data:`RSS_FACTOR` x the total. RSS also holds gloo's buffers, the data, autograd's
+  most :data:`RSS_FACTORS` x the total. RSS also holds gloo's buffers, the data, autograd's
   temporaries and the allocator's free pages, which no estimate of the model counts.
-  Measured at plain DP: peak 410-413 MB - baseline 315 MB = 95-98 MB per rank against
-  the 53.4 MB estimate (48.5 static + 4.9 activations): ratio 1.8.
+  Measured: plain DP 95-99 MB per rank against the 53.4 MB estimate (48.5 static +
+  4.9 activations), ratio 1.8; ZeRO-1 80-84 MB against 35.2 MB, ratio 2.3; FSDP2
+  119 MB against 17.0 MB, ratio 7.0 (see :data:`RSS_FACTORS`).
+
+Held states, measured: DP 48.53 MB per rank, ZeRO-1 30.33 MB (optimizer 6.07 = 24.27 / 4),
+FSDP2 12.13 MB (parameters and gradients 3.03 = 12.13 / 4, optimizer 6.07): each
+ratio to the estimate 1.000.
 
 The figures are printed (``-s``) for docs/throughput.md.
 """
@@ -34,8 +39,12 @@ from tests.trainer.parallel.conftest import WORLD, tiny_config
 
 STATES_FACTOR = 1.1
 """Measured parameters + gradients + optimizer bytes over the estimate's, and back."""
-RSS_FACTOR = 4.0
-"""Largest (peak RSS - baseline RSS) over the estimate's total per device."""
+RSS_FACTORS = {"dp4": 4.0, "zero1": 4.0, "fsdp2": 10.0}
+"""Largest (peak RSS - baseline RSS) over the estimate's total per device, by layout.
+FSDP2's is looser: every rank builds the whole model before ``fully_shard`` splits it,
+and a step all-gathers each block's weights and holds its full gradients until the
+reduce-scatter; the estimate counts the sharded state a rank keeps, and CPU RSS keeps
+the pages those transient buffers used."""
 WIDE = {"model": {"hidden_size": 256, "ffn_hidden_size": 688},
         "training": {"train_iters": 3}, "checkpoint": {"save": None}}
 
@@ -80,4 +89,4 @@ def test_peak_rss_above_the_runtime_s_is_within_a_factor_of_the_estimate(measure
               f"MB = {grown / 1e6:.1f} MB vs estimated total {guess.total / 1e6:.1f} MB "
               f"(static {guess.weights_grads_optimizer / 1e6:.1f} + activations {guess.activations / 1e6:.1f}): "
               f"ratio {grown / guess.total:.2f}")
-        assert guess.weights_grads_optimizer <= grown <= RSS_FACTOR * guess.total
+        assert guess.weights_grads_optimizer <= grown <= RSS_FACTORS[layout] * guess.total

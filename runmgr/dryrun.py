@@ -127,13 +127,18 @@ def activation_bytes(config: RunConfig, dp: int) -> float:
     s, b, h, a = m.seq_length, t.micro_batch_size, m.hidden_size, m.num_attention_heads
     full_layer = width * s * b * h * (10 + 24 / tp + 5 * a * s / (h * tp))
     layers_per_stage = m.num_layers / pp
-    in_flight = min(pp, max(1, t.global_batch_size // (b * dp)))
-    if m.recompute_granularity == "full":
-        stages = layers_per_stage * in_flight * width * s * b * h + full_layer
-    else:
-        stages = layers_per_stage * in_flight * full_layer
+
+    def held(in_flight: int) -> float:
+        """A stage's activations with ``in_flight`` micro-batches between their forward and backward."""
+        if m.recompute_granularity == "full":  # each layer's input, and one layer's working set
+            return layers_per_stage * in_flight * 2 * width * s * b * h + full_layer
+        return layers_per_stage * in_flight * full_layer
+
     logits = 2 * 4.0 * s * b * m.vocab_size / tp
-    return stages + logits if pp == 1 else max(stages, layers_per_stage * full_layer + logits)
+    if pp == 1:
+        return held(1) + logits
+    first = held(min(pp, max(1, t.global_batch_size // (b * dp))))  # 1F1B: up to pp micro-batches
+    return max(first, held(1) + logits)  # the last stage runs each micro-batch's backward at once
 
 
 def inspect_cluster(cluster: ClusterConfig) -> ClusterView:

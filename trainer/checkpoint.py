@@ -199,22 +199,47 @@ def _refuse_inconsistent(path: Path, manifest: dict, trainer_state: dict) -> Non
                                      f"its data hold {name} {saved}, its manifest says {listed}")
 
 
+def _group_params(optim_state: Optional[dict]) -> Optional[list[list[str]]]:
+    """The weight names each of this rank's param groups lists."""
+    if optim_state is None:
+        return None
+    return [list(group["params"]) for group in optim_state["param_groups"]]
+
+
+def _keep_group_params(optim_state: Optional[dict], own: Optional[list[list[str]]]) -> None:
+    """Put this rank's own names back into the loaded param groups. DCP saves
+    ``param_groups`` as one item, written by one rank: under pipeline parallel
+    it lists that rank's stage's weights, and another stage would load groups
+    naming weights it does not hold (the groups' settings are the same on
+    every stage: decay and no decay)."""
+    if optim_state is None or own is None:
+        return
+    for group, names in zip(optim_state["param_groups"], own):
+        group["params"] = names
+
+
 def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scaler: LossScaler,
-                    load_optimizer: bool, group: Optional[dist.ProcessGroup]) -> LoadedCheckpoint:
+                    load_optimizer: bool, group: Optional[dist.ProcessGroup],
+                    shapes: Optional[dict[str, list[int]]] = None) -> LoadedCheckpoint:
     """Verify then load ``path`` into the model (and optimizer and scaler).
     Raises :class:`BadCheckpointError` when it does not verify or its data
     disagree with its manifest, :class:`CheckpointError` when it holds a model
-    of other shapes than ``model``."""
+    of other shapes than ``shapes`` (the whole model's, :func:`config_shapes`;
+    default: ``model``'s own, right when every rank holds every name). DCP
+    loads by name, so a rank holding one pipeline stage reads its layers only."""
     path = Path(path)
     _verify_on_every_rank(path, group)
     state = _training_state(model, optimizer if load_optimizer else None, scaler, 0, 0)
-    _refuse_other_shapes(path, tensor_shapes(state["model"]))  # the same on every rank: all raise
+    # The same on every rank: all raise.
+    _refuse_other_shapes(path, shapes if shapes is not None else tensor_shapes(state["model"]))
     manifest = read_manifest(path)
     # The counters first: DCP loads in place, and a checkpoint unlike its manifest must change nothing.
     counters = {"trainer": state.pop("trainer")}
     _read_into(counters, path, group)
     _refuse_inconsistent(path, manifest, counters["trainer"])
+    own_groups = _group_params(state.get("optim"))
     _read_into(state, path, group)
+    _keep_group_params(state.get("optim"), own_groups)
     if load_optimizer and isinstance(optimizer, OwnsOptimizerState):
         set_model_state_dict(model, state["model"])
         optimizer.load_checkpoint_state(state["optim"])
@@ -239,11 +264,15 @@ class Checkpointer:
     """Writes one run's checkpoints; at most one save is in flight."""
 
     def __init__(self, save_dir: Path, cfg: CheckpointConfig, rank: int, group: dist.ProcessGroup,
-                 protect: tuple[Path, ...] = (), clock: Callable[[], float] = time.time) -> None:
+                 protect: tuple[Path, ...] = (), clock: Callable[[], float] = time.time,
+                 shapes: Optional[dict[str, list[int]]] = None) -> None:
         """``group``: a gloo group used by checkpoints only; ``protect``: the
-        checkpoint this run resumed from, never pruned."""
+        checkpoint this run resumed from, never pruned; ``shapes``: the whole
+        model's ``{name: shape}`` the manifest records (:func:`config_shapes`;
+        default: rank 0's state, which is the whole model unless rank 0 holds
+        one pipeline stage)."""
         self.save_dir, self.cfg, self.rank, self.group = Path(save_dir), cfg, rank, group
-        self.protect, self.clock = protect, clock
+        self.protect, self.clock, self.shapes = protect, clock, shapes
         self._pending: Optional[_PendingSave] = None
 
     @property
@@ -272,7 +301,8 @@ class Checkpointer:
             path.mkdir(parents=True)
         dist.barrier(group=self.group)
         state = _training_state(model, optimizer, scaler, step, consumed_samples)
-        fields = {**fields, PARAMETERS_FIELD: tensor_shapes(state["model"])}
+        shapes = self.shapes if self.shapes is not None else tensor_shapes(state["model"])
+        fields = {**fields, PARAMETERS_FIELD: shapes}
         if self.cfg.async_save:
             future = dcp.async_save(state, checkpoint_id=str(path), process_group=self.group)
             self._pending = _PendingSave(step, path, future, fields, started)

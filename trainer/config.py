@@ -204,9 +204,15 @@ class ParallelConfig:
     them (:meth:`TrainerConfig.unsupported`)."""
 
     tensor_model_parallel_size: int = 1
-    """Tensor-parallel degree (Megatron); planning only, the trainer needs 1."""
+    """Tensor-parallel degree (Megatron): each rank of a group holds 1/tp of every
+    large matrix (DTensor, :mod:`trainer.parallel.tensor`); it must divide the
+    attention heads, key/value groups, ffn_hidden_size and vocab_size."""
+    sequence_parallel: bool = False
+    """With tensor parallelism, run the norms and dropouts on 1/tp of the
+    sequence (Megatron's --sequence-parallel); needs tp > 1 and tp dividing seq_length."""
     pipeline_model_parallel_size: int = 1
-    """Pipeline-parallel degree (Megatron); planning only, the trainer needs 1."""
+    """Pipeline-parallel degree: the layers split evenly by number over this many
+    stages (1F1B schedule, the step's micro-batches; needs an untied output)."""
     use_distributed_optimizer: bool = False
     """Shard the optimizer state and the update over data parallel (ZeRO-1,
     Megatron's distributed optimizer); weights and gradients stay replicated."""
@@ -286,21 +292,56 @@ class TrainerConfig:
         although the config is consistent (``--dry-run`` plans them for a
         trainer that can), and the values it runs; None when it runs them all."""
         par = self.parallel
-        settings = (  # (key, value given, the value the trainer runs)
-            ("parallel.tensor_model_parallel_size", par.tensor_model_parallel_size, 1),
-            ("parallel.pipeline_model_parallel_size", par.pipeline_model_parallel_size, 1),
-        )
         if par.use_distributed_optimizer and par.tensor_model_parallel_size > 1:
             return ("the built-in trainer cannot execute parallel.use_distributed_optimizer=true with "
                     f"parallel.tensor_model_parallel_size={par.tensor_model_parallel_size}; set "
                     "parallel.use_torch_fsdp2=true instead (FSDP2 shards over data parallel on top of tensor parallel)")
-        off = [(key, value, runs) for key, value, runs in settings if value != runs]
-        if not off:
-            return None
-        given = ", ".join(f"{key}={_yaml(value)}" for key, value, _ in off)
-        fix = " ".join(f"{key}={_yaml(runs)}" for key, _, runs in off)
-        return (f"the built-in trainer runs data parallel only (no tensor or pipeline parallelism): "
-                f"it cannot execute {given}; set {fix}")
+        return self._tensor_parallel_unsupported() or self._unsupported_pipeline()
+
+    def _unsupported_pipeline(self) -> Optional[str]:
+        """The pipeline combinations the trainer cannot run: a tied output (the
+        built-in pipeline does not share the embedding between its first and
+        last stage; Megatron does), and tensor parallel within the stages (not
+        verified yet)."""
+        pp, tp = self.parallel.pipeline_model_parallel_size, self.parallel.tensor_model_parallel_size
+        if pp > 1 and not self.model.untie_embeddings_and_output_weights:
+            return ("pipeline parallel needs model.untie_embeddings_and_output_weights=true (the built-in trainer "
+                    "does not share a tied output between the first and last stage); set it, or "
+                    "parallel.pipeline_model_parallel_size=1")
+        if pp > 1 and tp > 1:
+            return (f"the built-in trainer cannot execute parallel.pipeline_model_parallel_size={pp} with "
+                    f"parallel.tensor_model_parallel_size={tp} yet (tensor parallel within pipeline stages is not "
+                    "verified); set one of them to 1")
+        return None
+
+    def _tensor_parallel_unsupported(self) -> Optional[str]:
+        """The combinations with tensor parallelism the trainer cannot run."""
+        tp = self.parallel.tensor_model_parallel_size
+        if tp > 1 and self.parallel.use_torch_fsdp2:
+            return (f"the built-in trainer cannot execute parallel.use_torch_fsdp2=true with "
+                    f"parallel.tensor_model_parallel_size={tp} yet (FSDP2 over a tensor-parallel model is not "
+                    f"verified); set parallel.use_torch_fsdp2=false")
+        if tp > 1 and self.precision.embedding_bf16:
+            return ("precision.embedding_bf16=true cannot run with parallel.tensor_model_parallel_size>1 (the "
+                    "vocabulary-parallel embedding looks up its fp32 weight); set precision.embedding_bf16=false")
+        return None
+
+    def _tensor_parallel_problems(self) -> list[str]:
+        """What tensor parallelism needs of the model's sizes: whole heads,
+        key/value groups, ffn columns and vocabulary rows on every rank."""
+        m, tp = self.model, self.parallel.tensor_model_parallel_size
+        if tp <= 1:
+            if self.parallel.sequence_parallel:
+                return ["parallel.sequence_parallel=true needs parallel.tensor_model_parallel_size > 1 "
+                        "(it splits the sequence over the tensor-parallel ranks); set parallel.sequence_parallel=false"]
+            return []
+        sizes = {"model.num_attention_heads": m.num_attention_heads,
+                 "model.num_query_groups": m.num_query_groups or m.num_attention_heads,
+                 "model.ffn_hidden_size": m.ffn_hidden_size, "model.vocab_size": m.vocab_size}
+        if self.parallel.sequence_parallel:
+            sizes["model.seq_length"] = m.seq_length
+        return [f"parallel.tensor_model_parallel_size ({tp}) must divide {key} ({value}); "
+                f"choose a tensor-parallel size that divides it" for key, value in sizes.items() if value % tp]
 
     def problems(self, world_size: int) -> list[str]:
         """Every inconsistency of this config for ``world_size`` ranks, as
@@ -362,7 +403,12 @@ class TrainerConfig:
         if par.use_distributed_optimizer and par.use_torch_fsdp2:
             out.append("parallel.use_distributed_optimizer and parallel.use_torch_fsdp2 are both true: choose one "
                        "(FSDP2 already shards the optimizer state)")
-        model_parallel = par.tensor_model_parallel_size * par.pipeline_model_parallel_size
+        pp = par.pipeline_model_parallel_size
+        if m.num_layers % pp:
+            out.append(f"parallel.pipeline_model_parallel_size ({pp}) must divide model.num_layers ({m.num_layers}): "
+                       "each stage holds as many layers")
+        out += self._tensor_parallel_problems()
+        model_parallel = par.tensor_model_parallel_size * pp
         if world_size % model_parallel:
             out.append(f"world size {world_size} is not divisible by tensor x pipeline parallel size {model_parallel}")
         else:
@@ -371,6 +417,13 @@ class TrainerConfig:
                 out.append(
                     f"training.global_batch_size ({t.global_batch_size}) must be divisible by "
                     f"micro_batch_size x data-parallel size ({t.micro_batch_size} x {dp} = {t.micro_batch_size * dp})"
+                )
+            elif pp > 1 and self.accumulation_steps(world_size) < pp:
+                out.append(
+                    f"pipeline parallel {pp} needs at least {pp} micro-batches a step (1F1B keeps every stage busy), "
+                    f"got training.global_batch_size / (micro_batch_size x data-parallel size) = "
+                    f"{self.accumulation_steps(world_size)}; raise training.global_batch_size or lower "
+                    "training.micro_batch_size"
                 )
         return out
 

@@ -17,7 +17,14 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from trainer.checkpoint import Checkpointer, SavedCheckpoint, config_hash, load_checkpoint, retire_checkpoints_after
+from trainer.checkpoint import (
+    Checkpointer,
+    SavedCheckpoint,
+    config_hash,
+    config_shapes,
+    load_checkpoint,
+    retire_checkpoints_after,
+)
 from trainer.config import TrainerConfig
 from trainer.device import Device, resolve_device
 from trainer.distributed import DistEnv, destroy_process_groups, gather_floats, gather_ints, init_process_groups
@@ -180,7 +187,8 @@ def _start(config: TrainerConfig, plan: ResumePlan, reporter: Reporter, dist_env
     start_step, cursor, resumed_from, manifest = 0, 0, None, {}
     if plan.start_checkpoint:
         loaded = load_checkpoint(Path(plan.start_checkpoint), model, optimizer, scaler,
-                                 load_optimizer=not plan.reset_optimizer, group=ckpt_group)
+                                 load_optimizer=not plan.reset_optimizer, group=ckpt_group,
+                                 shapes=config_shapes(config.model))
         start_step, cursor, resumed_from, manifest = loaded.step, loaded.consumed_samples, loaded.path, loaded.manifest
     apply_hyperparameters(optimizer, config.optim)  # the config's betas/eps/wd, not the checkpoint's
     origin = start_step if plan.restart_schedule else int(manifest.get(SCHEDULE_ORIGIN_FIELD, 0))
@@ -215,7 +223,8 @@ def _run_step(session: _Session, step: int) -> None:
     ctx, scaler = session.ctx, session.scaler
     config, rank, world = ctx.config, ctx.dist_env.rank, ctx.dist_env.world_size
     started = time.perf_counter()
-    reseed_for_step(config.training.seed, step, rank)
+    # The ranks of a tensor-parallel group draw the same dropout masks: their activations are replicas.
+    reseed_for_step(config.training.seed, step, ctx.layout.seed_rank(rank))
     batches, session.cursor = micro_batches(session.stream, session.cursor, ctx)
     loss_scale = scaler.scale  # the scale this step ran with; the update may change it
     local_loss, compute_time = forward_backward(session.engine, batches, loss_scale, ctx)
@@ -224,13 +233,13 @@ def _run_step(session: _Session, step: int) -> None:
     if not session.optimizer_bytes and not skipped:
         session.optimizer_bytes = tuple(gather_ints(optimizer_state_bytes(session.engine.optimizer), world,
                                                     ctx.device.torch_device))
-    holds = local_loss is not None
+    holds = local_loss is not None and session.engine.reports_loss
     # Peak bytes as whole MiB and the rest: each part exact in the float32 the gather carries.
     peak_mib, peak_rest = divmod(ctx.device.peak_memory_bytes(), 1 << 20)
     gathered = gather_floats([local_loss if holds else 0.0, compute_time, float(holds), peak_mib, peak_rest],
                              world, ctx.device.torch_device)
-    # The mean over the ranks that computed a loss (the last pipeline stage), in rank
-    # order: the same float on every rank.
+    # The mean over the ranks that computed a loss (the last pipeline stage, one rank per
+    # tensor-parallel group), in rank order: the same float on every rank.
     losses = [row[0] for row in gathered if row[2]]
     loss = sum(losses) / len(losses)
     session.losses.append(loss)
@@ -321,7 +330,8 @@ def _checkpointer(config: TrainerConfig, plan: ResumePlan, dist_env: DistEnv, ck
         # Checkpoints past the start belong to an abandoned branch (a rollback): not "latest" any more.
         retire_checkpoints_after(save_dir, start_step, plan.subrun)
     protect = (resumed_from,) if resumed_from is not None else ()
-    return Checkpointer(save_dir, config.checkpoint, dist_env.rank, ckpt_group, protect=protect)
+    return Checkpointer(save_dir, config.checkpoint, dist_env.rank, ckpt_group, protect=protect,
+                        shapes=config_shapes(config.model))
 
 
 def save_due(config: TrainerConfig, step: int) -> bool:

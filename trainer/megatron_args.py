@@ -108,6 +108,7 @@ _SCALARS = (
     _Scalar("--seed", "training", "seed", int, 1234),
     _Scalar("--log-interval", "training", "log_interval", int, 100),
     _Scalar("--save", "checkpoint", "save", str, None),
+    _Scalar("--pipeline-model-parallel-size", "parallel", "pipeline_model_parallel_size", int, 1),
 )
 _SWITCHES = (  # (flag, section, field): store_true flags that are one bool field
     ("--untie-embeddings-and-output-weights", "model", "untie_embeddings_and_output_weights"),
@@ -175,7 +176,6 @@ def _parser() -> argparse.ArgumentParser:
     add("--save-interval", type=int, default=None, help="default: --train-iters (a save at the end)")
     add("--ckpt-format", choices=("torch_dist",), default="torch_dist")
     add("--tensor-model-parallel-size", type=int, choices=(1,), default=1)
-    add("--pipeline-model-parallel-size", type=int, choices=(1,), default=1)
     add("--distributed-backend", choices=tuple(_DEVICE_OF_BACKEND), default=None,
         help="gloo: CPU ranks, nccl: CUDA ranks; absent: the device layer picks (npu, cuda, cpu)")
     add("--distributed-timeout-minutes", type=int, default=10)
@@ -232,7 +232,8 @@ def _data_path(args: argparse.Namespace) -> Optional[str]:
 
 
 def _sections(args: argparse.Namespace) -> dict[str, dict]:
-    values: dict[str, dict] = {name: {} for name in ("model", "optim", "precision", "training", "checkpoint")}
+    values: dict[str, dict] = {name: {} for name in ("model", "optim", "precision", "training", "checkpoint",
+                                                     "parallel")}
     for scalar in _SCALARS:
         given = getattr(args, _dest(scalar.flag))
         if given is None and scalar.megatron_default is _REQUIRED:
@@ -252,7 +253,9 @@ def from_megatron_args(argv: Sequence[str], world_size: int = 1) -> MegatronInvo
     _require_llama(args)
     values = _sections(args)
     training = values["training"]
-    training["global_batch_size"] = args.global_batch_size or training["micro_batch_size"] * world_size
+    stages = values["parallel"]["pipeline_model_parallel_size"]  # a bad one is refused with the config
+    data_parallel = max(1, world_size // stages) if stages > 0 else world_size
+    training["global_batch_size"] = args.global_batch_size or training["micro_batch_size"] * data_parallel
     training["local_norms_interval"] = 0  # Megatron's log has no per-weight norms (docs/local_norms.md)
     if args.lr_warmup_iters is not None and args.lr_warmup_fraction is not None:
         raise TrainerConfigError("--lr-warmup-iters and --lr-warmup-fraction are both given: pass one (as Megatron asserts)")
@@ -263,7 +266,8 @@ def from_megatron_args(argv: Sequence[str], world_size: int = 1) -> MegatronInvo
     config = TrainerConfig(
         model=_model(args, values), optim=optim, precision=PrecisionConfig(**values["precision"]),
         data=DataConfig(data_path=_data_path(args)), training=TrainingConfig(**training),
-        parallel=ParallelConfig(dist_timeout_s=60.0 * args.distributed_timeout_minutes), checkpoint=checkpoint,
+        parallel=ParallelConfig(dist_timeout_s=60.0 * args.distributed_timeout_minutes, **values["parallel"]),
+        checkpoint=checkpoint,
         device=_DEVICE_OF_BACKEND.get(args.distributed_backend, DeviceKind.auto),
     )
     return MegatronInvocation(

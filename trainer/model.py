@@ -138,6 +138,17 @@ class Block(nn.Module):
         return x + self.dropout(self.mlp(self.mlp_norm(x)))
 
 
+class TiedOutput(nn.Module):
+    """The tied output projection: logits = x @ embedding.weight^T. A module
+    without parameters of its own (the weight is passed in, so no second
+    module aliases the embedding's parameter in a state dict), so that tensor
+    parallelism can hook its inputs (the vocabulary-sharded weight makes the
+    logits vocabulary-sharded)."""
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, weight)
+
+
 class Transformer(nn.Module):
     """Token ids (batch, seq) -> next-token logits (batch, seq, vocab).
 
@@ -162,6 +173,7 @@ class Transformer(nn.Module):
         self.output: Optional[nn.Linear] = (
             nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False) if cfg.untie_embeddings_and_output_weights else None
         )
+        self.tied_output: Optional[TiedOutput] = None if cfg.untie_embeddings_and_output_weights else TiedOutput()
         self.recompute = cfg.recompute_granularity == "full"
         init_weights(self, cfg)
 
@@ -177,13 +189,9 @@ class Transformer(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """``tokens``: token ids (batch, seq), or hidden states (batch, seq,
         hidden) on a pipeline stage without the embedding."""
-        kept = None
+        head_weight = None
         if self.embedding is not None:
-            master = self.embedding.weight
-            # The weight as kept for the passes: the fp32 parameter itself, or its bf16 copy,
-            # whose lookup and gradient accumulation then run in bf16 (seed 004's case).
-            kept = master.to(self.embedding_dtype)
-            x = F.embedding(tokens, kept).to(master.dtype)
+            x, head_weight = self._embed(tokens)
             if self.positions is not None:
                 x = x + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
             x = self.dropout(x)
@@ -199,8 +207,21 @@ class Transformer(nn.Module):
         x = self.final_norm(x)
         if self.output is not None:
             return self.output(x)
-        assert kept is not None, "a tied output needs the embedding on the same stage"
-        return F.linear(x, kept.to(self.embedding.weight.dtype))
+        assert head_weight is not None and self.tied_output is not None, \
+            "a tied output needs the embedding on the same stage"
+        return self.tied_output(x, head_weight)
+
+    def _embed(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The token embeddings, and the weight a tied output multiplies by."""
+        assert self.embedding is not None
+        master = self.embedding.weight
+        if self.embedding_dtype == master.dtype:
+            # Through the module, so that tensor parallelism's hooks (a vocabulary split) apply.
+            return self.embedding(tokens), master
+        # The weight as kept for the passes: its bf16 copy, whose lookup and gradient
+        # accumulation then run in bf16 (seed 004's case).
+        kept = master.to(self.embedding_dtype)
+        return F.embedding(tokens, kept).to(master.dtype), kept.to(master.dtype)
 
 
 def init_weights(model: Transformer, cfg: ModelConfig) -> None:

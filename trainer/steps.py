@@ -19,6 +19,7 @@ from trainer.distributed import DistEnv
 from trainer.errors import TrainerConfigError
 from trainer.optim import lr_at, set_lr
 from trainer.parallel.engine import Engine
+from trainer.parallel.gradients import local_part
 from trainer.parallel.layout import Layout
 from trainer.plan import ResumePlan
 from trainer.precision import LossScaler, autocast, grads_finite, unscale_
@@ -98,10 +99,11 @@ def forward_backward(engine: Engine, batches: list[torch.Tensor], loss_scale: fl
         inputs, labels = inputs_and_labels(batch)
         with autocast(ctx.device.autocast_type, ctx.config.precision):
             logits = model(inputs)
-        loss = cross_entropy(logits, labels)
-        engine.before_backward(last=index == len(batches) - 1)
-        (loss * (loss_scale / len(batches))).backward()
-        total += loss.detach()
+        with engine.loss_context():  # vocabulary-sharded logits under tensor parallelism
+            loss = cross_entropy(logits, labels)
+            engine.before_backward(last=index == len(batches) - 1)
+            (loss * (loss_scale / len(batches))).backward()
+        total += local_part(loss.detach())
     ctx.device.synchronize()
     return float(total) / len(batches), time.perf_counter() - started
 

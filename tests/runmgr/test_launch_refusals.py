@@ -4,7 +4,8 @@ directory (or, for a lineage, its files untouched).
 
 - a plan the cluster in view cannot hold (run12's 992 GPUs on this machine; an
   existing Ray cluster with too few CPUs);
-- a setting the built-in trainer cannot execute (tensor parallel, ...);
+- a setting the built-in trainer cannot execute (pipeline parallel, a tensor-parallel size that
+  does not divide the heads, ...);
 - a resume whose checkpoint holds a model of other shapes than the config
   builds (a changed model.hidden_size).
 """
@@ -59,7 +60,7 @@ def test_run12_on_this_machine_names_the_992_devices_it_lacks_and_how_to_see_the
                                "run12 cannot run on the cluster in view",
                                "needs 992 GPUs (992 workers x 1 cuda device), the cluster has ",
                                f"`runmgr launch --dry-run conf=run12 run.dir={run_dir}` shows the plan")
-    assert "cannot execute parallel.tensor_model_parallel_size=8" in line  # the trainer's refusal too
+    assert "cannot execute parallel.use_torch_fsdp2=true" in line  # the trainer's refusal too
     assert not run_dir.exists()
 
 
@@ -68,30 +69,26 @@ def test_the_refusal_comes_before_ray_is_started(tmp_path, monkeypatch):
         raise AssertionError("Ray was started for a run that cannot run")
 
     monkeypatch.setattr(ray_cluster, "connect", no_ray)
-    with pytest.raises(ConfigError, match="cannot execute parallel.tensor_model_parallel_size=2"):
-        launch("demo", [f"run.dir={tmp_path / 'run'}", "parallel.tensor_model_parallel_size=2",
-                        "training.global_batch_size=8"])
+    with pytest.raises(ConfigError, match=r"parallel.tensor_model_parallel_size \(3\) must divide model.num_attention_heads"):
+        launch("demo", [f"run.dir={tmp_path / 'run'}", "parallel.tensor_model_parallel_size=3"])
     assert not (tmp_path / "run").exists()
 
 
-def test_tensor_parallel_is_refused_by_launch_and_shown_by_the_dry_run(tmp_path):
+def test_a_tensor_parallel_size_that_does_not_divide_the_heads_is_refused_by_launch_dry_run_and_lint(tmp_path):
     run_dir = tmp_path / "run"
-    overrides = [f"run.dir={run_dir}", "parallel.tensor_model_parallel_size=2", "training.global_batch_size=8"]
-    refused_in_one_line(runmgr("launch", "conf=demo", *overrides),
-                        "the built-in trainer runs data parallel only",
-                        "cannot execute parallel.tensor_model_parallel_size=2; set parallel.tensor_model_parallel_size=1",
-                        "`runmgr launch --dry-run conf=demo")
+    overrides = [f"run.dir={run_dir}", "parallel.tensor_model_parallel_size=3"]
+    named = "parallel.tensor_model_parallel_size (3) must divide model.num_attention_heads (4)"
+    for command in (("launch",), ("launch", "--dry-run"), ("lint",)):
+        line = refused_in_one_line(runmgr(*command, "conf=demo", *overrides), named)
+        assert line.startswith("runmgr: error: ")
     assert not run_dir.exists()
-    plan = runmgr("launch", "--dry-run", "conf=demo", *overrides)
-    assert plan.returncode == 0, plan.stderr
-    assert "TP 2 x PP 1 x DP 1" in plan.stdout and "CANNOT be executed" in plan.stdout
 
 
 @pytest.mark.parametrize("conf", ["run12", "llama2_70b"])
 def test_the_big_recipes_still_dry_run_and_say_the_built_in_trainer_cannot_execute_them(conf):
     plan = runmgr("launch", "--dry-run", f"conf={conf}")
     assert plan.returncode == 0, plan.stderr
-    assert "TP 8" in plan.stdout and "CANNOT be executed: the built-in trainer runs data parallel only" in plan.stdout
+    assert "TP 8" in plan.stdout and "CANNOT be executed: the built-in trainer" in plan.stdout
 
 
 def test_an_existing_cluster_too_small_for_the_plan_is_named_by_its_address(tmp_path):

@@ -68,21 +68,49 @@ def test_typed_choices_leave_the_config_hash_of_existing_checkpoints_unchanged()
     assert config_hash(typed) == config_hash(as_strings)
 
 
-@pytest.mark.parametrize("parallel, named", [
-    (ParallelConfig(tensor_model_parallel_size=2), "parallel.tensor_model_parallel_size=2"),
-    (ParallelConfig(pipeline_model_parallel_size=4), "parallel.pipeline_model_parallel_size=4"),
-])
-def test_settings_the_trainer_cannot_execute_are_named_with_their_fix(parallel, named):
-    config = TrainerConfig(parallel=parallel)
+def test_tensor_parallel_within_pipeline_stages_is_named_with_its_fix():
+    config = TrainerConfig(model=ModelConfig(untie_embeddings_and_output_weights=True),
+                           parallel=ParallelConfig(tensor_model_parallel_size=2, pipeline_model_parallel_size=2))
     unsupported = config.unsupported()
-    key = named.split("=")[0]
-    assert unsupported is not None and named in unsupported and f"set {key}=" in unsupported
-    one_replica = parallel.tensor_model_parallel_size * parallel.pipeline_model_parallel_size
-    assert config.problems(one_replica) == []  # consistent: --dry-run still plans it
+    assert unsupported is not None and "parallel.pipeline_model_parallel_size=2 with parallel.tensor_model_parallel_size=2" in unsupported
+    assert "set one of them to 1" in unsupported and config.problems(4) == []  # consistent: --dry-run still plans it
 
 
 def test_a_data_parallel_config_is_executable():
     assert TrainerConfig().unsupported() is None
+
+
+def test_tensor_parallel_runs_when_it_divides_heads_groups_ffn_and_vocab():
+    config = TrainerConfig(parallel=ParallelConfig(tensor_model_parallel_size=2, sequence_parallel=True))
+    assert config.unsupported() is None and config.problems(4) == []
+
+
+@pytest.mark.parametrize("model, tp, sequence, named", [
+    ({"num_attention_heads": 16}, 3, False, "parallel.tensor_model_parallel_size (3) must divide model.num_attention_heads (16)"),
+    ({"num_query_groups": 2}, 4, False, "must divide model.num_query_groups (2)"),
+    ({"ffn_hidden_size": 770}, 4, False, "must divide model.ffn_hidden_size (770)"),
+    ({"vocab_size": 50257}, 2, False, "must divide model.vocab_size (50257)"),
+    ({"seq_length": 510}, 4, True, "must divide model.seq_length (510)"),
+])
+def test_a_tensor_parallel_size_that_does_not_split_the_model_evenly_is_refused(model, tp, sequence, named):
+    defaults = ModelConfig(num_attention_heads=12, hidden_size=768, ffn_hidden_size=3072, vocab_size=50304,
+                           seq_length=512, max_position_embeddings=512)
+    config = TrainerConfig(model=dataclasses.replace(defaults, **model),
+                           parallel=ParallelConfig(tensor_model_parallel_size=tp, sequence_parallel=sequence))
+    problems = config.problems(tp)
+    assert any(named in line and "\n" not in line for line in problems), problems
+
+
+def test_sequence_parallel_without_tensor_parallel_is_refused():
+    problems = TrainerConfig(parallel=ParallelConfig(sequence_parallel=True)).problems(1)
+    assert problems == ["parallel.sequence_parallel=true needs parallel.tensor_model_parallel_size > 1 (it splits "
+                        "the sequence over the tensor-parallel ranks); set parallel.sequence_parallel=false"]
+
+
+def test_a_bf16_embedding_under_tensor_parallel_is_refused_in_one_line():
+    config = TrainerConfig(parallel=ParallelConfig(tensor_model_parallel_size=2),
+                           precision=dataclasses.replace(TrainerConfig().precision, embedding_bf16=True))
+    assert "set precision.embedding_bf16=false" in config.unsupported()
 
 
 @pytest.mark.parametrize("parallel", [ParallelConfig(use_distributed_optimizer=True), ParallelConfig(use_torch_fsdp2=True)])

@@ -10,9 +10,10 @@ bit for bit what they were. The other layouts go through DeviceMesh groups.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
-from typing import Optional, Protocol
+from typing import ContextManager, Optional, Protocol
 
 import torch
 import torch.distributed as dist
@@ -25,7 +26,7 @@ from trainer.distributed import average_gradients, broadcast_parameters
 from trainer.local_norms import local_norms
 from trainer.model import build_model
 from trainer.optim import build_optimizer, clip_gradients
-from trainer.parallel.gradients import average_over, global_norm, holders, local_part, scale_
+from trainer.parallel.gradients import average_over, global_norm, holders, local_part, scale_, settle_placements
 from trainer.parallel.layout import Coords, Layout, Sharding
 from trainer.parallel.mesh import build_mesh
 
@@ -66,6 +67,20 @@ class Engine:
     def holds_loss(self) -> bool:
         return self.layout.holds_loss(self.rank)
 
+    @property
+    def reports_loss(self) -> bool:
+        """Whether this rank's loss counts in the reported one: the last stage's
+        first tensor-parallel rank of each replica (the others compute the same loss)."""
+        return self.holds_loss and self.coords.tp == 0
+
+    def loss_context(self) -> ContextManager:
+        """What the cross entropy and its backward run under (the vocabulary-parallel
+        loss when the logits are sharded over tensor parallel)."""
+        if self.layout.tp > 1:
+            from trainer.parallel.tensor import loss_context
+            return loss_context(self.layout.tp)
+        return contextlib.nullcontext()
+
     def before_backward(self, last: bool) -> None:
         """Called before each micro-batch's backward (``last``: the step's
         last one): FSDP2 reduce-scatters the accumulated gradients once, in
@@ -76,6 +91,8 @@ class Engine:
 
     def reduce_gradients(self) -> None:
         """Average the gradients over data parallel."""
+        if self.layout.tp > 1:
+            settle_placements(self.parameters)
         if self.layout.plain:
             average_gradients(self.parameters, self.layout.world_size)
         elif self.layout.sharding == Sharding.fsdp2:

@@ -22,6 +22,19 @@ def local_part(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
+def settle_placements(params: Iterable[nn.Parameter]) -> None:
+    """Give every DTensor gradient its parameter's placement, so that its
+    local part is exactly this rank's share of the whole gradient before the
+    average, the norm and the update. Backward may leave others: partial sums
+    (a replicated norm weight used on a slice of the sequence under sequence
+    parallelism), or a replicated whole (the vocabulary-parallel embedding's
+    backward gathers it)."""
+    for param in params:
+        grad = param.grad
+        if isinstance(grad, DTensor) and tuple(grad.placements) != tuple(param.placements):
+            param.grad = grad.redistribute(placements=param.placements)
+
+
 def _grads(params: Iterable[nn.Parameter]) -> list[torch.Tensor]:
     out = []
     for param in params:

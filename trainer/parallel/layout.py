@@ -61,6 +61,12 @@ class Layout:
         """Whether ``rank`` computes the loss: the last pipeline stage does."""
         return self.coords(rank).pp == self.pp - 1
 
+    def seed_rank(self, rank: int) -> int:
+        """The rank whose random stream ``rank`` draws from each step: the first
+        of its tensor-parallel group (itself when tp is 1), so that the ranks
+        of a group draw the same dropout masks on their replicated activations."""
+        return rank - self.coords(rank).tp
+
     def describe(self) -> str:
         """``dp 2 x tp 2 x pp 1, zero1``: as logs and reports print it."""
         text = f"dp {self.dp} x tp {self.tp} x pp {self.pp}"

@@ -270,9 +270,17 @@ class TrainerConfig:
         return layout_of(world_size, par.tensor_model_parallel_size, par.pipeline_model_parallel_size,
                          par.use_distributed_optimizer, par.use_torch_fsdp2)
 
+    @property
+    def model_parallel_size(self) -> int:
+        """Ranks of one data-parallel replica: tensor x pipeline parallel."""
+        return self.parallel.tensor_model_parallel_size * self.parallel.pipeline_model_parallel_size
+
     def data_parallel_size(self, world_size: int) -> int:
-        model_parallel = self.parallel.tensor_model_parallel_size * self.parallel.pipeline_model_parallel_size
-        return world_size // model_parallel
+        return world_size // self.model_parallel_size
+
+    def world_size_of(self, data_parallel_size: int) -> int:
+        """Ranks that ``data_parallel_size`` replicas take."""
+        return data_parallel_size * self.model_parallel_size
 
     def accumulation_steps(self, world_size: int) -> int:
         """Micro-batches per rank per step: global / (micro x data parallel)."""

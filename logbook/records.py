@@ -13,8 +13,8 @@ from logbook.errors import LogbookError
 KNOWN_END_STATES = ("finished", "failed", "restarting", "stopped", "abandoned", "aborted")
 """End states the renderers phrase specially; other lowercase words are accepted."""
 
-METRIC_FLOATS = ("loss", "grad_norm", "lr", "loss_scale", "tokens_per_s", "step_time", "time")
-METRIC_INTS = ("tokens", "consumed_samples")
+METRIC_FLOATS = ("loss", "grad_norm", "lr", "loss_scale", "tokens_per_s", "step_time", "time", "mfu")
+METRIC_INTS = ("tokens", "consumed_samples", "peak_memory_bytes")
 METRIC_FIELDS = ("step",) + METRIC_FLOATS + METRIC_INTS + ("skipped",)
 """Columns of one metrics row, besides its sub-run."""
 METRIC_COLUMNS = ("subrun_id",) + METRIC_FIELDS + ("recorded_at",)

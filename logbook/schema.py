@@ -17,9 +17,10 @@ from logbook.errors import LogbookError
 LOGBOOK_FILENAME = "logbook.sqlite"
 """The file in a run directory that holds its logbook (plus -wal/-shm beside it)."""
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Bumped with every change to the tables; older files are migrated on open
-(2: ``local_norms``, per-weight gradient norms)."""
+(2: ``local_norms``, per-weight gradient norms; 3: the metrics' ``mfu`` and
+``peak_memory_bytes``)."""
 
 _TABLES = (
     """CREATE TABLE schema_version (
@@ -84,6 +85,9 @@ def _append_only_triggers(tables: tuple[str, ...] = _APPEND_ONLY_TABLES) -> list
 MIGRATIONS: dict[int, list[str]] = {
     1: list(_TABLES) + _append_only_triggers(),
     2: [_LOCAL_NORMS_TABLE] + _append_only_triggers(("local_norms",)),
+    # Model FLOPs utilisation (NULL when the device's peak is unknown) and the largest
+    # rank's peak memory in bytes; rows written before have NULL in both.
+    3: ["ALTER TABLE metrics ADD COLUMN mfu REAL", "ALTER TABLE metrics ADD COLUMN peak_memory_bytes INTEGER"],
 }
 """Statements that bring a file from version ``v - 1`` to ``v``."""
 

@@ -4,15 +4,22 @@ starting anything. ``runmgr launch`` refuses a plan whose verdict is no.
 
 Memory per device follows Megatron-LM's accounting (Korthikanti et al. 2022,
 "Reducing Activation Recomputation in Large Transformer Models"):
-- static: mixed precision keeps a 2-byte weight, a 4-byte main gradient and
-  12 bytes of optimizer state (fp32 master, Adam m and v) per parameter
-  (18 B); fp32 training keeps 4 + 4 + 8 (16 B). Parameters are split over
-  tensor x pipeline parallel; the distributed optimizer divides the 12 (or 8)
-  optimizer bytes by data parallel; FSDP divides all of them.
+- static, per parameter: Megatron in mixed precision keeps a 2-byte weight, a
+  4-byte main gradient and 12 bytes of optimizer state (fp32 master, Adam m
+  and v), 18 B; the built-in trainer keeps fp32 weights (they are the masters:
+  bf16/fp16 is autocast), fp32 gradients and Adam's m and v: 4 + 4 + 8 = 16 B,
+  as Megatron does in fp32. Parameters are split evenly over tensor x pipeline
+  parallel (each device's weights, gradients and optimizer state / (t x p));
+  the distributed optimizer (ZeRO-1) divides the optimizer state by data
+  parallel; FSDP2 divides all three by data parallel.
 - activations per layer and micro-batch: s*b*h*(10 + 24/t + 5*a*s/(h*t))
-  bytes without recompute; with full recompute only each layer's 2*s*b*h-byte
-  input is kept, plus one layer's full working set. A pipeline stage holds
-  layers/p layers and up to p micro-batches in flight (1F1B).
+  bytes with 16-bit activations (twice that in fp32) without recompute; with
+  full recompute only each layer's s*b*h input is kept, plus one layer's full
+  working set. A pipeline stage holds layers/p layers and, under 1F1B, up to p
+  micro-batches in flight (the first stage the most). The last stage adds the
+  logits and their gradient in fp32 for the loss (2 x 4*s*b*v/t bytes).
+The tests check this against the bytes a CPU rank really holds
+(tests/trainer/parallel/test_memory_estimate.py, docs/throughput.md).
 """
 
 from __future__ import annotations
@@ -42,10 +49,17 @@ class ClusterView:
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Bytes per device."""
+    """Bytes per device, by what holds them."""
 
-    weights_grads_optimizer: float
+    weights: float
+    gradients: float
+    optimizer: float
     activations: float
+
+    @property
+    def weights_grads_optimizer(self) -> float:
+        """The static part: what the rank holds between steps."""
+        return self.weights + self.gradients + self.optimizer
 
     @property
     def total(self) -> float:
@@ -81,28 +95,50 @@ class RunPlan:
         return self.fits and not self.unsupported
 
 
+def static_bytes_per_parameter(config: RunConfig) -> tuple[float, float, float]:
+    """Bytes of (weight, gradient, optimizer state) per parameter: Megatron's in mixed
+    precision (2, 4, 12: bf16 weight, fp32 main grad, fp32 master + Adam m, v); the
+    built-in trainer's and fp32 Megatron's (4, 4, 8: the fp32 weight is the master)."""
+    low_precision = config.precision.bf16 or config.precision.fp16
+    return (2.0, 4.0, 12.0) if config.drives_megatron and low_precision else (4.0, 4.0, 8.0)
+
+
 def memory_per_device(config: RunConfig, parameters: int) -> MemoryEstimate:
     m, par, t = config.model, config.parallel, config.training
     tp, pp = par.tensor_model_parallel_size, par.pipeline_model_parallel_size
     dp = max(1, config.world_size // (tp * pp))
-    low_precision = config.precision.bf16 or config.precision.fp16
-    weight_grad, optimizer = (6.0, 12.0) if low_precision else (8.0, 8.0)
+    weight, gradient, optimizer = static_bytes_per_parameter(config)
     shard = parameters / (tp * pp)
+    weights, gradients, states = shard * weight, shard * gradient, shard * optimizer
     if par.use_torch_fsdp2:
-        static = shard * (weight_grad + optimizer) / dp
+        weights, gradients, states = weights / dp, gradients / dp, states / dp
     elif par.use_distributed_optimizer:
-        static = shard * (weight_grad + optimizer / dp)
-    else:
-        static = shard * (weight_grad + optimizer)
+        states = states / dp
+    return MemoryEstimate(weights, gradients, states, activation_bytes(config, dp))
+
+
+def activation_bytes(config: RunConfig, dp: int) -> float:
+    """Activations of the busiest pipeline stage (the first: 1F1B keeps the most micro-batches
+    in flight there), plus the loss's logits (the last stage's; counted on the same device when
+    there is one stage, else the larger of the two)."""
+    m, par, t = config.model, config.parallel, config.training
+    tp, pp = par.tensor_model_parallel_size, par.pipeline_model_parallel_size
+    width = 1.0 if config.precision.bf16 or config.precision.fp16 else 2.0  # Korthikanti counts 2-byte values
     s, b, h, a = m.seq_length, t.micro_batch_size, m.hidden_size, m.num_attention_heads
-    full_layer = s * b * h * (10 + 24 / tp + 5 * a * s / (h * tp))
+    full_layer = width * s * b * h * (10 + 24 / tp + 5 * a * s / (h * tp))
     layers_per_stage = m.num_layers / pp
-    in_flight = min(pp, max(1, config.training.global_batch_size // (b * dp)))
-    if m.recompute_granularity == "full":
-        activations = layers_per_stage * in_flight * 2 * s * b * h + full_layer
-    else:
-        activations = layers_per_stage * in_flight * full_layer
-    return MemoryEstimate(static, activations)
+
+    def held(in_flight: int) -> float:
+        """A stage's activations with ``in_flight`` micro-batches between their forward and backward."""
+        if m.recompute_granularity == "full":  # each layer's input, and one layer's working set
+            return layers_per_stage * in_flight * 2 * width * s * b * h + full_layer
+        return layers_per_stage * in_flight * full_layer
+
+    logits = 2 * 4.0 * s * b * m.vocab_size / tp
+    if pp == 1:
+        return held(1) + logits
+    first = held(min(pp, max(1, t.global_batch_size // (b * dp))))  # 1F1B: up to pp micro-batches
+    return max(first, held(1) + logits)  # the last stage runs each micro-batch's backward at once
 
 
 def inspect_cluster(cluster: ClusterConfig) -> ClusterView:
@@ -200,9 +236,10 @@ def render_plan(plan: RunPlan) -> str:
         f"= global {t.global_batch_size:,} sequences = {plan.tokens_per_step:,} tokens per step",
         f"  training      {t.train_iters:,} steps = {_count(t.train_iters * plan.tokens_per_step)} tokens; {precision}; "
         f"lr {c.optim.lr:g} -> {c.optim.min_lr:g} ({c.optim.lr_decay_style})",
-        f"  memory/device {_bytes(plan.memory.weights_grads_optimizer)} weights+grads+optimizer + "
-        f"{_bytes(plan.memory.activations)} activations ({recompute}) = {_bytes(plan.memory.total)} per "
-        f"{plan.device_kind} device",
+        f"  memory/device {_bytes(plan.memory.total)} per {plan.device_kind} device = "
+        f"weights {_bytes(plan.memory.weights)} + grads {_bytes(plan.memory.gradients)} + optimizer "
+        f"{_bytes(plan.memory.optimizer)} ({_sharded(par, plan.data_parallel)}) + activations "
+        f"{_bytes(plan.memory.activations)} ({recompute}, {_in_flight(plan)})",
         f"  cluster       {plan.cluster.source}: {plan.cluster.cpus:g} CPUs, {_bytes(plan.cluster.memory_bytes)}, "
         + (", ".join(f"{n:g} {k}" for k, n in plan.cluster.accelerators.items()) or "no GPU/NPU"),
     ]
@@ -213,6 +250,25 @@ def render_plan(plan: RunPlan) -> str:
     if plan.unsupported:
         lines.append(f"                and CANNOT be executed: {plan.unsupported}")
     return "\n".join(lines)
+
+
+def _sharded(par, dp: int) -> str:
+    """How the static bytes are split, in a few words."""
+    split = [f"/ TP {par.tensor_model_parallel_size}"] if par.tensor_model_parallel_size > 1 else []
+    split += [f"/ PP {par.pipeline_model_parallel_size}"] if par.pipeline_model_parallel_size > 1 else []
+    if par.use_torch_fsdp2:
+        split.append(f"all three / DP {dp} (FSDP2)")
+    elif par.use_distributed_optimizer:
+        split.append(f"optimizer / DP {dp} (ZeRO-1)")
+    return ", ".join(split) or "replicated"
+
+
+def _in_flight(plan: RunPlan) -> str:
+    pp = plan.config.parallel.pipeline_model_parallel_size
+    if pp == 1:
+        return "one micro-batch"
+    return (f"{plan.config.model.num_layers // pp} layers per stage, up to "
+            f"{min(pp, plan.accumulation)} micro-batches in flight on the first (1F1B)")
 
 
 def refusal(plan: RunPlan, dry_run_command: str) -> str | None:

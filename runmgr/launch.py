@@ -68,7 +68,7 @@ def initial_state(config: RunConfig, book: Logbook, ids: SubrunIds,
     point = find_resume_point(config.checkpoint_dir(), max_step=recorded, remote=remote)
     # A relaunch keeps the lineage's remedies (skips, LR scale, nodes to avoid) and
     # takes the data-parallel size the user configures now.
-    plan = replace(ResumePlan.from_dict(last.plan), start_checkpoint=point.path, data_parallel_size=config.world_size)
+    plan = replace(ResumePlan.from_dict(last.plan), start_checkpoint=point.path, data_parallel_size=configured_data_parallel(config))
     cause = f"relaunch: sub-run {last.id} ended as {last.end_state or 'abandoned (driver lost)'} at step {last_step}"
     evidence = {"previous_subrun": last.id, "resumed_from": point.path, "resumed_step": point.step,
                 "steps_lost": max(0, (last_step or 0) - point.step),
@@ -78,12 +78,19 @@ def initial_state(config: RunConfig, book: Logbook, ids: SubrunIds,
     return Launching(subrun, replace(plan, subrun=subrun), point.step, cause, evidence)
 
 
+def configured_data_parallel(config: RunConfig) -> int:
+    """The data-parallel size the config asks for: cluster.num_workers ranks over
+    tensor x pipeline parallel."""
+    return config.world_size // max(1, config.parallel.tensor_model_parallel_size
+                                    * config.parallel.pipeline_model_parallel_size)
+
+
 def first_state(config: RunConfig, ids: SubrunIds, remote: RemoteCheckpoints | None) -> Launching:
     """The first sub-run of a run directory without a lineage: from initialisation, or, on a
     fresh machine whose S3 copies hold the run, from the newest one that verifies, with the
     plan its manifest recorded (skips, LR scale: the lineage's remedies)."""
     subrun = ids.take()
-    fresh = Launching(subrun, ResumePlan(subrun=subrun, data_parallel_size=config.world_size), 0, "launch", {})
+    fresh = Launching(subrun, ResumePlan(subrun=subrun, data_parallel_size=configured_data_parallel(config)), 0, "launch", {})
     if remote is None:
         return fresh
     try:
@@ -95,7 +102,7 @@ def first_state(config: RunConfig, ids: SubrunIds, remote: RemoteCheckpoints | N
     if point is None or point.path is None:
         return fresh
     plan = replace(ResumePlan.from_dict(read_manifest(point.path)["plan"]), subrun=subrun,
-                   start_checkpoint=point.path, data_parallel_size=config.world_size)
+                   start_checkpoint=point.path, data_parallel_size=configured_data_parallel(config))
     source = point.fetched_from or point.path
     cause = f"launch: no lineage here; resumed from the checkpoint of step {point.step} ({source})"
     evidence = {"resumed_from": point.path, "resumed_step": point.step, "fetched_from": point.fetched_from,
@@ -281,7 +288,8 @@ def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, 
     else:
         runner = builtin_runner(config, trainer_config, device_kind, admitted_node_ids,
                                 wrap_reporter=chaos.step_gate if chaos is not None else lambda: None)
-    slots = ClusterSlots(lambda: node_slots(config.cluster, device_kind, admitted_node_ids), runner.world_sizes)
+    slots = ClusterSlots(lambda: node_slots(config.cluster, device_kind, admitted_node_ids), runner.data_parallel_sizes,
+                         runner.ranks_per_replica)
     judge = Judge(config.watcher, config.policy,
                   lambda max_step: listed_checkpoints(checkpoint_dir, max_step, remote=known), slots,
                   abilities=runner.abilities)

@@ -38,8 +38,10 @@ class Runner:
     """An empty group for the next sub-run."""
     abilities: TrainerAbilities
     """The remedies the trainer can carry out (the policy chooses only those)."""
-    world_sizes: tuple[int, ...]
+    data_parallel_sizes: tuple[int, ...]
     """Data-parallel sizes the trainer can run, largest first."""
+    ranks_per_replica: int
+    """Ranks of one data-parallel replica (tensor x pipeline parallel)."""
     dump_stacks: DumpStacks
     """Every rank's stack into ``<run dir>/stacks/<sub-run>/`` before a hung sub-run is killed."""
 
@@ -55,9 +57,19 @@ def builtin_runner(config: RunConfig, trainer_config: TrainerConfig, device_kind
             config.cluster, device_kind, config.controller.start_timeout_s, config.controller.worker_lease_s,
             admitted_node_ids=admitted_node_ids, wrap_reporter=wrap_reporter()),
         abilities=BUILTIN_ABILITIES,
-        world_sizes=tuple(size for size in range(config.world_size, 0, -1) if not trainer_config.problems(size)),
+        data_parallel_sizes=data_parallel_sizes(trainer_config, config.world_size),
+        ranks_per_replica=trainer_config.model_parallel_size,
         dump_stacks=lambda subrun, workers: dump_stacks(run_dir, subrun, workers),
     )
+
+
+def data_parallel_sizes(trainer_config: TrainerConfig, world_size: int) -> tuple[int, ...]:
+    """The data-parallel sizes up to the configured one at which the trainer runs, largest
+    first: the global batch divides by micro batch x size (gradient accumulation keeps it),
+    each replica ``tensor x pipeline`` ranks."""
+    configured = trainer_config.data_parallel_size(world_size)
+    return tuple(size for size in range(configured, 0, -1)
+                 if not trainer_config.problems(trainer_config.world_size_of(size)))
 
 
 def megatron_runner(config: RunConfig, device_kind: str, admitted_node_ids: Optional[list[str]]) -> Runner:
@@ -66,9 +78,12 @@ def megatron_runner(config: RunConfig, device_kind: str, admitted_node_ids: Opti
     job's arguments fix how it splits over the nodes."""
     job, args = config.megatron, effective_args(config)
 
+    layout = config.trainer_config()
+    job_data_parallel = layout.data_parallel_size(config.world_size)
+
     def make_commands(plan: ResumePlan, master_addr: str, master_port: int, nnodes: int) -> list[NodeCommand]:
-        world = plan.data_parallel_size or config.world_size
-        flags = script_args(args, plan, job.flavor, checkpoint_step(plan.start_checkpoint), world_size=world)
+        flags = script_args(args, plan, job.flavor, checkpoint_step(plan.start_checkpoint),
+                            data_parallel_size=job_data_parallel)
         return [node_command(job, flags, nnodes, rank, master_addr, master_port, device_kind)
                 for rank in range(nnodes)]
 
@@ -87,6 +102,6 @@ def megatron_runner(config: RunConfig, device_kind: str, admitted_node_ids: Opti
         if groups:  # the nodes dump their own ranks (py-spy must run where the process is)
             groups[0].dump_stacks(stacks_dir(config.run_dir(), subrun))
 
-    return Runner(make_group=make_group, abilities=abilities_of(job.flavor), world_sizes=(config.world_size,),
-                  dump_stacks=dump)
+    return Runner(make_group=make_group, abilities=abilities_of(job.flavor), data_parallel_sizes=(job_data_parallel,),
+                  ranks_per_replica=layout.model_parallel_size, dump_stacks=dump)
 

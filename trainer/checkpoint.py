@@ -59,14 +59,17 @@ from trainer.model import build_model
 from trainer.precision import LossScaler
 from trainer.safe_load import SafeFileSystemReader, SafeLoadPlanner
 
-# Fields that may change between sub-runs without changing what is trained.
+# Fields that may change between sub-runs without changing what is trained. The whole
+# ``parallel`` section is how the ranks split the work (tensor, pipeline, data parallel,
+# sharding, timeouts): DCP reshards a checkpoint between layouts by global shapes, so a
+# user may change it between sub-runs (the logbook records the change).
 _VOLATILE_FIELDS = {"checkpoint": None, "device": None, "training": ("train_iters", "log_interval"),
-                    "parallel": ("dist_timeout_s",)}
+                    "parallel": None}
 
 
 def config_hash(config: TrainerConfig) -> str:
     """sha256 of the config minus checkpoint placement and volatile fields
-    (length of the run, logging, timeouts, device kind)."""
+    (length of the run, logging, the parallel layout and timeouts, device kind)."""
     data = dataclasses.asdict(config)
     for section, keys in _VOLATILE_FIELDS.items():
         if keys is None:

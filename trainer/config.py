@@ -270,9 +270,17 @@ class TrainerConfig:
         return layout_of(world_size, par.tensor_model_parallel_size, par.pipeline_model_parallel_size,
                          par.use_distributed_optimizer, par.use_torch_fsdp2)
 
+    @property
+    def model_parallel_size(self) -> int:
+        """Ranks of one data-parallel replica: tensor x pipeline parallel."""
+        return self.parallel.tensor_model_parallel_size * self.parallel.pipeline_model_parallel_size
+
     def data_parallel_size(self, world_size: int) -> int:
-        model_parallel = self.parallel.tensor_model_parallel_size * self.parallel.pipeline_model_parallel_size
-        return world_size // model_parallel
+        return world_size // self.model_parallel_size
+
+    def world_size_of(self, data_parallel_size: int) -> int:
+        """Ranks that ``data_parallel_size`` replicas take."""
+        return data_parallel_size * self.model_parallel_size
 
     def accumulation_steps(self, world_size: int) -> int:
         """Micro-batches per rank per step: global / (micro x data parallel)."""
@@ -286,8 +294,14 @@ class TrainerConfig:
         par = self.parallel
         if par.use_distributed_optimizer and par.tensor_model_parallel_size > 1:
             return ("the built-in trainer cannot execute parallel.use_distributed_optimizer=true with "
-                    f"parallel.tensor_model_parallel_size={par.tensor_model_parallel_size}; set "
-                    "parallel.use_torch_fsdp2=true instead (FSDP2 shards over data parallel on top of tensor parallel)")
+                    f"parallel.tensor_model_parallel_size={par.tensor_model_parallel_size} (ZeRO-1 shards whole "
+                    "replicated weights); set parallel.use_distributed_optimizer=false")
+        sharded = [key for key, on in (("parallel.use_distributed_optimizer", par.use_distributed_optimizer),
+                                        ("parallel.use_torch_fsdp2", par.use_torch_fsdp2)) if on]
+        if sharded and par.pipeline_model_parallel_size > 1:
+            return (f"the built-in trainer cannot execute {sharded[0]}=true with parallel.pipeline_model_parallel_size="
+                    f"{par.pipeline_model_parallel_size} yet (sharding within pipeline stages is not verified); "
+                    f"set {sharded[0]}=false")
         return self._tensor_parallel_unsupported() or self._unsupported_pipeline()
 
     def _unsupported_pipeline(self) -> Optional[str]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import resource
+import sys
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Optional
@@ -39,12 +41,89 @@ class Device:
         """``device_type`` argument of :func:`torch.autocast`."""
         return self.kind
 
+    @property
+    def name(self) -> str:
+        """The device's product name (``NVIDIA H100 80GB HBM3``, ``Ascend910B3``); ``cpu`` on CPU."""
+        if self.kind == "cuda":
+            return torch.cuda.get_device_name(self.torch_device)
+        if self.kind == "npu":
+            return torch.npu.get_device_name(self.torch_device)  # type: ignore[attr-defined]
+        return "cpu"
+
+    def peak_flops(self, precision: str) -> Optional[float]:
+        """Dense peak FLOP/s of one device at ``precision`` (``bf16``, ``fp16``, ``fp32``) from
+        :data:`PEAK_FLOPS`; None when unknown (a CPU, a device not in the table): no MFU then."""
+        return peak_flops_of(self.name, precision) if self.kind != "cpu" else None
+
+    def peak_memory_bytes(self) -> int:
+        """The most memory this rank has held so far, in bytes: the allocator's peak on a
+        device; on CPU the process's peak resident set (it includes the torch runtime)."""
+        if self.kind == "cuda":
+            return int(torch.cuda.max_memory_allocated(self.torch_device))
+        if self.kind == "npu":
+            return int(torch.npu.max_memory_allocated(self.torch_device))  # type: ignore[attr-defined]
+        return peak_rss_bytes()
+
+    def memory_in_use_bytes(self) -> int:
+        """Memory this rank holds now, in bytes: the allocator's on a device, the process's
+        resident set on CPU (the baseline that :meth:`peak_memory_bytes` grows from)."""
+        if self.kind == "cuda":
+            return int(torch.cuda.memory_allocated(self.torch_device))
+        if self.kind == "npu":
+            return int(torch.npu.memory_allocated(self.torch_device))  # type: ignore[attr-defined]
+        return rss_bytes()
+
     def synchronize(self) -> None:
         """Wait for queued kernels, so that wall-clock timings mean something."""
         if self.kind == "cuda":
             torch.cuda.synchronize(self.torch_device)
         elif self.kind == "npu":
             torch.npu.synchronize(self.torch_device)  # type: ignore[attr-defined]
+
+
+PEAK_FLOPS: tuple[tuple[str, dict[str, float]], ...] = (
+    # (a piece of the device name, peak dense FLOP/s by precision); the first match wins, so
+    # the more specific names come first. No sparsity: MFU counts dense model FLOPs.
+    # NVIDIA H100 datasheet (nvidia.com/en-us/data-center/h100, "Tensor Core" figures are
+    # with sparsity: halved here): SXM bf16/fp16 989.4 TF, fp32 67 TF; PCIe 756 TF, fp32 51 TF;
+    # NVL 835 TF, fp32 60 TF. H200 (nvidia.com/en-us/data-center/h200) has the H100 SXM's cores.
+    ("H100 PCIe", {"bf16": 756e12, "fp16": 756e12, "fp32": 51e12}),
+    ("H100 NVL", {"bf16": 835e12, "fp16": 835e12, "fp32": 60e12}),
+    ("H100", {"bf16": 989.4e12, "fp16": 989.4e12, "fp32": 67e12}),
+    ("H200", {"bf16": 989.4e12, "fp16": 989.4e12, "fp32": 67e12}),
+    # NVIDIA A100 datasheet (nvidia.com/en-us/data-center/a100): bf16/fp16 312 TF dense, fp32 19.5 TF.
+    ("A100", {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12}),
+    # Huawei Atlas 800T A2 / Ascend 910B (e.hihuawei / hiascend.com product pages, as quoted by
+    # MindSpeed's MFU tables): 910B4 280 TF fp16, the other 910B 313 TF fp16; bf16 the same
+    # cube units. No fp32 figure is published: unknown.
+    ("910B4", {"bf16": 280e12, "fp16": 280e12}),
+    ("910B", {"bf16": 313e12, "fp16": 313e12}),
+)
+"""Peak dense FLOP/s of known accelerators, by a piece of their product name."""
+
+
+def peak_flops_of(name: str, precision: str) -> Optional[float]:
+    """The :data:`PEAK_FLOPS` entry for the device called ``name`` at ``precision``; None when unknown."""
+    for piece, peaks in PEAK_FLOPS:
+        if piece.lower() in name.lower():
+            return peaks.get(precision)
+    return None
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size in bytes (``getrusage``: kilobytes on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def rss_bytes() -> int:
+    """This process's resident set size now, in bytes (``/proc/self/statm``; where there is
+    none, the peak so far)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return peak_rss_bytes()
 
 
 def _import_torch_npu() -> Optional[ModuleType]:

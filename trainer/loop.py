@@ -29,6 +29,8 @@ from trainer.config import TrainerConfig
 from trainer.device import Device, resolve_device
 from trainer.distributed import DistEnv, destroy_process_groups, gather_floats, gather_ints, init_process_groups
 from trainer.errors import TrainerConfigError
+from trainer.flops import Throughput
+from trainer.memory import HeldMemory, held_memory
 from trainer.optim import (
     GroupSettings,
     apply_hyperparameters,
@@ -72,10 +74,13 @@ class TrainResult:
     """Optimizer settings in force for the first step, after load and plan."""
     last_checkpoint: Optional[str]
     """Newest checkpoint this call completed (rank 0; None on other ranks)."""
+    memory: Optional[HeldMemory] = None
+    """What this rank held at the end, measured (its own figures, per rank)."""
 
     def to_dict(self) -> dict:
         """Plain data (JSON-ready), e.g. for a Ray actor to return."""
         out = asdict(self)
+        out["memory"] = self.memory.to_dict() if self.memory else None
         out["optimizer_at_start"] = [group.to_dict() for group in self.optimizer_at_start]
         out["losses"] = list(self.losses)
         return out
@@ -120,14 +125,16 @@ def train(
     dist_env = dist_env or DistEnv.from_environ()
     reporter = reporter or NullReporter()
     check_config(config, dist_env.world_size)
-    if plan.problems(dist_env.world_size):
-        raise TrainerConfigError(plan.problems(dist_env.world_size)[0])
+    plan_problems = plan.problems(config.layout(dist_env.world_size))
+    if plan_problems:
+        raise TrainerConfigError(plan_problems[0])
     _limit_threads()
     reporter.heartbeat(Heartbeat(dist_env.rank, "init", 0, time.time()))
     device = resolve_device(config.device, dist_env.local_rank, config.training.deterministic)
+    baseline = device.memory_in_use_bytes()  # before the process groups, the model and the data
     ckpt_group = init_process_groups(dist_env, device.backend, config.parallel.dist_timeout_s)
     try:
-        return _train(config, plan, reporter, dist_env, device, ckpt_group)
+        return _train(config, plan, reporter, dist_env, device, ckpt_group, baseline)
     finally:
         destroy_process_groups()
 
@@ -158,6 +165,8 @@ class _Session:
     """Samples of dummy iterations (plan.skip_iterations), over the lineage."""
     losses: list[float] = field(default_factory=list)
     last_checkpoint: Optional[str] = None
+    throughput: Optional[Throughput] = None
+    """How a step's tokens/s becomes MFU (rank 0 only)."""
     optimizer_bytes: tuple[int, ...] = ()
     """Each rank's optimizer-state bytes, measured once after the first update."""
 
@@ -192,11 +201,13 @@ def _start(config: TrainerConfig, plan: ResumePlan, reporter: Reporter, dist_env
             consumed_samples=cursor, optimizer=tuple(s.to_dict() for s in settings), loss_scale=scaler.scale,
             lr_scale=plan.lr_scale, clip_grad=plan.clip_grad if plan.clip_grad is not None else config.optim.clip_grad,
             reset_optimizer=plan.reset_optimizer, skip_ranges=tuple((r.start, r.end) for r in plan.skip_ranges),
-            time=time.time(),
+            time=time.time(), layout=engine.layout.describe(), data_parallel_size=engine.layout.dp,
+            accumulation_steps=config.accumulation_steps(dist_env.world_size),
         ))
+    throughput = Throughput.of(config, device, dist_env.world_size) if dist_env.rank == 0 else None
     return _Session(ctx, stream, engine, scaler,
                     _checkpointer(config, plan, dist_env, ckpt_group, start_step, resumed_from), reporter, cursor,
-                    settings, int(manifest.get(SKIPPED_SAMPLES_FIELD, 0)))
+                    settings, int(manifest.get(SKIPPED_SAMPLES_FIELD, 0)), throughput=throughput)
 
 
 def _skip_step(session: _Session) -> None:
@@ -223,20 +234,26 @@ def _run_step(session: _Session, step: int) -> None:
         session.optimizer_bytes = tuple(gather_ints(optimizer_state_bytes(session.engine.optimizer), world,
                                                     ctx.device.torch_device))
     holds = local_loss is not None and session.engine.reports_loss
-    gathered = gather_floats([local_loss if holds else 0.0, compute_time, float(holds)], world,
-                             ctx.device.torch_device)
+    # Peak bytes as whole MiB and the rest: each part exact in the float32 the gather carries.
+    peak_mib, peak_rest = divmod(ctx.device.peak_memory_bytes(), 1 << 20)
+    gathered = gather_floats([local_loss if holds else 0.0, compute_time, float(holds), peak_mib, peak_rest],
+                             world, ctx.device.torch_device)
     # The mean over the ranks that computed a loss (the last pipeline stage, one rank per
     # tensor-parallel group), in rank order: the same float on every rank.
     losses = [row[0] for row in gathered if row[2]]
     loss = sum(losses) / len(losses)
     session.losses.append(loss)
     if rank == 0 and (step % config.training.log_interval == 0 or step == config.training.train_iters):
+        tokens, step_time = config.training.global_batch_size * config.model.seq_length, time.perf_counter() - started
+        tokens_per_s = tokens / step_time if step_time > 0 else 0.0
         session.reporter.step(StepReport(
             subrun=ctx.plan.subrun, step=step, loss=loss, grad_norm=grad_norm, lr=ctx.lr(step),
-            loss_scale=loss_scale, tokens=config.training.global_batch_size * config.model.seq_length,
-            consumed_samples=session.cursor, step_time=time.perf_counter() - started,
+            loss_scale=loss_scale, tokens=tokens, consumed_samples=session.cursor, step_time=step_time,
             compute_times=tuple(row[1] for row in gathered), skipped=skipped, time=time.time(),
-            skipped_samples=session.skipped_samples, optimizer_state_bytes=session.optimizer_bytes,
+            skipped_samples=session.skipped_samples, tokens_per_s=tokens_per_s,
+            mfu=session.throughput.mfu(tokens_per_s) if session.throughput else None,
+            peak_memory_bytes=tuple(int(row[3]) * (1 << 20) + int(row[4]) for row in gathered),
+            optimizer_state_bytes=session.optimizer_bytes,
         ))
 
 
@@ -286,7 +303,7 @@ def _checkpoint_phase(session: _Session, step: int) -> None:
 
 
 def _train(config: TrainerConfig, plan: ResumePlan, reporter: Reporter, dist_env: DistEnv,
-           device: Device, ckpt_group) -> TrainResult:
+           device: Device, ckpt_group, baseline_memory: int = 0) -> TrainResult:
     session = _start(config, plan, reporter, dist_env, device, ckpt_group)
     start_step, end_step = session.ctx.start_step, max(session.ctx.start_step, config.training.train_iters)
     for step in range(start_step + 1, end_step + 1):
@@ -299,8 +316,9 @@ def _train(config: TrainerConfig, plan: ResumePlan, reporter: Reporter, dist_env
     if session.checkpointer is not None:
         reporter.heartbeat(Heartbeat(dist_env.rank, "checkpoint", end_step, time.time()))
         _report_saved(session, [session.checkpointer.wait()])
+    memory = held_memory(session.engine.model, session.engine.optimizer, device.peak_memory_bytes(), baseline_memory)
     return TrainResult(start_step, end_step, session.cursor, tuple(session.losses), session.optimizer_at_start,
-                       session.last_checkpoint if dist_env.rank == 0 else None)
+                       session.last_checkpoint if dist_env.rank == 0 else None, memory)
 
 
 def _checkpointer(config: TrainerConfig, plan: ResumePlan, dist_env: DistEnv, ckpt_group, start_step: int,

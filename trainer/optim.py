@@ -15,6 +15,7 @@ from typing import Iterable
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from trainer.config import OptimConfig
 
@@ -157,7 +158,10 @@ def effective_settings(optimizer: torch.optim.Optimizer) -> list[GroupSettings]:
             if "step" in state:
                 steps.append(int(float(state["step"])))
             if "exp_avg" in state:
-                squares += float(state["exp_avg"].float().pow(2).sum())
+                square = state["exp_avg"].float().pow(2).sum()
+                if isinstance(square, DTensor):  # sharded moments (ZeRO-1, FSDP2): every rank's part
+                    square = square.full_tensor()  # a collective: every rank reads the settings
+                squares += float(square)
         out.append(
             GroupSettings(
                 name=str(group.get("name", index)),

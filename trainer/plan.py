@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from trainer.parallel.layout import Layout
 
 
 @dataclass(frozen=True)
@@ -44,9 +47,10 @@ class ResumePlan:
     reset_optimizer: bool = False
     """Keep the weights but start Adam's moments (and step count) afresh."""
     data_parallel_size: Optional[int] = None
-    """Ranks of data parallel for this sub-run; None means the configured world size.
-    A smaller one (after a node is excluded without a spare) keeps the global batch
-    by gradient accumulation; the trainer refuses to run at another world size."""
+    """Data-parallel replicas of this sub-run (each ``tensor x pipeline`` ranks); None
+    means the configured world's. A smaller one (after a node is excluded without a
+    spare) keeps the global batch by gradient accumulation; the trainer refuses to run
+    when the ranks started hold another data-parallel size."""
     skip_iterations: tuple[int, ...] = ()
     """Iterations (1-indexed, Megatron's ``--iterations-to-skip``) run as dummy
     steps: each consumes its global batch and advances the step, counted as
@@ -66,11 +70,13 @@ class ResumePlan:
     excluded for hardware faults or repeated straggling). Read by the executor, not
     by the trainer."""
 
-    def problems(self, world_size: int) -> list[str]:
-        """What keeps this rank from carrying the plan out at ``world_size``."""
-        if self.data_parallel_size is not None and self.data_parallel_size != world_size:
+    def problems(self, layout: "Layout") -> list[str]:
+        """What keeps this rank from carrying the plan out in ``layout`` (the config's
+        split of the ranks started: :meth:`trainer.config.TrainerConfig.layout`)."""
+        if self.data_parallel_size is not None and self.data_parallel_size != layout.dp:
             return [f"the plan of sub-run {self.subrun} asks for data parallel {self.data_parallel_size}, "
-                    f"but {world_size} ranks were started"]
+                    f"but the {layout.world_size} ranks started hold data parallel {layout.dp} "
+                    f"({layout.describe()})"]
         return []
 
     def to_dict(self) -> dict:

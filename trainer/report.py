@@ -4,8 +4,8 @@ standalone it prints, under runmgr it is streamed to the driver."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Protocol
+from dataclasses import asdict, dataclass, fields
+from typing import Optional, Protocol
 
 PAUSED = "paused"
 """A rank held between two steps by whoever runs the trainer (runmgr's chaos
@@ -43,6 +43,14 @@ class StepReport:
     skipped_samples: int = 0
     """Samples consumed by dummy iterations (``ResumePlan.skip_iterations``) so
     far, over the lineage (Megatron's ``skipped samples``)."""
+    tokens_per_s: Optional[float] = None
+    """Global tokens trained per wall second of this step (None: not measured)."""
+    mfu: Optional[float] = None
+    """Model FLOPs utilisation: ``tokens_per_s x FLOPs per token`` (trainer/flops.py) over the
+    devices' dense peak; None when the peak is unknown (CPU, a device not in the table)."""
+    peak_memory_bytes: tuple[int, ...] = ()
+    """Per rank (index = rank), the most memory it held so far: the device allocator's
+    peak, or the process's peak RSS on CPU; empty when not measured."""
     optimizer_state_bytes: tuple[int, ...] = ()
     """Per-rank bytes of the optimizer state (index = rank), measured after
     the sub-run's first update: about 1/DP of the replicated size under
@@ -51,8 +59,20 @@ class StepReport:
     def to_dict(self) -> dict:
         out = asdict(self)
         out["compute_times"] = list(self.compute_times)
+        out["peak_memory_bytes"] = list(self.peak_memory_bytes)
         out["optimizer_state_bytes"] = list(self.optimizer_state_bytes)
         return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "StepReport":
+        """The report of :meth:`to_dict`; keys of a later version are dropped and the
+        fields an older one lacks take their defaults."""
+        known = {f.name for f in fields(cls)}
+        values = {key: value for key, value in data.items() if key in known}
+        values["compute_times"] = tuple(values.get("compute_times", ()))
+        values["peak_memory_bytes"] = tuple(int(b) for b in values.get("peak_memory_bytes", ()))
+        values["optimizer_state_bytes"] = tuple(int(b) for b in values.get("optimizer_state_bytes", ()))
+        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -109,6 +129,13 @@ class StartReport:
     reset_optimizer: bool
     skip_ranges: tuple[tuple[int, int], ...]
     time: float
+    layout: str = ""
+    """How the ranks split the work (``dp 2 x tp 1 x pp 1``, ``, zero1`` when sharded);
+    empty from a trainer that does not say."""
+    data_parallel_size: int = 0
+    """Data-parallel replicas (0: not said)."""
+    accumulation_steps: int = 0
+    """Micro-batches per replica per step: the global batch is kept across resizes (0: not said)."""
 
     def to_dict(self) -> dict:
         out = asdict(self)

@@ -55,8 +55,10 @@ class ClusterSlots:
 
     slots_by_node: Callable[[], Mapping[str, int]]
     """Ranks each usable (alive, admitted) node can hold now, by node name."""
-    world_sizes: tuple[int, ...]
+    data_parallel_sizes: tuple[int, ...]
     """Data-parallel sizes the trainer can run, at most the configured one."""
+    ranks_per_replica: int = 1
+    """Ranks of one data-parallel replica (tensor x pipeline parallel)."""
 
 
 class Judge:
@@ -76,7 +78,7 @@ class Judge:
         self.history = History()
         self.watcher = Watcher(watcher_config)
         self._nodes: dict[int, str] = {}
-        self._world: Optional[int] = None
+        self._data_parallel: Optional[int] = None
 
     def start_subrun(self, workers: Sequence[WorkerInfo]) -> None:
         """New ranks: the per-rank detectors start afresh with their placement."""
@@ -85,7 +87,8 @@ class Judge:
     def restart_detectors(self, rank_nodes: Mapping[int, str]) -> None:
         """A new sub-run of ``len(rank_nodes)`` ranks (a replay knows no nodes)."""
         self._nodes = dict(rank_nodes)
-        self._world = len(rank_nodes) or None
+        per_replica = self.cluster.ranks_per_replica if self.cluster else 1
+        self._data_parallel = len(rank_nodes) // per_replica or None
         self.watcher = self.watcher.for_new_subrun(self._nodes)
 
     def judge(self, subrun: str, poll: GroupPoll, readings: Sequence[Observation], now: float,
@@ -103,9 +106,9 @@ class Judge:
                                        check_silence=detecting and not poll.failures)
 
     def launch_failed(self, subrun: str, text: str, now: float, last_step: int,
-                      world: Optional[int]) -> Judgement:
-        """The workers of ``subrun`` (``world`` ranks) could not be placed or started."""
-        self._world = world
+                      data_parallel: Optional[int]) -> Judgement:
+        """The workers of ``subrun`` (``data_parallel`` replicas) could not be placed or started."""
+        self._data_parallel = data_parallel
         return self.judge_observations([LaunchFailure(subrun, text, now)], now, last_step)[0]
 
     def judge_observations(self, observations: Sequence[Observation], now: float, last_step: int,
@@ -148,9 +151,10 @@ class Judge:
         return WorkerExit(failure.rank, node, f"{failure.text} ({where})", failure.time, None, subrun)
 
     def _capacity(self) -> Optional[Capacity]:
-        if self.cluster is None or self._world is None:
+        if self.cluster is None or self._data_parallel is None:
             return None
-        return Capacity(dict(self.cluster.slots_by_node()), self.cluster.world_sizes, self._world)
+        return Capacity(dict(self.cluster.slots_by_node()), self.cluster.data_parallel_sizes, self._data_parallel,
+                        self.cluster.ranks_per_replica)
 
     def _decide(self, incident: Incident, last_step: int) -> Judgement:
         checkpoints = list(self.checkpoints(last_step))

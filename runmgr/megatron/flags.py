@@ -45,15 +45,15 @@ def checkpoint_step(path: Optional[str]) -> Optional[int]:
 
 
 def script_args(user_args: Sequence[str], plan: ResumePlan, flavor: MegatronFlavor,
-                checkpoint_step: Optional[int], world_size: Optional[int] = None) -> list[str]:
+                checkpoint_step: Optional[int], data_parallel_size: Optional[int] = None) -> list[str]:
     """The user's arguments with the flags of ``plan`` in place of theirs.
 
     ``checkpoint_step`` is the iteration of ``plan.start_checkpoint`` (see
-    :func:`checkpoint_step`); ``world_size``, when given, is checked against the
-    plan's data-parallel size. Raises :class:`PlanNotCarried` for a plan the flavor
+    :func:`checkpoint_step`); ``data_parallel_size`` (the job's, fixed by its
+    arguments), when given, is checked against the plan's. Raises :class:`PlanNotCarried` for a plan the flavor
     cannot carry out.
     """
-    _refuse_what_cannot_be_carried(plan, flavor, world_size)
+    _refuse_what_cannot_be_carried(plan, flavor, data_parallel_size)
     args = list(user_args)
     args = _start(args, plan, checkpoint_step)
     args = _learning_rate(args, plan)
@@ -64,16 +64,18 @@ def script_args(user_args: Sequence[str], plan: ResumePlan, flavor: MegatronFlav
     return _skips(args, plan.skip_ranges, checkpoint_step)
 
 
-def _refuse_what_cannot_be_carried(plan: ResumePlan, flavor: MegatronFlavor, world_size: Optional[int]) -> None:
+def _refuse_what_cannot_be_carried(plan: ResumePlan, flavor: MegatronFlavor,
+                                   data_parallel_size: Optional[int]) -> None:
     abilities = abilities_of(flavor)
     if plan.skip_ranges and not abilities.skip_data:
         raise PlanNotCarried(f"the plan of sub-run {plan.subrun} skips samples, but {abilities.skip_data_why_not}")
     if plan.rewarmup_iters:
         raise PlanNotCarried(f"the plan of sub-run {plan.subrun} asks a {plan.rewarmup_iters}-step re-warmup, but "
                              f"{abilities.rewarmup_why_not}")
-    if plan.data_parallel_size is not None and world_size is not None and plan.data_parallel_size != world_size:
+    if (plan.data_parallel_size is not None and data_parallel_size is not None
+            and plan.data_parallel_size != data_parallel_size):
         raise PlanNotCarried(f"the plan of sub-run {plan.subrun} asks for data parallel {plan.data_parallel_size}, "
-                             f"but the job runs {world_size} ranks")
+                             f"but the job runs data parallel {data_parallel_size}")
 
 
 def _start(args: list[str], plan: ResumePlan, step: Optional[int]) -> list[str]:

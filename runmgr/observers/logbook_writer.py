@@ -17,9 +17,18 @@ def metric_row(report) -> dict:
     return {
         "step": report.step, "loss": report.loss, "grad_norm": report.grad_norm, "lr": report.lr,
         "loss_scale": report.loss_scale, "tokens": report.tokens, "consumed_samples": report.consumed_samples,
-        "tokens_per_s": report.tokens / report.step_time if report.step_time > 0 else 0.0,
-        "step_time": report.step_time, "time": report.time, "skipped": report.skipped,
+        "tokens_per_s": tokens_per_s(report), "step_time": report.step_time, "time": report.time,
+        "skipped": report.skipped, "mfu": getattr(report, "mfu", None),
+        "peak_memory_bytes": max(getattr(report, "peak_memory_bytes", ()) or (0,)) or None,
     }
+
+
+def tokens_per_s(report) -> float:
+    """The report's own figure, else global tokens over rank 0's step time."""
+    own = getattr(report, "tokens_per_s", None)
+    if own is not None:
+        return own
+    return report.tokens / report.step_time if report.step_time > 0 else 0.0
 
 
 def describe_start(start) -> str:
@@ -27,8 +36,11 @@ def describe_start(start) -> str:
     first = start.optimizer[0] if start.optimizer else {}
     fresh = all(g.get("step", 0) == 0 for g in start.optimizer)
     state = "fresh Adam state (step 0, zero moments)" if fresh else f"Adam state at step {first.get('step')}"
+    layout = getattr(start, "layout", "")
+    split = (f"; layout {layout}, {start.accumulation_steps} micro-batch(es) per replica per step"
+             if layout else "")
     return (f"effective optimizer at step {start.start_step}: betas {tuple(first.get('betas', ()))}, "
-            f"eps {first.get('eps')}, lr scale {start.lr_scale:g}, clip {start.clip_grad:g}, {state}")
+            f"eps {first.get('eps')}, lr scale {start.lr_scale:g}, clip {start.clip_grad:g}, {state}{split}")
 
 
 def describe_command(command: dict) -> str:

@@ -1,4 +1,4 @@
-"""Live progress in the terminal: sub-run, step/total, loss, tokens/s, ETA,
+"""Live progress in the terminal: sub-run, step/total, loss, tokens/s, MFU, peak memory, ETA,
 last incident. One line redrawn in place on a terminal; a line every few
 seconds (and at every transition) when the output is a file or a pipe."""
 
@@ -11,6 +11,7 @@ from typing import Callable, TextIO
 from runmgr.controller.states import Failed, Finished, Launching, Restarting, Running, State
 from runmgr.controller.judge import Judgement
 from runmgr.controller.group import GroupPoll
+from runmgr.observers.logbook_writer import tokens_per_s
 
 
 def format_duration(seconds: float) -> str:
@@ -35,6 +36,8 @@ class ProgressObserver:
         self._step = 0
         self._loss = float("nan")
         self._tokens_per_s = 0.0
+        self._mfu: float | None = None
+        self._peak_memory = 0
         self._step_time_ema: float | None = None
         self._last_line = 0.0
 
@@ -66,8 +69,10 @@ class ProgressObserver:
     def on_poll(self, state: Running, poll: GroupPoll) -> None:
         for report in poll.steps:
             self._step, self._loss = report.step, report.loss
+            self._mfu = getattr(report, "mfu", None)
+            self._peak_memory = max(getattr(report, "peak_memory_bytes", ()) or (0,))
             if report.step_time > 0:
-                self._tokens_per_s = report.tokens / report.step_time
+                self._tokens_per_s = tokens_per_s(report)
                 ema = self._step_time_ema
                 self._step_time_ema = report.step_time if ema is None else 0.9 * ema + 0.1 * report.step_time
         if poll.steps:
@@ -76,7 +81,8 @@ class ProgressObserver:
     def line(self) -> str:
         eta = "?" if self._step_time_ema is None else format_duration((self.train_iters - self._step) * self._step_time_ema)
         return (f"[{self.subrun}] step {self._step}/{self.train_iters} | loss {self._loss:.4f} | "
-                f"{self._tokens_per_s:,.0f} tok/s | ETA {eta} | last incident: {self.last_incident}")
+                f"{self._tokens_per_s:,.0f} tok/s | MFU {mfu_text(self._mfu)} | "
+                f"peak mem {memory_text(self._peak_memory)} | ETA {eta} | last incident: {self.last_incident}")
 
     def _progress(self) -> None:
         now = self.clock()
@@ -92,3 +98,18 @@ class ProgressObserver:
         prefix = "\r\033[K" if self.live else ""
         self.out.write(f"{prefix}{time.strftime('%H:%M:%S', time.localtime(self.clock()))} {text}\n")
         self.out.flush()
+
+
+def mfu_text(mfu: float | None) -> str:
+    """``41.2%``; ``n/a`` where the device's peak is unknown (CPU)."""
+    return "n/a" if mfu is None else f"{100 * mfu:.1f}%"
+
+
+def memory_text(nbytes: int) -> str:
+    """The largest rank's peak memory (``1.25 GiB``); ``n/a`` when not measured."""
+    if nbytes <= 0:
+        return "n/a"
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20)):
+        if nbytes >= size:
+            return f"{nbytes / size:.2f} {unit}"
+    return f"{nbytes / 1024:.0f} KiB"

@@ -19,11 +19,14 @@ class Capacity:
     slots_by_node: Mapping[str, int]
     """Alive nodes the run may use (admitted by the health check), by node name, with
     how many ranks of the run's size each can hold."""
-    world_sizes: tuple[int, ...]
+    data_parallel_sizes: tuple[int, ...]
     """Data-parallel sizes the trainer can run (the global batch divides by
     micro batch x size), at most the configured one."""
     current: int
     """Data-parallel size of the sub-run the decision ends."""
+    ranks_per_replica: int = 1
+    """Ranks of one data-parallel replica (tensor x pipeline parallel): a lost node takes
+    whole replicas away, and a sub-run needs at least one."""
 
     def slots(self, avoid: Collection[str]) -> int:
         """Ranks the nodes outside ``avoid`` can hold."""
@@ -40,17 +43,24 @@ class Resize:
 
 
 def fit_world(capacity: Capacity, avoid: Collection[str]) -> Resize:
-    """The largest allowed data-parallel size the nodes outside ``avoid`` can hold."""
-    slots = capacity.slots(avoid)
-    fitting = [size for size in capacity.world_sizes if size <= slots]
+    """The largest allowed data-parallel size whose replicas the nodes outside ``avoid``
+    can hold (each replica ``capacity.ranks_per_replica`` ranks)."""
+    slots, per_replica = capacity.slots(avoid), capacity.ranks_per_replica
+    replicas = slots // per_replica
+    held = f"{slots} rank(s)" if per_replica == 1 else f"{slots} rank(s), {replicas} replica(s) of {per_replica}"
+    if replicas < 1:
+        return Resize(None, (f"the nodes left hold {slots} rank(s), fewer than one data-parallel replica "
+                             f"(tensor x pipeline parallel = {per_replica} ranks)"))
+    fitting = [size for size in capacity.data_parallel_sizes if size <= replicas]
     if not fitting:
-        return Resize(None, (f"the nodes left hold {slots} rank(s) and the trainer needs one of "
-                             f"{', '.join(map(str, sorted(capacity.world_sizes)))}"))
+        return Resize(None, (f"the nodes left hold {held} and the trainer needs data parallel "
+                             f"{' or '.join(map(str, sorted(capacity.data_parallel_sizes)))} (the global batch "
+                             f"must divide by micro batch x data parallel)"))
     size = max(fitting)
     if size == capacity.current:
         return Resize(size)
     change = "shrinks" if size < capacity.current else "grows"
-    return Resize(size, (f"data parallel {change} {capacity.current} -> {size}: the nodes left hold {slots} rank(s) "
+    return Resize(size, (f"data parallel {change} {capacity.current} -> {size}: the nodes left hold {held} "
                          f"(the global batch is kept by gradient accumulation)"))
 
 

@@ -62,7 +62,7 @@ class RayWorkerGroup:
 
     def start(self, config: TrainerConfig, plan: ResumePlan) -> list[WorkerInfo]:
         ray_cluster.check_head()  # placing ranks needs the head: without it Ray waits until it ends the driver
-        world = plan.data_parallel_size or self.cluster.num_workers
+        world = config.world_size_of(plan.data_parallel_size) if plan.data_parallel_size else self.cluster.num_workers
         bundle = bundle_for(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
         self._pg, strategies = place(bundle, world, "workers", self.cluster.placement_strategy,
                                      self.start_timeout_s, self.admitted_node_ids, plan.avoid_nodes)

@@ -92,9 +92,10 @@ class MegatronWorkerGroup:
 
     def start(self, config: TrainerConfig, plan: ResumePlan) -> list[WorkerInfo]:
         """Place the nodes, start their torchruns; one WorkerInfo per rank (its own process).
-        ``config`` is not used: the user's arguments carry the training settings."""
+        ``config`` gives only the ranks of a data-parallel replica: the user's arguments
+        carry the training settings."""
         ray_cluster.check_head()  # placing nodes needs the head: without it Ray waits until it ends the driver
-        world = plan.data_parallel_size or self.cluster.num_workers
+        world = config.world_size_of(plan.data_parallel_size) if plan.data_parallel_size else self.cluster.num_workers
         if world % self.nproc_per_node:
             raise ClusterError(f"{world} ranks do not fill nodes of megatron.nproc_per_node="
                                f"{self.nproc_per_node}; use a world size that is a multiple of it")

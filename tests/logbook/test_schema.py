@@ -61,6 +61,7 @@ def test_a_file_that_is_not_a_logbook_is_named(tmp_path):
 
 
 def test_a_version_1_logbook_is_migrated_to_hold_local_norms_and_keeps_its_history(tmp_path, clock):
+    """Migrated to the newest version: local norms (2), MFU and peak memory in the metrics (3)."""
     from logbook.schema import MIGRATIONS
 
     connection = sqlite3.connect(tmp_path / LOGBOOK_FILENAME)
@@ -74,10 +75,20 @@ def test_a_version_1_logbook_is_migrated_to_hold_local_norms_and_keeps_its_histo
         book.record_metrics("7.00", [{"step": 1, "loss": 2.0}])
         assert book.record_local_norms("7.00", 1, {"output.weight": 0.5, "embedding.weight": float("nan")}) == 2
         versions = [v for (v,) in book._connection.execute("SELECT version FROM schema_version ORDER BY version")]
-        assert versions == [1, 2] == list(range(1, SCHEMA_VERSION + 1))
+        assert versions == [1, 2, 3] == list(range(1, SCHEMA_VERSION + 1))
         (row,) = book.query(logbook.norms_queries.fetch_local_norms)
         assert row["step"] == 1 and row["norms"]["output.weight"] == 0.5 and math.isnan(row["norms"]["embedding.weight"])
     connection = sqlite3.connect(tmp_path / LOGBOOK_FILENAME)
     with pytest.raises(sqlite3.DatabaseError, match="append-only"):
         connection.execute("DELETE FROM local_norms")
     connection.close()
+
+
+def test_metrics_rows_hold_mfu_and_peak_memory_and_older_rows_read_none(tmp_path, clock):
+    with Logbook.open(tmp_path, clock=clock) as book:
+        book.start_subrun("7.00", "launch", {}, None, 0, {}, {})
+        book.record_metrics("7.00", [{"step": 1, "loss": 2.0},
+                                     {"step": 2, "loss": 1.9, "mfu": 0.41, "peak_memory_bytes": 3 << 30}])
+        first, second = book.kept_metrics()
+        assert first["mfu"] is None and first["peak_memory_bytes"] is None
+        assert second["mfu"] == 0.41 and second["peak_memory_bytes"] == 3 << 30

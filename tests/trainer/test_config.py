@@ -116,10 +116,10 @@ def test_sharded_data_parallel_is_executable(parallel):
     assert TrainerConfig(parallel=parallel).unsupported() is None and TrainerConfig(parallel=parallel).problems(1) == []
 
 
-def test_the_distributed_optimizer_with_tensor_parallel_is_refused_in_one_line_naming_fsdp2():
+def test_the_distributed_optimizer_with_tensor_parallel_is_refused_in_one_line():
     config = TrainerConfig(parallel=ParallelConfig(use_distributed_optimizer=True, tensor_model_parallel_size=2))
     line = config.unsupported()
-    assert config.problems(4) == [] and "\n" not in line and "parallel.use_distributed_optimizer=true" in line and "parallel.use_torch_fsdp2=true" in line
+    assert config.problems(4) == [] and "\n" not in line and "parallel.use_distributed_optimizer=true" in line and "set parallel.use_distributed_optimizer=false" in line
 
 
 def test_keep_last_zero_keeps_every_checkpoint_and_a_negative_one_is_refused():
@@ -127,3 +127,10 @@ def test_keep_last_zero_keeps_every_checkpoint_and_a_negative_one_is_refused():
     assert keep_all.problems(1) == []
     negative = TrainerConfig(checkpoint=dataclasses.replace(TrainerConfig().checkpoint, keep_last=-1))
     assert negative.problems(1) == ["checkpoint.keep_last must be >= 0 (0 keeps every checkpoint), got -1"]
+
+
+@pytest.mark.parametrize("key", ["use_distributed_optimizer", "use_torch_fsdp2"])
+def test_sharding_within_pipeline_stages_is_refused_in_one_line(key):
+    config = TrainerConfig(parallel=ParallelConfig(pipeline_model_parallel_size=2, **{key: True}))
+    line = config.unsupported()
+    assert line is not None and f"set parallel.{key}=false" in line and "\n" not in line

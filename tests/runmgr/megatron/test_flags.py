@@ -71,8 +71,8 @@ def test_a_rewarmup_is_refused_for_megatron_has_none():
 
 def test_a_data_parallel_size_other_than_the_world_is_refused():
     with pytest.raises(PlanNotCarried, match="data parallel 2"):
-        script_args(USER, ResumePlan(data_parallel_size=2), LM, None, world_size=4)
-    assert script_args(USER, ResumePlan(data_parallel_size=4), LM, None, world_size=4)
+        script_args(USER, ResumePlan(data_parallel_size=2), LM, None, data_parallel_size=4)
+    assert script_args(USER, ResumePlan(data_parallel_size=4), LM, None, data_parallel_size=4)
 
 
 def test_mindspeed_refuses_skips_it_cannot_carry_out():

@@ -45,3 +45,69 @@ def test_sharded_runs_match_data_parallel_losses(name, sharded_runs, data_parall
     difference = relative_difference(losses, reference)
     print(f"{name}: max relative loss difference from data parallel over {PARALLEL_STEPS} steps: {difference:.2e}")
     assert difference < TOLERANCE
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_each_rank_holds_a_quarter_of_the_optimizer_state(name, sharded_runs, data_parallel_run):
+    """The bytes of every tensor in each rank's optimizer state, measured on the
+    rank and reported in every StepReport. The tiny model's rows all divide by
+    4, so the shards are equal; what each rank holds beyond a quarter is AdamW's
+    step counters (4 bytes per weight, kept whole on every rank): under 0.1%."""
+    replicated = data_parallel_run["ranks"].events(0, "step")[-1]["optimizer_state_bytes"]
+    sharded = sharded_runs[name]["ranks"].events(0, "step")[-1]["optimizer_state_bytes"]
+    assert len(replicated) == len(sharded) == WORLD and len(set(replicated)) == 1
+    quarter = replicated[0] / WORLD
+    print(f"{name}: optimizer state per rank {sharded} bytes; replicated {replicated[0]}, a quarter {quarter:.0f}")
+    assert all(abs(size - quarter) / quarter < 0.1 for size in sharded)
+
+
+def checkpoint_at(ranks, step: int) -> str:
+    (path,) = [e["path"] for e in ranks.events(0, "checkpoint") if e["step"] == step]
+    return path
+
+
+@pytest.fixture(scope="module")
+def resumed_runs(sharded_runs, launch_layout):
+    """Each layout's step-25 checkpoint resumed at DP 2 (2 ranks, the same
+    global batch: twice the accumulation) to step 40, and at DP 4 to step 30."""
+    launched = {}
+    for name, parallel in LAYOUTS.items():
+        plan = {"subrun": "0.01", "start_checkpoint": checkpoint_at(sharded_runs[name]["ranks"], RESUME_FROM)}
+        # Shorter runs, the same LR schedule: it decays over the unbroken run's 50 steps.
+        same_schedule = {"lr_decay_iters": PARALLEL_STEPS}
+        launched[name, 2] = launch_layout(parallel, world_size=2, plan=plan, training={"train_iters": 40},
+                                          optim=same_schedule)
+        launched[name, WORLD] = launch_layout(parallel, plan=plan, training={"train_iters": 30}, optim=same_schedule)
+    return {key: {"ranks": r, "results": r.wait(timeout=900)} for key, r in launched.items()}
+
+
+RESUME_FROM = 25
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_a_checkpoint_written_at_dp4_resumes_at_dp2(name, sharded_runs, resumed_runs):
+    """DCP reshards the sharded optimizer state (and FSDP2's weights) from 4
+    ranks to 2: the moments arrive whole and training goes on as the unbroken
+    run does (measured: max relative loss difference 8.2e-08 over 15 steps, one
+    float32 rounding of the reported loss, for both layouts)."""
+    unbroken = sharded_runs[name]["results"][0]["losses"]
+    at_dp2 = resumed_runs[name, 2]
+    losses = at_dp2["results"][0]["losses"]
+    assert len(losses) == 15 and all(result["losses"] == losses for result in at_dp2["results"])
+    difference = relative_difference(losses, unbroken[RESUME_FROM:])
+    print(f"{name}: DP 4 -> DP 2 resume, max relative loss difference from the unbroken run: {difference:.2e}")
+    assert difference < TOLERANCE
+    started_dp2 = at_dp2["ranks"].events(0, "started")[0]["optimizer"]
+    started_dp4 = resumed_runs[name, WORLD]["ranks"].events(0, "started")[0]["optimizer"]
+    for dp2, dp4 in zip(started_dp2, started_dp4):
+        assert dp2["step"] == dp4["step"] == RESUME_FROM
+        assert dp2["moment_norm"] > 0 and math.isclose(dp2["moment_norm"], dp4["moment_norm"], rel_tol=1e-6)
+    bytes_dp2 = at_dp2["ranks"].events(0, "step")[-1]["optimizer_state_bytes"]
+    bytes_dp4 = sharded_runs[name]["ranks"].events(0, "step")[-1]["optimizer_state_bytes"]
+    assert abs(bytes_dp2[0] - 2 * bytes_dp4[0]) / bytes_dp2[0] < 0.01  # now half each
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_a_checkpoint_resumed_in_the_same_layout_continues_bit_for_bit(name, sharded_runs, resumed_runs):
+    unbroken = sharded_runs[name]["results"][0]["losses"]
+    assert resumed_runs[name, WORLD]["results"][0]["losses"] == unbroken[RESUME_FROM:30]

@@ -8,9 +8,26 @@ from tests.e2e.harness import LaunchedRun, kept_losses
 
 
 @pytest.fixture(scope="session")
-def reference_losses(tmp_path_factory) -> dict[int, float]:
+def shared_ray():
+    """One real local Ray of 2 CPUs (the 2 ranks of a run) for the session's runs that neither kill
+    nor reconfigure a cluster: a launch passes ``cluster.address=`` its address instead of starting
+    a Ray of its own (seconds each on a loaded machine). Runs that kill their driver, their head or
+    a node, or watch their own Ray's processes, keep a Ray of their own."""
+    from runmgr.cluster import LocalCluster
+    from runmgr.config.schema import ClusterConfig
+
+    head = LocalCluster(ClusterConfig(local_nodes=1, cpus_per_worker=2))
+    try:
+        yield head
+    finally:
+        head.shutdown()
+
+
+@pytest.fixture(scope="session")
+def reference_losses(tmp_path_factory, shared_ray) -> dict[int, float]:
     """Per-step losses of an uninterrupted run of the e2e config (one run for the whole session)."""
-    run = LaunchedRun(tmp_path_factory.mktemp("e2e") / "reference").start()
+    run = LaunchedRun(tmp_path_factory.mktemp("e2e") / "reference",
+                      extra=[f"cluster.address={shared_ray.address}"]).start()
     assert run.wait() == 0, run.output()[-3000:]
     losses = kept_losses(run.run_dir)
     assert sorted(losses) == list(range(1, 41))

@@ -26,8 +26,6 @@ from pathlib import Path
 
 import pytest
 
-from runmgr.cluster import LocalCluster
-from runmgr.config.schema import ClusterConfig
 from tests.e2e.harness import E2E_OVERRIDES, ROOT, LaunchedRun
 
 pytestmark = pytest.mark.slow
@@ -44,17 +42,14 @@ RUNS = {
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> Path:
+def runs(tmp_path_factory, shared_ray) -> Path:
     """The runs of :data:`RUNS`, one after the other (2 cores), each finished, all on
-    one real local Ray (``cluster.address``): a Ray start per run would double the time."""
+    one real local Ray (``cluster.address``, the session's: tests/conftest.py): a Ray
+    start per run would double the time."""
     root = tmp_path_factory.mktemp("compare")
-    head = LocalCluster(ClusterConfig(local_nodes=1, cpus_per_worker=2))  # 2 CPUs: the 2 ranks of a run
-    try:
-        for name, extra in RUNS.items():
-            run = LaunchedRun(root / name, extra=[f"cluster.address={head.address}", *extra], base=BASE).start()
-            assert run.wait(timeout=600) == 0, run.output()[-3000:]
-    finally:
-        head.shutdown()
+    for name, extra in RUNS.items():
+        run = LaunchedRun(root / name, extra=[f"cluster.address={shared_ray.address}", *extra], base=BASE).start()
+        assert run.wait(timeout=600) == 0, run.output()[-3000:]
     return root
 
 

@@ -23,10 +23,11 @@ def verified_steps(run_dir) -> list[int]:
     return sorted(int(p.name[5:]) for p in (run_dir / "checkpoints").glob("step_*") if (p / MANIFEST_NAME).is_file())
 
 
-def test_a_killed_worker_resumes_from_the_last_checkpoint_bit_for_bit(tmp_path, reference_losses):
+def test_a_killed_worker_resumes_from_the_last_checkpoint_bit_for_bit(tmp_path, reference_losses, shared_ray):
     # Paused after step 20: checkpoint 10 is verified (saving 20 waited for it) and 20 is
-    # still in flight (its manifest is written at the next step, which never comes).
-    run = LaunchedRun(tmp_path / "killworker", extra=[pause_after(20)]).start()
+    # still in flight (its manifest is written at the next step, which never comes). A rank
+    # is killed, not the cluster: the session's Ray does (tests/conftest.py).
+    run = LaunchedRun(tmp_path / "killworker", extra=[f"cluster.address={shared_ray.address}", pause_after(20)]).start()
     status = run.wait_paused(20)
     victim = next(w for w in status["workers"] if w["rank"] == 1)
     os.kill(victim["pid"], signal.SIGKILL)

@@ -2,14 +2,18 @@
 code 2, no traceback, and nothing written (no run directory, no file changed
 in the folder it runs in).
 
-Each case is a real `python -m runmgr ...` subprocess. They run two at a time
-once for the module (refusals come before torch or Ray are imported, about a
-second each); each case is then its own test item."""
+Each case is a real process of its own: `python -m runmgr ...` forked from one
+that imported runmgr's CLI once (tests/faults/forked_cli.py: a second of
+Python's and the imports' start-up per case was most of this module's time), two
+at a time once for the module; each case is then its own test item. A few cases
+(:data:`SUBPROCESS_CASES`) also run as a plain `python -m runmgr` subprocess,
+the command exactly as a user types it."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -105,6 +109,11 @@ CASES: dict[str, list[str]] = {
 }
 
 
+SUBPROCESS_CASES = ["launch optim.lr=nan", "launch run.name=..", "launch --bogus", "status no such run",
+                    "logbook show damaged", "no subcommand"]
+"""Also run as a plain `python -m runmgr` subprocess: one of each way a refusal is made."""
+
+
 def write_workspace(ws: Path) -> None:
     """The folder the commands run in: bad config files, damaged run files, odd inputs."""
     conf = ws / "conf"
@@ -150,27 +159,66 @@ def run_case(ws: Path, argv: list[str]) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
+def run_forked_cases(ws: Path, io_dir: Path, cases: dict[str, list[str]]) -> dict[str, subprocess.CompletedProcess]:
+    """Every case as its own process forked by tests/faults/forked_cli.py, two at a time."""
+    env = {k: v for k, v in os.environ.items() if k != "RUNMGR_CONF_DIR"}  # the repository's conf/ by default
+    argvs = {name: [a.replace("{ws}", str(ws)) for a in argv] for name, argv in cases.items()}
+    spec = {"timeout_s": CASE_TIMEOUT_S, "parallel": 2,
+            "cases": [{"argv": argv, "stdout": str(io_dir / f"{i}.out"), "stderr": str(io_dir / f"{i}.err")}
+                      for i, argv in enumerate(argvs.values())]}
+    (io_dir / "cases.json").write_text(json.dumps(spec))
+    server = subprocess.run([sys.executable, str(ROOT / "tests" / "faults" / "forked_cli.py"),
+                             str(io_dir / "cases.json"), str(io_dir / "results.json")],
+                            cwd=ws, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                            timeout=CASE_TIMEOUT_S * len(cases))
+    assert server.returncode == 0 and server.stdout == "", (server.returncode, server.stdout, server.stderr)
+    codes = json.loads((io_dir / "results.json").read_text())["codes"]
+    results = {}
+    for i, (name, argv) in enumerate(argvs.items()):
+        # What the preloaded imports wrote to stderr belongs to every case.
+        out, err = (io_dir / f"{i}.out").read_text(), server.stderr + (io_dir / f"{i}.err").read_text()
+        if codes[i] is None:
+            err += f"\n(test: still running after {CASE_TIMEOUT_S} s: accepted and started?)"
+        results[name] = subprocess.CompletedProcess(["runmgr", *argv], codes[i], out, err)
+    return results
+
+
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory) -> dict:
     ws = tmp_path_factory.mktemp("workspace")
+    io_dir = tmp_path_factory.mktemp("bad_input_io")
     write_workspace(ws)
     before = snapshot(ws)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        results = dict(zip(CASES, pool.map(lambda argv: run_case(ws, argv), CASES.values())))
-    return {"results": results, "before": before, "after": snapshot(ws), "ws": ws}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:  # beside the forked ones
+        plain = pool.map(lambda name: run_case(ws, CASES[name]), SUBPROCESS_CASES)
+        results = run_forked_cases(ws, io_dir, CASES)
+        subprocess_results = dict(zip(SUBPROCESS_CASES, plain))
+    return {"results": results, "subprocess_results": subprocess_results, "before": before, "after": snapshot(ws),
+            "ws": ws}
 
 
 def test_there_are_at_least_70_kinds_of_bad_input():
     assert len(CASES) >= 70
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_bad_input_is_one_line_and_exit_2(outcomes, case):
-    result = outcomes["results"][case]
+def assert_one_line_and_exit_2(result: subprocess.CompletedProcess) -> None:
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     assert result.returncode == 2, (result.returncode, result.stderr[-2000:], result.stdout[-2000:])
     assert len(result.stderr.splitlines()) == 1 and result.stderr.strip(), result.stderr
     assert result.stdout == "", result.stdout
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_is_one_line_and_exit_2(outcomes, case):
+    assert_one_line_and_exit_2(outcomes["results"][case])
+
+
+@pytest.mark.parametrize("case", SUBPROCESS_CASES)
+def test_bad_input_through_a_plain_python_m_runmgr(outcomes, case):
+    """The same as a user's own `python -m runmgr` process, and the same line as the forked case's."""
+    result = outcomes["subprocess_results"][case]
+    assert_one_line_and_exit_2(result)
+    assert result.stderr == outcomes["results"][case].stderr
 
 
 def test_nothing_is_written(outcomes):

@@ -182,6 +182,12 @@ def case_dry_run(ctx: Context) -> None:
     assert "verdict" in ctx.ok("launch", "conf=demo", "--dry-run").stdout
 
 
+def case_rehearse(ctx: Context) -> None:
+    # The dry run only: the rehearsal itself runs in tests/e2e/test_rehearsal.py (a slow run of its own).
+    mapping = ctx.ok("launch", "conf=run12", "--rehearse", "--dry-run").stdout
+    assert "Rehearsal of run12" in mapping and "parallel.tensor_model_parallel_size        8 -> 2" in mapping
+
+
 def case_lint(ctx: Context) -> None:
     assert "no findings" in ctx.ok("lint", "conf=demo").stdout
     warned = ctx.ok("lint", "conf=demo", *TINY, "optim.adam_beta2=0.999").stdout
@@ -364,6 +370,7 @@ CASES: dict[str, Callable[[Context], None]] = {
     "runmgr logbook salvage RUN": case_logbook_salvage,
     "runmgr launch conf=NAME [key=value ...]": case_launch_again,
     "runmgr launch conf=NAME --dry-run": case_dry_run,
+    "runmgr launch conf=NAME --rehearse [--dry-run] [rehearse.train_iters=300 ...]": case_rehearse,
     "runmgr lint conf=NAME [key=value ...]": case_lint,
     "runmgr launch conf=NAME trainer.kind=megatron [megatron.script=PATH megatron.args=[...]]": case_launch_megatron,
     "runmgr status RUN [--json]": case_status,

@@ -111,7 +111,17 @@ def peak_flops_of(name: str, precision: str) -> Optional[float]:
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident set size in bytes (``getrusage``: kilobytes on Linux, bytes on macOS)."""
+    """This process's peak resident set size in bytes: ``VmHWM`` of ``/proc/self/status``
+    on Linux, else ``getrusage`` (bytes on macOS). Not ``ru_maxrss`` on Linux: a process
+    started by fork and exec keeps its parent's peak there (a rank started by a 770 MB
+    pytest read 770 MB), while VmHWM belongs to the process's own memory map."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass  # no /proc (macOS): getrusage below
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)
 

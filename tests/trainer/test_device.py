@@ -124,3 +124,18 @@ def test_auto_prefers_the_npu_on_an_ascend_host(restore_determinism):
     device = resolve_device("auto", local_rank=0, deterministic=False)
     assert (device.kind, device.backend, device.autocast_type) == ("npu", "hccl", "npu")
     assert local_accelerators()["npu"] > 0
+
+
+def test_a_rank_started_by_a_big_parent_reports_its_own_peak_memory_not_the_parent_s():
+    """A rank process is forked and exec'd by a driver or pytest holding hundreds of MB;
+    its reported peak (what the dry-run estimate is checked against) must be its own."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    held = bytearray(600 * 2**20)  # the parent holds 600 MB, as a long test session does
+    child = subprocess.run([sys.executable, "-c", "from trainer.device import peak_rss_bytes; print(peak_rss_bytes())"],
+                           capture_output=True, text=True, timeout=120, check=True,
+                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert len(held) and int(child.stdout) < 500 * 2**20  # a python with torch's device layer: ~200 MB

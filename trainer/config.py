@@ -317,10 +317,6 @@ class TrainerConfig:
     def _tensor_parallel_unsupported(self) -> Optional[str]:
         """The combinations with tensor parallelism the trainer cannot run."""
         tp = self.parallel.tensor_model_parallel_size
-        if tp > 1 and self.parallel.use_torch_fsdp2:
-            return (f"the built-in trainer cannot execute parallel.use_torch_fsdp2=true with "
-                    f"parallel.tensor_model_parallel_size={tp} yet (FSDP2 over a tensor-parallel model is not "
-                    f"verified); set parallel.use_torch_fsdp2=false")
         if tp > 1 and self.precision.embedding_bf16:
             return ("precision.embedding_bf16=true cannot run with parallel.tensor_model_parallel_size>1 (the "
                     "vocabulary-parallel embedding looks up its fp32 weight); set precision.embedding_bf16=false")

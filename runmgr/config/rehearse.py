@@ -69,7 +69,7 @@ class RehearseConfig:
     """Ranks this machine holds: the data-parallel degree is what is left of them (at least 1)."""
     save_interval: int = 20
     """Checkpoint every this many steps (rollbacks need checkpoints within a few hundred steps)."""
-    chaos: str = "opt_run12"
+    chaos: str = "rehearsal"
     """The chaos schedule injected (conf/chaos/<name>.yaml; ``none``: no faults)."""
     watcher: str = "demo"
     """The preset of the watcher's step and time windows (conf/watcher/<name>.yaml); its thresholds stay the run's."""
@@ -216,11 +216,23 @@ def _parallel(config, rows: _Rows) -> _Parallel:
              why if pp != par.pipeline_model_parallel_size else "the recipe's")
     sharded = par.use_distributed_optimizer or par.use_torch_fsdp2
     rows.add("data-parallel size", real_dp, dp, f"the workers left after TP x PP = {tp * pp}"
-             + ("; the optimizer is still sharded over them (one shard when DP is 1)" if sharded else ""))
-    rows.keep("parallel.use_distributed_optimizer", par.use_distributed_optimizer)
-    rows.keep("parallel.use_torch_fsdp2", par.use_torch_fsdp2)
+             + ("; the optimizer is sharded over them" if sharded and dp > 1 else ""))
+    # At DP 1 a sharded optimizer has one shard, the whole state: the same updates as without it,
+    # so the rehearsal runs without (the built-in trainer shards within pipeline stages not yet).
+    zero1 = _sharding_at(rows, "parallel.use_distributed_optimizer", par.use_distributed_optimizer, dp)
+    fsdp2 = _sharding_at(rows, "parallel.use_torch_fsdp2", par.use_torch_fsdp2, dp)
     rows.keep("parallel.dist_timeout_s", par.dist_timeout_s)
-    return _Parallel(replace(par, tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp), tp, pp, dp)
+    small = replace(par, tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                    use_distributed_optimizer=zero1, use_torch_fsdp2=fsdp2)
+    return _Parallel(small, tp, pp, dp)
+
+
+def _sharding_at(rows: _Rows, key: str, real: bool, dp: int) -> bool:
+    """A sharded optimizer's setting in a rehearsal of data-parallel size ``dp``."""
+    if real and dp == 1:
+        return rows.add(key, True, False, "data parallel 1 in the rehearsal: one shard would hold the whole state, "
+                                          "the same updates as an unsharded optimizer")
+    return rows.keep(key, real)
 
 
 def _model(config, par: _Parallel, rows: _Rows):

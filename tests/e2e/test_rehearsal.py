@@ -1,7 +1,9 @@
 """``runmgr launch conf=run12 --rehearse`` end to end: run12's recipe, made small, trains on
 a local Ray with a chaos schedule, and the logbook says it is a rehearsal of run12.
 
-Kept small for CI on 2 cores: 60 steps, 2 ranks, one fault (kill -9 of rank 1 at step 30)."""
+run12's kinds of parallelism at degree 2: TP 2 x DP 2 with FSDP2, 4 ranks. Kept small for CI on
+2 cores: 40 steps, one fault (kill -9 of rank 1 at step 30). The whole schedule (conf/chaos/
+rehearsal.yaml, 200 steps) is `runmgr launch conf=run12 --rehearse`, run by hand (docs/parallel.md)."""
 
 from __future__ import annotations
 
@@ -17,26 +19,26 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SMALL = ["rehearse.train_iters=60", "rehearse.chaos=kill_worker", "rehearse.max_workers=2",
-         "health.skip=true", "data.corpus_max_bytes=400000"]
+STEPS = 40
+SMALL = [f"rehearse.train_iters={STEPS}", "rehearse.chaos=kill_worker", "health.skip=true",
+         "data.corpus_max_bytes=400000"]
 """The rehearsal's sizes for CI, and two settings of the real run a rehearsal keeps (no node
 probes: the chaos is the test; a smaller slice of the embedded corpus)."""
-RUNNABLE_NOW = ["rehearse.max_tensor_parallel=1", "parallel.use_torch_fsdp2=false"]
-"""Until the trainer runs tensor parallel and FSDP2 (trainer/parallel/), the rehearsal keeps the
-kinds it runs: data parallel."""
 
 
 def test_a_rehearsal_of_run12_finishes_past_its_chaos_and_the_logbook_marks_it(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "runmgr", "launch", "conf=run12", "--rehearse", "--config-dir", str(ROOT / "conf"),
-         *SMALL, *RUNNABLE_NOW],
+         *SMALL],
         cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     run_dir = tmp_path / "runs" / "run12-rehearsal"  # never the real run's directory
     with Logbook.open(run_dir, create=False) as book:
         lineage, events = book.lineage(), book.events()
-    assert lineage[0].id == "12.00" and lineage[-1].end_state == "finished" and lineage[-1].last_step == 60
+    assert lineage[0].id == "12.00" and lineage[-1].end_state == "finished" and lineage[-1].last_step == STEPS
     assert lineage[0].config["rehearse"]["of"] == "run12"
+    parallel = lineage[0].config["parallel"]
+    assert parallel["tensor_model_parallel_size"] == 2 and parallel["use_torch_fsdp2"]  # run12's kinds
     assert lineage[0].config["precision"]["fp16"] and lineage[0].config["optim"]["adam_beta2"] == 0.95
     marks = [e for e in events if e.get("kind") == "rehearsal"]
     assert [e["subrun"] for e in marks] == ["12.00"] and marks[0]["data"]["of"] == "run12"

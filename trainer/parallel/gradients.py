@@ -14,7 +14,7 @@ from typing import Iterable, Optional
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor import DTensor
 
 
 def local_part(tensor: torch.Tensor) -> torch.Tensor:
@@ -68,7 +68,9 @@ def holders(param: torch.Tensor, ranks_per_stage: int) -> int:
         return ranks_per_stage
     shards = 1
     for dim, placement in enumerate(param.placements):
-        if isinstance(placement, Shard):
+        # Any split counts: Shard, and FSDP2's _StridedShard over a tensor-parallel Shard of
+        # the same dimension (not a Shard subclass, and its is_shard() is False).
+        if not (placement.is_replicate() or placement.is_partial()):
             shards *= param.device_mesh.size(dim)
     return ranks_per_stage // shards
 

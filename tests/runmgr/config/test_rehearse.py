@@ -47,9 +47,9 @@ def test_run12_becomes_tp2_dp2_fsdp2_of_a_small_opt_model_with_the_same_recipe()
     assert small.run.name == "run12-rehearsal" and small.run_dir() == Path("runs/run12-rehearsal")
     assert small.rehearse.of == "run12" and small.run.number == 12
     assert small.checkpoint.save_interval == 20 and not small.checkpoint.s3.enabled
-    # The chaos schedule of OPT's Run 12, every class of fault.
-    assert {str(f.kind) for f in small.chaos.faults} >= {"kill_worker", "hang_rank", "garbage_data", "slow_rank",
-                                                          "checkpoint_fail", "device_ecc", "recurring_instability"}
+    # The machine faults of OPT's Run 12 (its data faults need a model that has learned: conf/chaos/rehearsal.yaml).
+    assert [str(f.kind) for f in small.chaos.faults] == ["kill_worker", "hang_rank", "slow_rank", "checkpoint_fail",
+                                                         "device_ecc"]
     table = rows(mapping)
     assert table["parallel.tensor_model_parallel_size"].real == 8
     assert table["parallel.tensor_model_parallel_size"].rehearsal == 2
@@ -63,7 +63,10 @@ def test_llama2_70b_becomes_tp2_pp2_with_its_distributed_optimizer_and_grouped_q
     small, mapping = rehearsal("llama2_70b")
     par = small.parallel
     assert (par.tensor_model_parallel_size, par.pipeline_model_parallel_size, small.world_size) == (2, 2, 4)
-    assert par.use_distributed_optimizer and not par.use_torch_fsdp2
+    # At DP 1 the distributed optimizer would hold one shard, the whole state: the rehearsal says so and runs without.
+    assert not par.use_distributed_optimizer and not par.use_torch_fsdp2
+    zero1 = rows(mapping)["parallel.use_distributed_optimizer"]
+    assert zero1.real and not zero1.rehearsal and "one shard" in zero1.reason
     m = small.model
     assert m.family == "llama" and m.num_layers % 2 == 0 and m.untie_embeddings_and_output_weights
     assert m.num_query_groups is not None and m.num_query_groups % 2 == 0
@@ -96,7 +99,7 @@ def test_the_rehearse_section_sizes_it():
     (["rehearse.num_attention_heads=3", "rehearse.hidden_size=63"], "must be divisible by the rehearsal's tensor-parallel"),
     (["rehearse.global_batch_size=12"], "rehearse.global_batch_size (12) must be a multiple"),
     (["rehearse.chaos=nosuch"], "no conf/chaos/nosuch.yaml"),
-    (["rehearse.train_iters=100"], "reaches step"),  # opt_run12's faults need 200 steps
+    (["rehearse.train_iters=80"], "reaches step"),  # the rehearsal schedule's last fault is at step 90
     (["rehearse.train_iters=0"], "rehearse.train_iters must be a positive integer"),
     (["trainer.kind=megatron"], "trainer.kind=megatron cannot be rehearsed"),
 ])

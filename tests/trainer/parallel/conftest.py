@@ -18,7 +18,10 @@ def tiny_config(save_dir: Optional[Path] = None, **sections) -> dict:
     """The shared tiny model: 4 layers (2 per pipeline stage), 4 heads in 2
     key/value groups (whole groups per tensor-parallel rank), untied output
     (a pipeline's last stage holds it), fp32, no dropout: what differs
-    between layouts is the order of float sums alone."""
+    between layouts is the order of float sums alone. Micro-batches of 4
+    (one a step at DP 4, two at DP 2): the same 16 samples a step as
+    smaller ones would take, in fewer, cheaper passes (DTensor's dispatch
+    costs per operation, not per sample)."""
     config = {
         "device": "cpu",
         "model": {"family": "llama", "num_layers": 4, "hidden_size": 64, "ffn_hidden_size": 128,
@@ -26,7 +29,7 @@ def tiny_config(save_dir: Optional[Path] = None, **sections) -> dict:
                   "untie_embeddings_and_output_weights": True},
         "optim": {"lr": 3e-3, "min_lr": 3e-4, "lr_warmup_iters": 5},
         "data": {"corpus_max_bytes": 200_000},
-        "training": {"micro_batch_size": 2, "global_batch_size": 16, "train_iters": PARALLEL_STEPS, "seed": 11,
+        "training": {"micro_batch_size": 4, "global_batch_size": 16, "train_iters": PARALLEL_STEPS, "seed": 11,
                      "deterministic": True, "local_norms_interval": 0},
         "parallel": {"dist_timeout_s": 60.0},
         "checkpoint": {"save": str(save_dir) if save_dir else None, "save_interval": 25, "keep_last": 0,
@@ -37,24 +40,66 @@ def tiny_config(save_dir: Optional[Path] = None, **sections) -> dict:
     return config
 
 
+RESUME_STEP = 25
+"""tiny_config saves every 25 steps: the checkpoint a resumed run starts from."""
+RESUMED_UNTIL = 30
+"""Where a resume's check ends: 5 steps show bit-for-bit or not (the LR schedule is still the
+50-step run's: ``optim.lr_decay_iters`` keeps it)."""
+SAME_SCHEDULE = {"lr_decay_iters": PARALLEL_STEPS}
+"""A shorter run with the LR schedule of the 50-step one."""
+
+
+def max_relative(values: list[float], reference: list[float]) -> float:
+    """The largest relative difference of ``values`` from ``reference``, step by step."""
+    assert len(values) == len(reference)
+    return max(abs(a - b) / abs(b) for a, b in zip(values, reference))
+
+
+def grad_norms(ranks) -> list[float]:
+    """Rank 0's global gradient norm of every step."""
+    return [event["grad_norm"] for event in ranks.events(0, "step")]
+
+
+def checkpoint_of(ranks, step: int = RESUME_STEP) -> str:
+    """The checkpoint ``ranks`` committed at ``step``."""
+    (path,) = [e["path"] for e in ranks.events(0, "checkpoint") if e["step"] == step]
+    return path
+
+
 @pytest.fixture(scope="session")
-def launch_layout(tmp_path_factory):
-    """``launch_layout(parallel: dict, world_size=4, **sections) -> Ranks``:
-    the tiny config at a parallel layout, on real rank processes."""
+def launch_layout(tmp_path_factory, rank_zygote):
+    """``launch_layout(parallel: dict, world_size=4, fresh_python=False, **sections) -> Ranks``:
+    the tiny config at a parallel layout, on real rank processes (forked from the
+    session's rank zygote; ``fresh_python``: each a new Python, for memory figures)."""
     from tests.trainer.conftest import Ranks, launch_processes
 
     launched: list[Ranks] = []
 
-    def launch(parallel: dict, world_size: int = WORLD, plan: Optional[dict] = None, **sections) -> Ranks:
+    def launch(parallel: dict, world_size: int = WORLD, plan: Optional[dict] = None, fresh_python: bool = False,
+               **sections) -> Ranks:
         out = tmp_path_factory.mktemp("layout")
         config = tiny_config(out / "checkpoints", parallel={**{"dist_timeout_s": 60.0}, **parallel}, **sections)
-        ranks = launch_processes(out, config, plan, world_size)
+        ranks = launch_processes(out, config, plan, world_size, None if fresh_python else rank_zygote)
         launched.append(ranks)
         return ranks
 
     yield launch
     for ranks in launched:
         ranks.kill_all()
+
+
+@pytest.fixture(scope="session")
+def resume_layout(launch_layout):
+    """``resume_layout(parallel, checkpoint, world_size=4, until=RESUMED_UNTIL) -> Ranks``:
+    a sub-run from ``checkpoint`` to step ``until`` at a layout, the 50-step LR schedule."""
+
+    def resume(parallel: dict, checkpoint: str, world_size: int = WORLD, until: int = RESUMED_UNTIL,
+               subrun: str = "0.01"):
+        plan = {"subrun": subrun, "start_checkpoint": checkpoint}
+        return launch_layout(parallel, world_size=world_size, plan=plan, training={"train_iters": until},
+                             optim=SAME_SCHEDULE)
+
+    return resume
 
 
 @pytest.fixture(scope="session")

@@ -14,13 +14,15 @@ measuring at the end of its training (trainer/memory.py):
   against the estimate's total: at least the static part (nothing held is missed), at
   most :data:`RSS_FACTORS` x the total. RSS also holds gloo's buffers, the data, autograd's
   temporaries and the allocator's free pages, which no estimate of the model counts.
-  Measured: plain DP 95-99 MB per rank against the 53.4 MB estimate (48.5 static +
-  4.9 activations), ratio 1.8; ZeRO-1 80-84 MB against 35.2 MB, ratio 2.3; FSDP2
-  119 MB against 17.0 MB, ratio 7.0 (see :data:`RSS_FACTORS`).
+  Measured (micro-batches of 4): plain DP 100-102 MB per rank against the 58.4 MB
+  estimate (48.5 static + 9.8 activations), ratio 1.7; ZeRO-1 85-86 MB against 40.2 MB,
+  ratio 2.2; FSDP2 94-119 MB against 22.0 MB, ratio 4.3-5.4; TP 2 x DP 2 75-80 MB
+  against 30.5 MB, ratio 2.5-2.6; PP 2 x DP 2 73-75 MB against 33.8 MB, ratio 2.1-2.2
+  (see :data:`RSS_FACTORS`).
 
 Held states, measured: DP 48.53 MB per rank, ZeRO-1 30.33 MB (optimizer 6.07 = 24.27 / 4),
-FSDP2 12.13 MB (parameters and gradients 3.03 = 12.13 / 4, optimizer 6.07): each
-ratio to the estimate 1.000.
+FSDP2 12.13 MB (parameters and gradients 3.03 = 12.13 / 4, optimizer 6.07), TP 2 24.29 MB
+and PP 2 24.26-24.27 MB (half the model each): each ratio to the estimate 1.000-1.001.
 
 The figures are printed (``-s``) for docs/throughput.md.
 """
@@ -39,7 +41,7 @@ from tests.trainer.parallel.conftest import WORLD, tiny_config
 
 STATES_FACTOR = 1.1
 """Measured parameters + gradients + optimizer bytes over the estimate's, and back."""
-RSS_FACTORS = {"dp4": 4.0, "zero1": 4.0, "fsdp2": 10.0}
+RSS_FACTORS = {"dp4": 4.0, "zero1": 4.0, "fsdp2": 10.0, "tp2": 4.0, "pp2": 4.0}
 """Largest (peak RSS - baseline RSS) over the estimate's total per device, by layout.
 FSDP2's is looser: every rank builds the whole model before ``fully_shard`` splits it,
 and a step all-gathers each block's weights and holds its full gradients until the
@@ -48,8 +50,12 @@ the pages those transient buffers used."""
 WIDE = {"model": {"hidden_size": 256, "ffn_hidden_size": 688},
         "training": {"train_iters": 3}, "checkpoint": {"save": None}}
 
-LAYOUTS = {"dp4": {}, "zero1": {"use_distributed_optimizer": True}, "fsdp2": {"use_torch_fsdp2": True}}
-"""The layouts checked (DP 4 each); tensor and pipeline parallel join as they land on main."""
+LAYOUTS = {"dp4": {}, "zero1": {"use_distributed_optimizer": True}, "fsdp2": {"use_torch_fsdp2": True},
+           "tp2": {"tensor_model_parallel_size": 2}, "pp2": {"pipeline_model_parallel_size": 2}}
+"""The layouts checked on 4 ranks: DP 4 plain, with ZeRO-1 and with FSDP2; TP 2 x DP 2; PP 2 x DP 2."""
+AT_ONCE = 2
+"""Layouts started together (4 ranks each, on a 2-core machine: more would stretch the
+start-up of each towards its rendezvous timeout)."""
 
 
 def estimate(parallel: dict):
@@ -62,9 +68,13 @@ def estimate(parallel: dict):
 def measured(launch_layout) -> dict:
     """Each layout's per-rank memory figures (TrainResult.memory), by layout name."""
     out = {}
-    for name, parallel in LAYOUTS.items():
-        ranks = launch_layout(parallel, **WIDE)
-        out[name] = [result["memory"] for result in ranks.wait(timeout=600)]
+    names = list(LAYOUTS)
+    for wave in range(0, len(names), AT_ONCE):
+        # New Pythons: a forked rank's resident pages start as its parent's.
+        launched = {name: launch_layout(LAYOUTS[name], fresh_python=True, **WIDE)
+                    for name in names[wave:wave + AT_ONCE]}
+        for name, ranks in launched.items():
+            out[name] = [result["memory"] for result in ranks.wait(timeout=600)]
     return out
 
 

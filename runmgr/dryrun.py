@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from runmgr.cluster import local_ray_cpus
 from runmgr.config.schema import ClusterConfig, RunConfig
 from runmgr.placement import accelerator_resource, resolve_device_kind
-from trainer.model import parameter_count
+from trainer.shapes import parameter_count
 
 GIB = 1024**3
 

@@ -3,9 +3,9 @@
 ``llama``: RMSNorm, rotary positions, grouped-query attention, SwiGLU, no
 biases. ``opt``: LayerNorm, learned positions, ReLU MLP, biases. Both are
 pre-norm with a final norm; the output projection is tied to the embedding
-unless ``untie_embeddings_and_output_weights``. :func:`parameter_count`
-computes the size from the config alone, so ``--dry-run`` can plan a 175B
-model without allocating it.
+unless ``untie_embeddings_and_output_weights``. Its size from the config
+alone is :func:`trainer.shapes.parameter_count` (no torch: ``--dry-run``
+plans a 175B model without allocating it, or importing torch).
 """
 
 from __future__ import annotations
@@ -19,14 +19,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from trainer.config import ModelConfig
-
-
-def _kv_heads(cfg: ModelConfig) -> int:
-    return cfg.num_query_groups or cfg.num_attention_heads
-
-
-def _head_dim(cfg: ModelConfig) -> int:
-    return cfg.hidden_size // cfg.num_attention_heads
+from trainer.shapes import head_dim as _head_dim, kv_heads as _kv_heads, parameter_count  # noqa: F401 - re-exported
 
 
 class RMSNorm(nn.Module):
@@ -245,19 +238,3 @@ def build_model(cfg: ModelConfig, embedding_dtype: torch.dtype = torch.float32) 
     """A freshly initialised model; seed torch's RNG first for a reproducible
     init. ``embedding_dtype``: see :func:`trainer.precision.embedding_dtype`."""
     return Transformer(cfg, embedding_dtype)
-
-
-def parameter_count(cfg: ModelConfig) -> int:
-    """Number of parameters of :class:`Transformer` for ``cfg``, computed from
-    the shapes alone (nothing is allocated)."""
-    h, f, v = cfg.hidden_size, cfg.ffn_hidden_size, cfg.vocab_size
-    kv_width = _kv_heads(cfg) * _head_dim(cfg)
-    opt = cfg.family == "opt"
-    qkv_out = h + 2 * kv_width
-    attention = h * qkv_out + h * h + (qkv_out + h if opt else 0)
-    mlp = (h * f + f + f * h + h) if opt else (h * 2 * f + f * h)
-    norm = 2 * h if opt else h
-    per_layer = attention + mlp + 2 * norm
-    embeddings = v * h + (cfg.max_position_embeddings * h if opt else 0)
-    output = v * h if cfg.untie_embeddings_and_output_weights else 0
-    return embeddings + cfg.num_layers * per_layer + norm + output

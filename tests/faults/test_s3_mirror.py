@@ -24,7 +24,7 @@ import pytest
 from logbook import Logbook
 from runmgr.config.compose import load_run_config
 from runmgr.controller.machine import SubrunIds
-from runmgr.launch import initial_state
+from runmgr.lineage import initial_state
 from runmgr.s3.client import S3Client
 from runmgr.s3.copies import complete_steps, download_checkpoint, transfer_config
 from runmgr.s3.mirror import S3Mirror

@@ -1,0 +1,276 @@
+"""The run directory of a launch that passed its checks: locked, its logbook
+open, the next sub-runs of its lineage driven until the run finishes or needs
+a person (Ray, the workers, the S3 mirror: imported only for a run that
+starts, so that ``runmgr launch --dry-run`` and a refusal answer in a fraction
+of the time)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, TextIO
+
+from logbook import Logbook
+from runmgr import cluster as ray_cluster
+from runmgr.config.compose import config_as_dict, with_settings
+from runmgr.config.rehearse import Mapping
+from runmgr.config.schema import RunConfig
+from runmgr.controller.judge import ClusterSlots, Judge
+from runmgr.controller.machine import Controller, SubrunIds, no_uploads
+from runmgr.controller.states import Finished, Launching
+from runmgr.healthcheck.gate import preflight_health
+from runmgr.lint.gate import lint_after_health
+from runmgr.lint.run import LintResult, merged
+from runmgr.metrics.exporter import MetricsObserver
+from runmgr.metrics.server import MetricsServer
+from runmgr.observers.logbook_writer import LogbookObserver, record_stop
+from runmgr.observers.mirror import MirrorObserver, settle_uploads, submit_local_checkpoints, upload_leftovers
+from runmgr.observers.progress import ProgressObserver
+from runmgr.observers.retention import RetentionObserver, rollback_reach_steps, trainer_keeps_everything
+from runmgr.observers.status_file import StatusFileObserver
+from runmgr.placement import resolve_device_kind
+from runmgr.resume import RemoteCheckpoints, RemoteUnavailable, find_resume_point, listed_checkpoints, resume_at
+from runmgr.s3.client import S3Client
+from runmgr.s3.mirror import S3Mirror
+from runmgr.chaos.build import Chaos, build_chaos
+from runmgr.workers.devicepoll import DevicePollGroup
+from runmgr.diskspace import DISK_WRITE_ERRORS, DiskReserve, end_on_full_disk, is_disk_full
+from runmgr.diskspace import refusal as disk_refusal
+from runmgr.errors import DiskFullError, RunStateError
+from runmgr.rundir import RunDirLock
+from runmgr.status import ENDED_STATES, mark_stopped, read_status
+from runmgr.stopping import StopRequest, stop_on_signals
+from runmgr.runners import builtin_runner, megatron_runner
+from runmgr.workers.group import node_slots
+from trainer.manifest import read_manifest
+from trainer.plan import ResumePlan
+
+Recompose = Callable[[list[str]], RunConfig]
+"""The launch's config composed again with more overrides (the chaos schedule's faulty inputs)."""
+
+
+def initial_state(config: RunConfig, book: Logbook, ids: SubrunIds,
+                  remote: RemoteCheckpoints | None = None) -> Launching | None:
+    """A fresh sub-run, or the next one of an existing lineage (None: already done).
+    ``remote``: the S3 copies, a source for a checkpoint the local disk lacks."""
+    lineage = book.lineage()
+    if not lineage:
+        return first_state(config, ids, remote)
+    if lineage[-1].end_state is None:
+        book.abandon(lineage[-1].id)
+        lineage = book.lineage()
+    last = lineage[-1]
+    last_step = last.last_step if last.last_step is not None else last.start_step
+    if last.end_state == "finished" and (last_step or 0) >= config.training.train_iters:
+        return None
+    recorded = max((row["step"] for row in book.kept_metrics()), default=0)
+    point = find_resume_point(config.checkpoint_dir(), max_step=recorded, remote=remote)
+    # A relaunch keeps the lineage's remedies (skips, LR scale, nodes to avoid) and
+    # takes the data-parallel size the user configures now.
+    plan = replace(ResumePlan.from_dict(last.plan), start_checkpoint=point.path, data_parallel_size=configured_data_parallel(config))
+    cause = f"relaunch: sub-run {last.id} ended as {last.end_state or 'abandoned (driver lost)'} at step {last_step}"
+    evidence = {"previous_subrun": last.id, "resumed_from": point.path, "resumed_step": point.step,
+                "steps_lost": max(0, (last_step or 0) - point.step),
+                "rejected_checkpoints": [list(r) for r in point.rejected],
+                **({"fetched_from": point.fetched_from} if point.fetched_from else {})}
+    subrun = ids.take()
+    return Launching(subrun, replace(plan, subrun=subrun), point.step, cause, evidence)
+
+
+def configured_data_parallel(config: RunConfig) -> int:
+    """The data-parallel size the config asks for: cluster.num_workers ranks over
+    tensor x pipeline parallel."""
+    return config.world_size // max(1, config.parallel.tensor_model_parallel_size
+                                    * config.parallel.pipeline_model_parallel_size)
+
+
+def first_state(config: RunConfig, ids: SubrunIds, remote: RemoteCheckpoints | None) -> Launching:
+    """The first sub-run of a run directory without a lineage: from initialisation, or, on a
+    fresh machine whose S3 copies hold the run, from the newest one that verifies, with the
+    plan its manifest recorded (skips, LR scale: the lineage's remedies)."""
+    subrun = ids.take()
+    fresh = Launching(subrun, ResumePlan(subrun=subrun, data_parallel_size=configured_data_parallel(config)), 0, "launch", {})
+    if remote is None:
+        return fresh
+    try:
+        held = remote.complete_steps()
+    except RemoteUnavailable as error:
+        raise RunStateError(f"cannot list the S3 copies at {remote.location} ({error}) to know where run "
+                            f"{config.run.name} stands: launch again once S3 answers") from None
+    point = find_resume_point(config.checkpoint_dir(), remote=remote) if held else None
+    if point is None or point.path is None:
+        return fresh
+    plan = replace(ResumePlan.from_dict(read_manifest(point.path)["plan"]), subrun=subrun,
+                   start_checkpoint=point.path, data_parallel_size=configured_data_parallel(config))
+    source = point.fetched_from or point.path
+    cause = f"launch: no lineage here; resumed from the checkpoint of step {point.step} ({source})"
+    evidence = {"resumed_from": point.path, "resumed_step": point.step, "fetched_from": point.fetched_from,
+                "rejected_checkpoints": [list(r) for r in point.rejected]}
+    return Launching(subrun, plan, point.step, cause, evidence)
+
+
+def wait_for_lost_workers(run_dir: Path, lease_s: float, out: TextIO, clock=time.time, sleep=time.sleep) -> None:
+    """After a driver crash its workers stop themselves within ``lease_s`` of
+    its last word; wait that long so they never train beside the new sub-run."""
+    try:
+        status = read_status(run_dir)
+    except RunStateError:
+        return
+    if status["driver_alive"] or not status.get("workers") or status.get("state", "").startswith(ENDED_STATES):
+        return
+    remaining = status.get("updated_at", 0) + lease_s + 1.0 - clock()
+    if remaining > 0:
+        out.write(f"waiting {remaining:.0f} s for the workers of the lost driver (pid {status['driver_pid']}) to stop\n")
+        out.flush()
+        sleep(remaining)
+
+
+def run_in_dir(config: RunConfig, recompose: Recompose, out: TextIO,
+               metrics: MetricsServer | None, linted: LintResult | None = None,
+               rehearsal: Mapping | None = None) -> int:
+    """The run directory locked, its disk reserve held and its logbook open: the lineage."""
+    run_dir = config.run_dir()
+    try:
+        with RunDirLock(run_dir), DiskReserve(run_dir) as reserve, Logbook.open(run_dir) as book:
+            try:
+                return run_lineage(config, recompose, book, out, metrics, linted, rehearsal)
+            except DISK_WRITE_ERRORS as error:
+                if not is_disk_full(error):
+                    raise
+                out.write("\n" + end_on_full_disk(book, run_dir, reserve, error) + "\n")
+                return 1
+    except DISK_WRITE_ERRORS as error:  # the lock or the logbook could not even be opened
+        if not is_disk_full(error):
+            raise
+        raise DiskFullError(disk_refusal(run_dir, error)) from None
+
+
+def run_lineage(config: RunConfig, recompose: Recompose, book: Logbook,
+                out: TextIO, metrics: MetricsServer | None = None, linted: LintResult | None = None,
+                rehearsal: Mapping | None = None) -> int:
+    """With the run directory locked and its logbook open: the next sub-runs of its lineage.
+    ``rehearsal``: how this run (a rehearsal) maps to the real plan; its first sub-run records it."""
+    run_dir = config.run_dir()
+    wait_for_lost_workers(run_dir, config.controller.worker_lease_s, out)
+    chaos = build_chaos(config)
+    chaos_overrides = chaos.prepare()  # faulty inputs (garbage data, a bad LR) for this lineage
+    if chaos_overrides and rehearsal is not None:  # no conf file composes a rehearsal: set them on it
+        config = with_settings(config, chaos_overrides)
+    elif chaos_overrides:
+        config = recompose(chaos_overrides)
+    ids = SubrunIds(config.run.number, len(book.lineage()))
+    mirror = S3Mirror(S3Client(config.checkpoint.s3, config.run.name)) if config.checkpoint.s3.enabled else None
+    initial = initial_state(config, book, ids, remote=mirror)
+    if initial is None:
+        if mirror is not None:  # copies an earlier launch could not finish (S3 was out at its end)
+            upload_leftovers(mirror, book, config.checkpoint_dir(), config.checkpoint.s3.final_wait_s, out)
+        out.write(f"run {config.run.name} already finished at step {config.training.train_iters}; "
+                  f"`runmgr logbook show {run_dir}` shows it\n")
+        return 0
+    connection = ray_cluster.connect(config.cluster, messages_to=run_dir / ray_cluster.RAY_MESSAGES_FILE,
+                                     head_lost_after_s=config.controller.cluster_lost_timeout_s)
+    try:
+        with stop_on_signals() as stop:  # Ctrl-C or SIGTERM: a clean stop, recorded as such
+            gate = preflight_health(config, out)  # no admitted node: one line, exit 2
+            linted = merged(linted or LintResult(()), lint_after_health(config, gate.report, out))
+            # The sub-run's start records the health verdicts (excluded nodes, report path) and the
+            # lint's warnings and ignored rules (the logbook writer turns them into events).
+            initial = replace(initial, evidence={**initial.evidence, "health": gate.evidence(),
+                                                 "lint": linted.evidence(),
+                                                 **({"rehearsal": rehearsal.to_dict()} if rehearsal else {})})
+            final = drive(config, book, ids, initial, out, admitted_node_ids=gate.admitted_node_ids, chaos=chaos,
+                          metrics=metrics, mirror=mirror)
+    except KeyboardInterrupt:
+        if not stop.requested:
+            raise
+        return stopped(book, run_dir, stop, out)
+    finally:
+        if mirror is not None:
+            mirror.close()
+        ray_cluster.disconnect(connection)  # no process of a local Ray is left, even without its head
+    out.write(f"logbook: runmgr logbook show {run_dir}\n")
+    return 0 if isinstance(final, Finished) else 1
+
+
+def stopped(book: Logbook, run_dir: Path, stop: StopRequest, out: TextIO) -> int:
+    """The workers are stopped (the controller's ``finally``): record the stop and say how to go on."""
+    ended = record_stop(book, stop.reason)
+    mark_stopped(run_dir, stop.reason)
+    where = f"sub-run {ended[0]} at step {ended[1]}" if ended else "before the first sub-run started"
+    out.write(f"\n{stop.reason}: {where}; run the same `runmgr launch` again to resume from the last checkpoint\n"
+              f"logbook: runmgr logbook show {run_dir}\n")
+    return stop.exit_code
+
+
+def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, out: TextIO,
+          admitted_node_ids: list[str] | None = None, chaos: Chaos | None = None,
+          metrics: MetricsServer | None = None, mirror: S3Mirror | None = None):
+    import ray
+
+    device_kind = resolve_device_kind(config.device, ray.cluster_resources())
+    trainer_config = replace(trainer_keeps_everything(config.trainer_config()), device=device_kind)
+    run_dir = config.run_dir()
+    checkpoint_dir = config.checkpoint_dir()
+    logbook_writer = LogbookObserver(book, config_as_dict(config))
+    # After the logbook: a checkpoint is mirrored, and deleted, only once recorded.
+    mirroring = MirrorObserver(mirror, book) if mirror is not None else None
+    retention = RetentionObserver(checkpoint_dir, config.checkpoint.keep_last, rollback_reach_steps(config),
+                                  durable=mirror)
+    observers = [
+        logbook_writer, *([mirroring] if mirroring is not None else []), retention,
+        StatusFileObserver(run_dir, config.run.name, config.training.train_iters, initial.start_step,
+                           metrics_address=metrics.address if metrics is not None else None),
+        ProgressObserver(config.training.train_iters, out),
+    ]
+    exporter = MetricsObserver(book, config.training.train_iters, mirrored=mirror is not None)
+    if metrics is not None:
+        metrics.registry.register(exporter)
+        observers.append(exporter)
+    known = mirror.known if mirror is not None else None  # decisions never wait on S3's answer
+    if mirror is not None:
+        submit_local_checkpoints(mirror, checkpoint_dir, initial.start_step)
+        mirror.start()
+    injector = chaos.injector(lambda injection: record_injection(book, injection)) if chaos and chaos.enabled else None
+    if injector is not None:
+        observers.append(injector)
+    poll_nodes = admitted_node_ids or [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+    devices = DevicePollGroup(poll_nodes, config.health.poll_interval_s,
+                              path=chaos.device_path() if chaos is not None else None)
+    devices.start()
+    if config.drives_megatron:
+        runner = megatron_runner(config, device_kind, admitted_node_ids)
+    else:
+        runner = builtin_runner(config, trainer_config, device_kind, admitted_node_ids,
+                                wrap_reporter=chaos.step_gate if chaos is not None else lambda: None)
+    slots = ClusterSlots(lambda: node_slots(config.cluster, device_kind, admitted_node_ids), runner.data_parallel_sizes,
+                         runner.ranks_per_replica)
+    judge = Judge(config.watcher, config.policy,
+                  lambda max_step: listed_checkpoints(checkpoint_dir, max_step, remote=known), slots,
+                  abilities=runner.abilities)
+    controller = Controller(
+        initial, trainer_config, make_group=runner.make_group,
+        resume_at=lambda step, why: resume_at(checkpoint_dir, step, why, remote=known),
+        judge=judge, subrun_ids=ids, poll_interval_s=config.controller.poll_interval_s, observers=observers,
+        read_devices=devices.drain, read_uploads=mirroring.read_uploads if mirroring is not None else no_uploads,
+        dump_stacks=runner.dump_stacks,
+    )
+    try:
+        final = controller.run()
+        if mirroring is not None:
+            settle_uploads(mirroring, judge, final, controller.last_step, config.checkpoint.s3.final_wait_s,
+                           logbook_writer.on_judgement, out)
+            if retention.newest_recorded is not None and retention.keep_last > 0:
+                retention.prune(retention.newest_recorded)  # the copies that verified at the end
+        return final
+    finally:
+        devices.stop()
+        if injector is not None:
+            injector.close()
+        if metrics is not None:  # it reads the logbook, which closes after this
+            metrics.registry.unregister(exporter)
+
+
+def record_injection(book: Logbook, injection) -> None:
+    """Chaos injections go into the logbook next to the incidents they cause."""
+    book.record_event(injection.subrun, "chaos", injection.summary(), injection.to_dict(), step=injection.step)

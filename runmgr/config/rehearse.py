@@ -185,7 +185,7 @@ def rehearsal_of(config, presets: Presets):
         run=_run(config, rows), cluster=_cluster(config, par, rows),
         watcher=_windows(config.watcher, presets.watcher, "watcher", rows),
         policy=_windows(config.policy, presets.policy, "policy", rows),
-        health=_health(config, rows), chaos=_chaos(config, presets, rows),
+        health=_health(config, par, rows), chaos=_chaos(config, presets, rows),
         rehearse=replace(r, of=config.run.name),
     )
     rows.keep("lint.ignore", ", ".join(str(rule) for rule in config.lint.ignore) or None)
@@ -376,11 +376,16 @@ def _cluster(config, par: _Parallel, rows: _Rows):
                    devices_per_worker=0, local_num_cpus=None)
 
 
-def _health(config, rows: _Rows):
+def _health(config, par: _Parallel, rows: _Rows):
     h, r = config.health, config.rehearse
     rows.add("health.poll_interval_s", h.poll_interval_s, r.poll_interval_s,
              "a device fault must be seen within a few of the rehearsal's steps (rehearse.poll_interval_s)")
-    return replace(h, poll_interval_s=r.poll_interval_s)
+    # One more node than the rehearsal's local Ray has: the fleet comparison never applies.
+    nodes = par.dp * par.tp * par.pp + 1
+    min_nodes = rows.add("health.fleet.min_nodes", h.fleet.min_nodes, nodes + 1,
+                         f"the rehearsal's {nodes} nodes share this machine's cores: their speeds measure its load, "
+                         f"not their hardware (a busy machine would exclude the spare); every other probe is kept")
+    return replace(h, poll_interval_s=r.poll_interval_s, fleet=replace(h.fleet, min_nodes=min_nodes))
 
 
 def _chaos(config, presets: Presets, rows: _Rows):

@@ -75,6 +75,9 @@ def test_llama2_70b_becomes_tp2_pp2_with_its_distributed_optimizer_and_grouped_q
     assert small.optim.lr_warmup_fraction == 0.01 and small.optim.lr_decay_style == "cosine"
     assert small.run.name == "llama2_70b-rehearsal" and small.device == "cpu"
     assert rows(mapping)["data-parallel size"].real == 8 and rows(mapping)["data-parallel size"].rehearsal == 1
+    # Its nodes share this machine: their speeds are not compared (a busy machine excluded the spare).
+    assert small.health.fleet.min_nodes > small.cluster.local_nodes and not small.health.skip
+    assert "share this machine's cores" in rows(mapping)["health.fleet.min_nodes"].reason
 
 
 def test_the_watcher_and_policy_keep_their_thresholds_and_budgets_and_take_the_windows_of_the_preset():

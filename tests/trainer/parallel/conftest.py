@@ -67,10 +67,10 @@ def checkpoint_of(ranks, step: int = RESUME_STEP) -> str:
 
 
 @pytest.fixture(scope="session")
-def launch_layout(tmp_path_factory, rank_zygote):
+def launch_layout(tmp_path_factory, rank_forkserver):
     """``launch_layout(parallel: dict, world_size=4, fresh_python=False, **sections) -> Ranks``:
     the tiny config at a parallel layout, on real rank processes (forked from the
-    session's rank zygote; ``fresh_python``: each a new Python, for memory figures)."""
+    session's rank fork server; ``fresh_python``: each a new Python, for memory figures)."""
     from tests.trainer.conftest import Ranks, launch_processes
 
     launched: list[Ranks] = []
@@ -79,7 +79,7 @@ def launch_layout(tmp_path_factory, rank_zygote):
                **sections) -> Ranks:
         out = tmp_path_factory.mktemp("layout")
         config = tiny_config(out / "checkpoints", parallel={**{"dist_timeout_s": 60.0}, **parallel}, **sections)
-        ranks = launch_processes(out, config, plan, world_size, None if fresh_python else rank_zygote)
+        ranks = launch_processes(out, config, plan, world_size, None if fresh_python else rank_forkserver)
         launched.append(ranks)
         return ranks
 

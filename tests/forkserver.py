@@ -1,0 +1,207 @@
+"""Start test processes without paying Python's and the imports' start-up for
+each: a server process imports what they import once, then forks one child
+per request. A child is a process of its own (its own pid, session, working
+directory, environment, file descriptors 0-2) that runs a module as ``python
+-m MODULE ARGS`` or a script as ``python SCRIPT ARGS`` would, and ends with
+what that process's exit code would be: ``sys.exit``'s, or 1 and a traceback
+on stderr for an uncaught exception (atexit handlers run, streams flushed).
+
+Used for the trainer's rank processes (torch, torch.distributed, DTensor, DCP:
+about 4 CPU-seconds a rank; tests/trainer/conftest.py) and for short ``runmgr``
+commands (the CLI, Hydra, the config schema; tests/conftest.py). Forking is
+safe because the server only imports (no thread, no torch op, no Ray) and is
+started with the environment its children's libraries read at load time
+(``OMP_NUM_THREADS`` for ranks). What a child's environment changes that a
+preloaded module read at import is not seen: preload only modules that read
+nothing from the environment then.
+
+Protocol, one JSON line each way on the server's stdin/stdout: in ``{"module"
+or "script": ..., "args": [...], "cwd": ..., "env": {...}, "stdout": PATH or
+null, "stderr": PATH, "exit": PATH}``, out ``{"pid": PID}``. When a child ends,
+its exit code (negative: the signal that ended it) is written to ``exit``
+atomically: only the server, its parent, can reap it. At end of input the
+server kills the children still running and exits.
+
+    python tests/forkserver.py MODULE_TO_PRELOAD...
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+# ---- the client: what the tests' fixtures use -------------------------------------------------
+
+
+class ForkedProcess:
+    """A child of a :class:`ForkServer`: what the tests use of ``subprocess.Popen``
+    (``pid``, ``poll``, ``wait``, ``returncode``, ``kill``)."""
+
+    def __init__(self, pid: int, exit_file: Path) -> None:
+        self.pid = pid
+        self.exit_file = exit_file
+        self.returncode: Optional[int] = None
+
+    def poll(self) -> Optional[int]:
+        if self.returncode is None and self.exit_file.exists():
+            self.returncode = int(self.exit_file.read_text())
+        return self.returncode
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)  # type: ignore[arg-type]
+            time.sleep(0.02)
+        return self.returncode  # type: ignore[return-value]
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+class ForkServer:
+    """A running server (see the module's doc) and how to ask it for a child."""
+
+    def __init__(self, preload: list[str], env: Optional[dict] = None) -> None:
+        self.proc = subprocess.Popen([sys.executable, __file__, *preload], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=env, text=True)
+
+    def start(self, args: list[str], *, module: Optional[str] = None, script: Optional[str] = None,
+              cwd: str, env: dict, stderr: Path, stdout: Optional[Path] = None) -> ForkedProcess:
+        exit_file = stderr.with_name(stderr.name + ".exit")
+        request = {"module": module, "script": script, "args": args, "cwd": cwd, "env": env,
+                   "stdout": str(stdout) if stdout else None, "stderr": str(stderr), "exit": str(exit_file)}
+        self.proc.stdin.write(json.dumps(request) + "\n")  # type: ignore[union-attr]
+        self.proc.stdin.flush()  # type: ignore[union-attr]
+        line = self.proc.stdout.readline()  # type: ignore[union-attr]
+        assert line, f"the fork server ended (exit {self.proc.wait()})"
+        return ForkedProcess(json.loads(line)["pid"], exit_file)
+
+    def close(self) -> None:
+        self.proc.stdin.close()  # type: ignore[union-attr]  # it kills the children still running
+        self.proc.wait(timeout=60)
+
+
+# ---- the server ----------------------------------------------------------------------------------
+
+
+def _redirect(request: dict) -> None:
+    null = os.open(os.devnull, os.O_RDWR)
+    out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) if request["stdout"] else null
+    err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    for fd, target in ((0, null), (1, out), (2, err)):
+        os.dup2(target, fd)
+    for fd in {null, out, err}:
+        os.close(fd)
+
+
+def _child(request: dict) -> None:
+    """In the forked child: be ``python -m MODULE ARGS`` or ``python SCRIPT ARGS``, then exit."""
+    import atexit
+    import runpy
+    import traceback
+
+    os.setsid()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    _redirect(request)
+    code = 0
+    try:
+        if request["module"]:
+            sys.argv = ["-m", *request["args"]]  # runpy puts the module's path first, as `python -m` does
+            sys.path[0] = os.getcwd()
+            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = [request["script"], *request["args"]]
+            sys.path[0] = os.path.dirname(os.path.abspath(request["script"]))
+            runpy.run_path(request["script"], run_name="__main__")
+    except SystemExit as exc:  # what the interpreter makes of sys.exit's argument
+        if exc.code is None:
+            code = 0
+        elif isinstance(exc.code, int):
+            code = exc.code
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except BaseException:  # noqa: BLE001 - an uncaught exception: a traceback and 1, as python does
+        traceback.print_exc()
+        code = 1
+    try:
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:  # noqa: BLE001
+        traceback.print_exc()
+        code = code or 120  # what Python exits with when flushing at exit fails
+    os._exit(code)
+
+
+def _record(pid: int, status: int, exits: dict[int, str]) -> None:
+    path = exits.pop(pid, None)
+    if path is None:
+        return
+    partial = f"{path}.partial"
+    Path(partial).write_text(str(os.waitstatus_to_exitcode(status)))
+    os.replace(partial, path)
+
+
+def _reap(exits: dict[int, str], block: bool = False) -> None:
+    while exits:
+        try:
+            pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        _record(pid, status, exits)
+
+
+def serve(preload: list[str]) -> None:
+    import importlib
+    import select
+
+    for name in preload:
+        importlib.import_module(name)
+    exits: dict[int, str] = {}
+    pending = b""
+    while True:
+        ready, _, _ = select.select([0], [], [], 0.02)
+        _reap(exits)
+        if not ready:
+            continue
+        chunk = os.read(0, 65536)  # unbuffered: select must see every byte not yet consumed
+        if not chunk:
+            break
+        pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            request = json.loads(line)
+            pid = os.fork()
+            if pid == 0:
+                _child(request)
+            exits[pid] = request["exit"]
+            sys.stdout.write(json.dumps({"pid": pid}) + "\n")
+            sys.stdout.flush()
+    for pid in list(exits):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    _reap(exits, block=True)
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1:])

@@ -1,4 +1,4 @@
-"""Fixtures shared by the end-to-end and fault tests."""
+"""Fixtures shared by the tests: the CLI fork server, and the end-to-end and fault tests' Ray and reference run."""
 
 from __future__ import annotations
 
@@ -32,3 +32,12 @@ def reference_losses(tmp_path_factory, shared_ray) -> dict[int, float]:
     losses = kept_losses(run.run_dir)
     assert sorted(losses) == list(range(1, 41))
     return losses
+
+
+@pytest.fixture(scope="session", autouse=True)
+def runmgr_cli_server():
+    """Short ``runmgr`` commands fork from one server that imported the CLI once (tests/cli.py)."""
+    from tests import cli
+
+    with cli.serving():
+        yield

@@ -22,7 +22,7 @@ its exit code (negative: the signal that ended it) is written to ``exit``
 atomically: only the server, its parent, can reap it. At end of input the
 server kills the children still running and exits.
 
-    python tests/forkserver.py MODULE_TO_PRELOAD...
+    python tests/forkserver.py MODULE[:FUNCTION_TO_CALL]...
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def _child(request: dict) -> None:
     except BaseException:  # noqa: BLE001
         traceback.print_exc()
         code = code or 120  # what Python exits with when flushing at exit fails
-    os._exit(code)
+    os._exit(code & 0xFF)  # what the exit status keeps of it
 
 
 def _record(pid: int, status: int, exits: dict[int, str]) -> None:
@@ -173,8 +173,14 @@ def serve(preload: list[str]) -> None:
     import importlib
     import select
 
-    for name in preload:
-        importlib.import_module(name)
+    for name in preload:  # MODULE, or MODULE:FUNCTION (dotted) to call once imported
+        module_name, _, function = name.partition(":")
+        target = importlib.import_module(module_name)
+        if function:
+            for attribute in function.split("."):
+                target = getattr(target, attribute)
+            target()
+    sys.stdout.flush()
     exits: dict[int, str] = {}
     pending = b""
     while True:

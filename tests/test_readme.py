@@ -42,6 +42,7 @@ from typing import Callable
 
 import pytest
 
+from tests import cli
 from tests.k8s.readme_cases import CASES as KUBERNETES_CASES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,8 +91,7 @@ class Context:
     tokenizer: Path
 
     def runmgr(self, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "runmgr", *args], cwd=self.cwd, capture_output=True,
-                              text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+        return cli.runmgr(*args, cwd=self.cwd, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
 
     def ok(self, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
         result = self.runmgr(*args, env=env)

@@ -21,6 +21,7 @@ import pytest
 
 from runmgr.chaos.build import release_file
 from runmgr.chaos.state import ChaosState
+from tests import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -122,13 +123,13 @@ class LaunchedRun:
 
 
 def runmgr_json_lines(*args: str) -> list[dict]:
-    out = subprocess.run([sys.executable, "-m", "runmgr", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    out = cli.runmgr(*args, cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr
     return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
 
 
 def runmgr_text(*args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "runmgr", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    out = cli.runmgr(*args, cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr
     return out.stdout
 

@@ -14,7 +14,6 @@ import random
 import shutil
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from runmgr.config.compose import config_as_dict, load_run_config
 from runmgr.controller.group import GroupPoll
 from runmgr.observers.logbook_writer import LogbookObserver
 from runmgr.resume import ResumePoint
+from tests import cli
 from tests.runmgr.controller.fakes import FakeGroup, died, make_controller, step_report
 from trainer.report import CheckpointReport
 
@@ -88,8 +88,7 @@ def garble(path: Path) -> None:
 
 
 def runmgr(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runmgr", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
+    return cli.runmgr(*args, cwd=cwd, timeout=120)
 
 
 @pytest.fixture(scope="module")

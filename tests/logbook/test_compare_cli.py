@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from logbook import Logbook
+from tests import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 30
@@ -36,8 +37,7 @@ def write_run(run_dir: Path, wiggle: float = 0.0, drift_from: int | None = None,
 
 
 def runmgr(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runmgr", "logbook", "compare", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": ""})
+    return cli.runmgr("logbook", "compare", *args, cwd=cwd, timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": ""})
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from tests import cli
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def runmgr(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runmgr", *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+    return cli.runmgr(*args, cwd=cwd, timeout=120)
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,7 @@ from runmgr.config.schema import ClusterConfig
 from runmgr.errors import ConfigError
 from runmgr.launch import launch
 from runmgr.refusals import refuse_changed_model_shape
+from tests import cli
 from trainer.manifest import MANIFEST_NAME, PARAMETERS_FIELD, list_checkpoints
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,8 +37,7 @@ SMALL = ["model.seq_length=32", "model.max_position_embeddings=32", "data.corpus
 
 
 def runmgr(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runmgr", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=300)
+    return cli.runmgr(*args, cwd=ROOT, timeout=300)
 
 
 def refused_in_one_line(result: subprocess.CompletedProcess, *expected: str) -> str:

@@ -5,7 +5,6 @@ kinds of parallelism) and scales sizes, steps, batch and windows, naming each ke
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from runmgr.config.compose import load_run_config
 from runmgr.config.rehearse import load_presets, load_rehearsal, rehearsal_of
 from runmgr.errors import ConfigError
+from tests import cli
 
 ROOT = Path(__file__).resolve().parents[3]
 CONF = ROOT / "conf"
@@ -113,8 +113,7 @@ def test_a_rehearsal_it_cannot_run_is_refused_with_one_line(overrides, expected)
 
 
 def runmgr(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runmgr", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=180)
+    return cli.runmgr(*args, cwd=ROOT, timeout=180)
 
 
 def test_dry_run_explains_the_mapping_then_the_rehearsals_plan():

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from runmgr.healthcheck.k8s import HEALTH_LABEL, TAINT_KEY
+from tests import cli
 from tests.runmgr.healthcheck.fake_k8s import FakeKubernetes
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -21,8 +22,7 @@ HELPER = Path(__file__).with_name("hung_mount_run.py")
 
 
 def runmgr(*args: str, cwd: Path, timeout: float = 540):  # a limit on waiting, not on speed
-    return subprocess.run([sys.executable, "-m", "runmgr", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
+    return cli.runmgr(*args, cwd=cwd, timeout=timeout)
 
 
 def test_a_newcomer_gets_a_readable_table(tmp_path):

@@ -1,0 +1,74 @@
+"""``python -m runmgr ARGS`` for the tests, run as a real process of its own:
+forked from the session's CLI fork server (tests/forkserver.py, started by
+``tests/conftest.py``), which imported runmgr's CLI, Hydra and the config
+schema once; a command costs a fork instead of a Python start-up and a
+second or more of imports. Outside a pytest session (no server): a new
+Python, as before."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Optional
+
+from tests.forkserver import ForkServer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CLI_PRELOAD = [
+    # What `python -m runmgr` imports first, and what its commands import lazily that reads
+    # nothing a test changes from the environment at import. torch: the dry-run's device count
+    # (trainer/device.py); its OpenMP reads OMP_NUM_THREADS at load, which no command sets. Not
+    # Ray: its constants read RAY_* variables at import, which tests set (a child imports it).
+    "torch", "trainer.device", "runmgr.cli", "runmgr.config.compose", "runmgr.rundir", "runmgr.launch", "trainer.data", "trainer.data.prepare",
+    "runmgr.status", "logbook.cli", "logbook.markdown", "runmgr.replay", "runmgr.logbook_samples",
+    "runmgr.healthcheck.command", "runmgr.lint.command", "runmgr.precision.command",
+    # What Hydra imports on its first compose, and its plugin scan (once per process).
+    "importlib.metadata", "email.parser", "omegaconf._impl", "antlr4.LL1Analyzer",
+    "hydra._internal.config_loader_impl", "hydra.core.plugins:Plugins.instance",
+]
+
+
+class _Session:
+    """The running server, while a pytest session holds one."""
+
+    server: Optional[ForkServer] = None
+
+
+@contextmanager
+def serving() -> Iterator[None]:
+    """Start the CLI fork server for the block (the test session)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    _Session.server = ForkServer(CLI_PRELOAD, env)
+    try:
+        yield
+    finally:
+        server, _Session.server = _Session.server, None
+        server.close()
+
+
+def runmgr(*args: str, cwd: Path = ROOT, env: Optional[dict] = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m runmgr *args`` in ``cwd`` with ``env`` (this process's by default), its
+    output captured as text; ``timeout`` bounds the wait on a stuck command, it is no claim
+    about speed."""
+    env = dict(os.environ if env is None else env)
+    server = _Session.server
+    if server is None:
+        return subprocess.run([sys.executable, "-m", "runmgr", *args], cwd=cwd, env=env, capture_output=True,
+                              text=True, timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix="runmgr-cli-") as scratch:
+        out, err = Path(scratch) / "stdout", Path(scratch) / "stderr"
+        child = server.start(list(args), module="runmgr", cwd=str(cwd), env=env, stdout=out, stderr=err)
+        try:
+            code = child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            raise
+        return subprocess.CompletedProcess([sys.executable, "-m", "runmgr", *args], code,
+                                           out.read_text(errors="replace"), err.read_text(errors="replace"))

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
@@ -72,3 +73,39 @@ def runmgr(*args: str, cwd: Path = ROOT, env: Optional[dict] = None, timeout: fl
             raise
         return subprocess.CompletedProcess([sys.executable, "-m", "runmgr", *args], code,
                                            out.read_text(errors="replace"), err.read_text(errors="replace"))
+
+
+def runmgr_all(commands: list[list[str]], cwd: Path, env: dict, timeout: float, at_once: int = 2) -> list[Optional[int]]:
+    """Run each of ``commands`` (``runmgr`` arguments) as its own process, ``at_once`` at a
+    time, in ``cwd`` with ``env``; command ``i`` writes its output to :func:`output_paths`
+    ``(cwd, i)``. Returns the exit codes in order (None: still running after ``timeout``
+    seconds, then killed)."""
+    server = _Session.server
+    assert server is not None, "runmgr_all needs the session's CLI fork server (tests/conftest.py)"
+    codes: list[Optional[int]] = [None] * len(commands)
+    running: dict[int, tuple] = {}  # index -> (child, deadline)
+    todo = list(range(len(commands)))
+    while todo or running:
+        while todo and len(running) < at_once:
+            index = todo.pop(0)
+            out, err = output_paths(cwd, index)
+            child = server.start(commands[index], module="runmgr", cwd=str(cwd), env=env, stdout=out, stderr=err)
+            running[index] = (child, time.monotonic() + timeout)
+        for index, (child, deadline) in list(running.items()):
+            if child.poll() is not None:
+                codes[index] = child.returncode
+                del running[index]
+            elif time.monotonic() > deadline:
+                child.kill()
+                child.wait()
+                del running[index]  # its code stays None
+        time.sleep(0.02)
+    return codes
+
+
+def output_paths(cwd: Path, index: int) -> tuple[Path, Path]:
+    """Where :func:`runmgr_all`'s command ``index`` writes its stdout and stderr: beside ``cwd``,
+    so that the folder the commands run in holds only what they write themselves."""
+    folder = Path(cwd).parent / f"{Path(cwd).name}-cli-output"
+    folder.mkdir(exist_ok=True)
+    return folder / f"{index}.out", folder / f"{index}.err"

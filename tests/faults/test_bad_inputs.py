@@ -3,9 +3,9 @@ code 2, no traceback, and nothing written (no run directory, no file changed
 in the folder it runs in).
 
 Each case is a real process of its own: `python -m runmgr ...` forked from one
-that imported runmgr's CLI once (tests/faults/forked_cli.py: a second of
-Python's and the imports' start-up per case was most of this module's time), two
-at a time once for the module; each case is then its own test item. A few cases
+that imported runmgr's CLI once (the session's CLI fork server, tests/cli.py: a
+second of Python's and the imports' start-up per case was most of this module's
+time), two at a time once for the module; each case is then its own test item. A few cases
 (:data:`SUBPROCESS_CASES`) also run as a plain `python -m runmgr` subprocess,
 the command exactly as a user types it."""
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
-import json
 import os
 import shutil
 import signal
@@ -24,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from logbook import LOGBOOK_FILENAME
+from tests import cli
 from tests.faults.test_damaged_logbook import garble, write_lineage
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,24 +159,15 @@ def run_case(ws: Path, argv: list[str]) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
-def run_forked_cases(ws: Path, io_dir: Path, cases: dict[str, list[str]]) -> dict[str, subprocess.CompletedProcess]:
-    """Every case as its own process forked by tests/faults/forked_cli.py, two at a time."""
+def run_forked_cases(ws: Path, cases: dict[str, list[str]]) -> dict[str, subprocess.CompletedProcess]:
+    """Every case as its own process forked by the session's CLI fork server (tests/cli.py), two at a time."""
     env = {k: v for k, v in os.environ.items() if k != "RUNMGR_CONF_DIR"}  # the repository's conf/ by default
     argvs = {name: [a.replace("{ws}", str(ws)) for a in argv] for name, argv in cases.items()}
-    spec = {"timeout_s": CASE_TIMEOUT_S, "parallel": 2,
-            "cases": [{"argv": argv, "stdout": str(io_dir / f"{i}.out"), "stderr": str(io_dir / f"{i}.err")}
-                      for i, argv in enumerate(argvs.values())]}
-    (io_dir / "cases.json").write_text(json.dumps(spec))
-    server = subprocess.run([sys.executable, str(ROOT / "tests" / "faults" / "forked_cli.py"),
-                             str(io_dir / "cases.json"), str(io_dir / "results.json")],
-                            cwd=ws, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                            timeout=CASE_TIMEOUT_S * len(cases))
-    assert server.returncode == 0 and server.stdout == "", (server.returncode, server.stdout, server.stderr)
-    codes = json.loads((io_dir / "results.json").read_text())["codes"]
+    codes = cli.runmgr_all(list(argvs.values()), ws, env, CASE_TIMEOUT_S)
     results = {}
     for i, (name, argv) in enumerate(argvs.items()):
-        # What the preloaded imports wrote to stderr belongs to every case.
-        out, err = (io_dir / f"{i}.out").read_text(), server.stderr + (io_dir / f"{i}.err").read_text()
+        out_path, err_path = cli.output_paths(ws, i)
+        out, err = out_path.read_text(), err_path.read_text()
         if codes[i] is None:
             err += f"\n(test: still running after {CASE_TIMEOUT_S} s: accepted and started?)"
         results[name] = subprocess.CompletedProcess(["runmgr", *argv], codes[i], out, err)
@@ -186,12 +177,11 @@ def run_forked_cases(ws: Path, io_dir: Path, cases: dict[str, list[str]]) -> dic
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory) -> dict:
     ws = tmp_path_factory.mktemp("workspace")
-    io_dir = tmp_path_factory.mktemp("bad_input_io")
     write_workspace(ws)
     before = snapshot(ws)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:  # beside the forked ones
         plain = pool.map(lambda name: run_case(ws, CASES[name]), SUBPROCESS_CASES)
-        results = run_forked_cases(ws, io_dir, CASES)
+        results = run_forked_cases(ws, CASES)
         subprocess_results = dict(zip(SUBPROCESS_CASES, plain))
     return {"results": results, "subprocess_results": subprocess_results, "before": before, "after": snapshot(ws),
             "ws": ws}

@@ -1,5 +1,6 @@
 """Connecting to Ray: an existing cluster (``cluster.address``) or a local
-one started for the run. An unreachable address is one clear line.
+one started for the run. An unreachable address is one clear line, and so is a
+local Ray whose node does not start within Ray's own time (an overloaded machine).
 
 A local Ray comes with a reaper (runmgr/reaper.py): none of its processes
 outlives the driver. A launch also watches the cluster's head
@@ -9,6 +10,7 @@ so a head that is gone ends the sub-run before Ray ends the driver.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -228,12 +230,34 @@ def _init(cluster: ClusterConfig) -> RayConnection:
     num_cpus = local_ray_cpus(cluster)
     # address="local": always a new Ray of our own, never whatever cluster
     # /tmp/ray/ray_current_cluster points at.
-    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
-             _system_config=LOCAL_RAY_SYSTEM_CONFIG, **kwargs)
+    with _local_start(ray.shutdown):
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
+                 _system_config=LOCAL_RAY_SYSTEM_CONFIG, **kwargs)
     from ray._private import worker as ray_worker
 
     head = ray_worker._global_node  # the node ray.init started here
     return RayConnection(reaper=Reaper.start(head.get_session_dir_path()), local_head=head)
+
+
+RAY_START_TIMED_OUT = "timed out during startup"
+"""What Ray raises (a bare Exception) when its raylet does not register within its
+hard-coded 30 s: seen on this 2-core machine at load ~15."""
+
+
+@contextlib.contextmanager
+def _local_start(stop: Callable[[], None]):
+    """Starting a local Ray: Ray's own start-up timeout becomes one line (after
+    ``stop`` clears what it started); any other error goes on as it is."""
+    try:
+        yield
+    except Exception as error:  # noqa: BLE001 - Ray raises a bare Exception for this; others re-raised
+        if RAY_START_TIMED_OUT not in str(error):
+            raise
+        stop()
+        load = os.getloadavg()[0]
+        raise ClusterError(f"the local Ray did not start: its node did not register within Ray's 30 s (this "
+                           f"machine's load is {load:.1f} on {os.cpu_count()} cores); launch again when it is "
+                           f"less busy") from None
 
 
 def gcs_exit(head_node) -> HeadExit:

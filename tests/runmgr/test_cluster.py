@@ -8,7 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import ray
+
 from runmgr import cluster as ray_cluster
+from runmgr.config.schema import ClusterConfig
+from runmgr.errors import ClusterError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,3 +91,28 @@ def test_the_ranks_of_a_local_cluster_run_at_the_drivers_priority_not_ray_s_nice
                                 text=True, cwd=ROOT, timeout=300)
         assert result.returncode == 0, result.stderr[-3000:]
         assert result.stdout.strip().splitlines()[-1] == str([os.nice(0)]), (nodes, result.stdout)
+
+
+def test_a_local_ray_that_does_not_start_in_ray_s_time_is_one_line_and_its_processes_are_stopped(monkeypatch):
+    """Ray waits a hard-coded 30 s for its raylet and raises a bare Exception (seen at load ~15);
+    the launch says so in one line, having stopped what Ray started. Other errors stay as they are."""
+    stopped = []
+    monkeypatch.setattr(ray, "shutdown", lambda: stopped.append(True))
+
+    def timed_out(**kwargs):
+        raise Exception("The current node timed out during startup. This could happen because some of the "
+                        "raylet failed to startup or the GCS has become overloaded.")
+
+    monkeypatch.setattr(ray, "init", timed_out)
+    with pytest.raises(ClusterError) as caught:
+        ray_cluster.connect(ClusterConfig(num_workers=1))
+    line = str(caught.value)
+    assert line.startswith("the local Ray did not start") and "launch again when it is less busy" in line
+    assert "\n" not in line and stopped == [True]
+
+    def other(**kwargs):
+        raise RuntimeError("something else")
+
+    monkeypatch.setattr(ray, "init", other)
+    with pytest.raises(RuntimeError, match="something else"):
+        ray_cluster.connect(ClusterConfig(num_workers=1))

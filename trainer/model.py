@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from trainer.config import ModelConfig
-from trainer.shapes import head_dim as _head_dim, kv_heads as _kv_heads, parameter_count  # noqa: F401 - re-exported
+from trainer.shapes import head_dim, kv_heads
 
 
 class RMSNorm(nn.Module):
@@ -75,7 +75,7 @@ class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         bias = cfg.family == "opt"
-        self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, _kv_heads(cfg), _head_dim(cfg)
+        self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, kv_heads(cfg), head_dim(cfg)
         kv_width = self.kv_heads * self.head_dim
         self.qkv = nn.Linear(cfg.hidden_size, cfg.hidden_size + 2 * kv_width, bias=bias)
         self.proj = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=bias)

@@ -8,7 +8,7 @@ import pytest
 from trainer.config import ModelConfig
 from trainer.device import Device, peak_flops_of, peak_rss_bytes
 from trainer.flops import flops_per_token, matmul_parameters, mfu
-from trainer.model import parameter_count
+from trainer.shapes import parameter_count
 
 import torch
 

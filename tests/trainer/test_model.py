@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from trainer.config import ModelConfig
-from trainer.model import build_model, parameter_count
+from trainer.model import build_model
+from trainer.shapes import parameter_count
 
 TINY = ModelConfig(num_layers=2, hidden_size=32, ffn_hidden_size=80, num_attention_heads=4,
                    seq_length=16, max_position_embeddings=16, vocab_size=64)

@@ -35,7 +35,7 @@ from runmgr.config.schema import ClusterConfig, RunConfig
 from runmgr.dryrun import memory_per_device
 from trainer.cli import config_from_dict
 from trainer.config import TRAINER_SECTIONS
-from trainer.model import parameter_count
+from trainer.shapes import parameter_count
 
 from tests.trainer.parallel.conftest import WORLD, tiny_config
 

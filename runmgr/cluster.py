@@ -204,7 +204,11 @@ def connect(cluster: ClusterConfig, messages_to: Optional[Path] = None,
     if ray.is_initialized():
         return None
     route_ray_messages(messages_to)
-    connection = _init(cluster)
+    try:
+        connection = _init(cluster)
+    except BaseException:
+        _restore_ray_printer()  # nothing to disconnect: the printer goes back here
+        raise
     if head_lost_after_s is not None:
         head_exit = gcs_exit(connection.local_head) if connection.local_head is not None else no_local_head
         connection.head = watch_head(head_lost_after_s, head_exit)

@@ -97,6 +97,8 @@ def test_a_local_ray_that_does_not_start_in_ray_s_time_is_one_line_and_its_proce
     """Ray waits a hard-coded 30 s for its raylet and raises a bare Exception (seen at load ~15);
     the launch says so in one line, having stopped what Ray started. Other errors stay as they are."""
     stopped = []
+    # Earlier tests in the same pytest process may have left a Ray initialised here.
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "shutdown", lambda: stopped.append(True))
 
     def timed_out(**kwargs):

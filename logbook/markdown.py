@@ -247,9 +247,16 @@ def _why_details(subrun: SubRun, tidy) -> list[str]:
 
 
 def _where(subrun: SubRun, tidy) -> str:
+    if is_warm(subrun):
+        return f"warm restart from the ranks' memory (step {subrun.start_step})"
     if subrun.start_checkpoint:
         return f"checkpoint {md.code(tidy(subrun.start_checkpoint))} (step {subrun.start_step})"
     return "from scratch (no checkpoint)" if subrun.start_step == 0 else f"step {subrun.start_step}, no checkpoint"
+
+
+def is_warm(subrun: SubRun) -> bool:
+    """A sub-run whose survivors went on from memory and whose lost ranks restored from a peer's."""
+    return isinstance(subrun.evidence, Mapping) and subrun.evidence.get("restart") == "warm"
 
 
 def _origin(subrun: SubRun) -> str:

@@ -153,7 +153,9 @@ def start_line(subrun: SubRun, previous: Optional[SubRun], tidy: Tidy = str) -> 
     """``1.01  21:00:42  from step_00000020 (step 20)  after: worker_death at step 23 (rank 1 killed)``."""
     # The header carries the first date; later starts repeat it only when the day turns.
     new_day = previous is not None and day(previous.started_at) != day(subrun.started_at)
-    if subrun.start_checkpoint:
+    if _evidence(subrun).get("restart") == "warm":
+        where = f"warm from memory (step {subrun.start_step})"
+    elif subrun.start_checkpoint:
         where = f"from {PurePosixPath(subrun.start_checkpoint).name} (step {subrun.start_step})"
     else:
         where = "from scratch" if subrun.start_step == 0 else f"from step {subrun.start_step}"

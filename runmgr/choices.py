@@ -115,3 +115,5 @@ class RestartPoint(Choice):
 
     step = "step"
     newest_at_restart = "newest_at_restart"
+    memory = "memory"
+    """A warm restart: the ranks' in-memory snapshot at ``restart_from_step``."""

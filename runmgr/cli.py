@@ -310,10 +310,12 @@ def build_parser() -> argparse.ArgumentParser:
     from runmgr.healthcheck.command import add_parser as add_health_check
     from runmgr.lint.command import add_parser as add_lint
     from runmgr.precision.command import add_parser as add_precision_check
+    from runmgr.simulate.command import add_parser as add_simulate
 
     add_health_check(sub)
     add_lint(sub)
     add_precision_check(sub)
+    add_simulate(sub)
     return parser
 
 

@@ -27,7 +27,7 @@ CLI_PRELOAD = [
     # Ray: its constants read RAY_* variables at import, which tests set (a child imports it).
     "torch", "trainer.device", "runmgr.cli", "runmgr.config.compose", "runmgr.rundir", "runmgr.launch", "trainer.data", "trainer.data.prepare",
     "runmgr.status", "logbook.cli", "logbook.markdown", "runmgr.replay", "runmgr.logbook_samples",
-    "runmgr.healthcheck.command", "runmgr.lint.command", "runmgr.precision.command",
+    "runmgr.healthcheck.command", "runmgr.lint.command", "runmgr.precision.command", "runmgr.simulate.ettr",
     # What Hydra imports on its first compose, and its plugin scan (once per process).
     "importlib.metadata", "email.parser", "omegaconf._impl", "antlr4.LL1Analyzer",
     "hydra._internal.config_loader_impl", "hydra.core.plugins:Plugins.instance",

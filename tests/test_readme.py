@@ -23,6 +23,8 @@ why:
   line that says so, exit 2): pointed at a real cluster it would label its
   nodes. tests/runmgr/healthcheck/test_k8s.py runs it against a local fake.
 - ``torchrun ... conf=demo`` trains 4 steps instead of 200.
+- ``runmgr simulate ettr`` simulates 2,048 devices, not 16,384 (over a minute of
+  sweeps); tests/runmgr/simulate checks the simulator itself.
 - The "Running on Kubernetes" lines (docker, kind, kubectl) need a Docker
   engine or a Kubernetes API, which the test machines lack: their cases are in
   tests/k8s/readme_cases.py (offline dry runs, the rendered manifests, and the
@@ -342,6 +344,14 @@ def case_torchrun_megatron_dialect(ctx: Context) -> None:
     assert "iteration        3/       3 | consumed samples:           12 |" in result.stdout
 
 
+def case_simulate_ettr(ctx: Context) -> None:
+    line = ["simulate", "ettr", "--devices", "2048", "--intervals", "25,400", "--restart-scales", "0.5,2"]
+    text = ctx.ok(*line).stdout
+    assert "2048 devices (256 nodes of 8)" in text and "best warm restart: ETTR" in text
+    report = json.loads(ctx.ok(*line, "--json").stdout)
+    assert report["best"]["warm"]["ettr"] > report["best"]["cold"]["ettr"]
+
+
 def case_precision_check(ctx: Context) -> None:
     from tests.runmgr.precision.fixtures.make_logs import TINY  # the small config its pinned Megatron log is of
 
@@ -386,6 +396,8 @@ CASES: dict[str, Callable[[Context], None]] = {
     "runmgr prepare-data --input FILE --output-prefix P [--tokenizer PATH_OR_NAME]": case_prepare_data,
     "runmgr precision-check conf=A [key=value ...] [--against conf=B [key=value ...] | --against-log FILE] "
     "[--steps N] [--json]": case_precision_check,
+    "runmgr simulate ettr [--devices N] [--intervals K1,K2,...] [--restart-scales X1,X2,...] [--json]":
+        case_simulate_ettr,
     "runmgr --version": case_version,
     "torchrun --nproc_per_node=2 -m trainer conf=demo": case_torchrun,
     "torchrun --nproc_per_node=2 -m trainer --num-layers N --hidden-size H ...": case_torchrun_megatron_dialect,

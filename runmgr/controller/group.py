@@ -8,8 +8,9 @@ so the controller, the judge and their tests never import Ray.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
+from runmgr.policy.warm import WarmCover
 from runmgr.watch.deaths import PEER_ECHO_CAUSES, classify
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
@@ -81,6 +82,35 @@ class WorkerGroup(Protocol):
     def poll(self, timeout_s: float) -> GroupPoll: ...
 
     def shutdown(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """What a warm restart asks of the group: the surviving ranks go on from their memory,
+    ``ranks`` start on ready spares restored from a peer's snapshot at ``step``."""
+
+    step: int
+    ranks: tuple[int, ...]
+    avoid_nodes: tuple[str, ...] = ()
+    """Nodes no spare may be taken from (the plan's nodes to avoid)."""
+
+
+class WarmRecoveryError(Exception):
+    """A warm restart could not be carried out (a spare or a peer's memory failed);
+    the group has stopped its ranks and a cold restart follows. One line."""
+
+
+@runtime_checkable
+class WarmWorkerGroup(WorkerGroup, Protocol):
+    """A group that keeps warm state: in-memory snapshots replicated to a peer and
+    ready spares. The policy reads :meth:`warm_cover`; the controller calls
+    :meth:`recover` for a warm decision."""
+
+    def warm_cover(self) -> WarmCover: ...
+
+    def recover(self, config: TrainerConfig, plan: ResumePlan, warm: WarmStart) -> list[WorkerInfo]:
+        """Replace ``warm.ranks`` and re-form the process group with the survivors; the
+        workers of the recovered sub-run, or :class:`WarmRecoveryError`."""
 
 
 def root_cause(failures: list[WorkerFailure]) -> WorkerFailure:

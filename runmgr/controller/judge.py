@@ -20,6 +20,7 @@ from runmgr.config.policy import PolicyConfig
 from runmgr.policy.decision import ABORT, Decision
 from runmgr.policy.history import History
 from runmgr.policy.ladder import decide
+from runmgr.policy.warm import WarmCover
 from runmgr.config.watcher import WatcherConfig
 from logbook.local_norms import analyse
 from runmgr.watch.incidents import INSTABILITY_KINDS, Incident
@@ -29,6 +30,11 @@ from runmgr.watch.observations import (
 from runmgr.watch.watcher import Observation, Watcher
 
 NODE_NAME_CHARS = 12
+
+
+def no_warm_cover() -> Optional[WarmCover]:
+    """A worker group that keeps no warm state."""
+    return None
 
 
 def node_name(node_id: str) -> str:
@@ -79,9 +85,14 @@ class Judge:
         self.watcher = Watcher(watcher_config)
         self._nodes: dict[int, str] = {}
         self._data_parallel: Optional[int] = None
+        self._warm_cover: Callable[[], Optional[WarmCover]] = no_warm_cover
 
-    def start_subrun(self, workers: Sequence[WorkerInfo]) -> None:
-        """New ranks: the per-rank detectors start afresh with their placement."""
+    def start_subrun(self, workers: Sequence[WorkerInfo],
+                     warm_cover: Callable[[], Optional[WarmCover]] | None = None) -> None:
+        """New ranks: the per-rank detectors start afresh with their placement.
+        ``warm_cover()``: what the sub-run's group could recover warm when a decision is
+        due (None: a group that keeps no warm state; every restart is cold)."""
+        self._warm_cover = warm_cover or no_warm_cover
         self.restart_detectors({w.rank: node_name(w.node_id) for w in workers})
 
     def restart_detectors(self, rank_nodes: Mapping[int, str]) -> None:
@@ -106,10 +117,12 @@ class Judge:
                                        check_silence=detecting and not poll.failures)
 
     def launch_failed(self, subrun: str, text: str, now: float, last_step: int,
-                      data_parallel: Optional[int]) -> Judgement:
-        """The workers of ``subrun`` (``data_parallel`` replicas) could not be placed or started."""
+                      data_parallel: Optional[int], warm: bool = False) -> Judgement:
+        """The workers of ``subrun`` (``data_parallel`` replicas) could not be placed or started
+        (``warm``: its warm restart failed, and the group with it)."""
         self._data_parallel = data_parallel
-        return self.judge_observations([LaunchFailure(subrun, text, now)], now, last_step)[0]
+        self._warm_cover = no_warm_cover
+        return self.judge_observations([LaunchFailure(subrun, text, now, warm)], now, last_step)[0]
 
     def judge_observations(self, observations: Sequence[Observation], now: float, last_step: int,
                            check_silence: bool = False) -> list[Judgement]:
@@ -159,6 +172,6 @@ class Judge:
     def _decide(self, incident: Incident, last_step: int) -> Judgement:
         checkpoints = list(self.checkpoints(last_step))
         decision = decide(incident, self.history, self.policy_config, checkpoints, self._capacity(),
-                          self.abilities)
+                          self.abilities, self._warm_cover())
         self.history = self.history.record(incident, decision, checkpoints)
         return Judgement(incident, decision)

@@ -14,7 +14,9 @@ from __future__ import annotations
 import time
 from typing import Callable, Protocol, Sequence
 
-from runmgr.controller.group import GroupPoll, WorkerGroup, WorkerInfo
+from runmgr.controller.group import (
+    GroupPoll, WarmRecoveryError, WarmStart, WarmWorkerGroup, WorkerGroup, WorkerInfo,
+)
 from runmgr.controller.judge import Judge, Judgement
 from runmgr.controller.states import (
     ALLOWED, Failed, Finished, Launching, Restarting, Running, State, is_terminal,
@@ -135,6 +137,8 @@ class Controller:
     def _launch(self, state: Launching) -> State:
         self.last_step = state.start_step
         self._finished_ranks = set()
+        if state.warm is not None:
+            return self._recover(state, state.warm)
         self._group = self.make_group()
         try:
             workers = self._group.start(self.trainer_config, state.plan)
@@ -144,13 +148,30 @@ class Controller:
         except ClusterError as exc:
             self._stop_group()
             return self._launch_failed(state, str(exc))
-        self.judge.start_subrun(workers)
+        return self._running(state, workers)
+
+    def _recover(self, state: Launching, warm: WarmStart) -> State:
+        """A warm restart: the group that ran the previous sub-run replaces the lost ranks."""
+        group = self._group
+        if not isinstance(group, WarmWorkerGroup):  # the policy saw a cover: only such a group gives one
+            raise TransitionError(f"sub-run {state.subrun} restarts warm without a group that keeps warm state")
+        try:
+            workers = group.recover(self.trainer_config, state.plan, warm)
+        except (WarmRecoveryError, ClusterError) as exc:
+            self._stop_group()
+            return self._launch_failed(state, str(exc), warm=True)
+        return self._running(state, workers)
+
+    def _running(self, state: Launching, workers: list[WorkerInfo]) -> Running:
+        group = self._group
+        self.judge.start_subrun(workers, group.warm_cover if isinstance(group, WarmWorkerGroup) else None)
         return Running(state.subrun, state.plan, state.start_step, tuple(workers))
 
-    def _launch_failed(self, state: Launching, error: str) -> State:
-        """The policy decides on a launch that failed like on any incident (retry, resize, or a human)."""
+    def _launch_failed(self, state: Launching, error: str, warm: bool = False) -> State:
+        """The policy decides on a launch that failed like on any incident (retry, resize, or a
+        human); a failed warm restart is followed by a cold one."""
         judgement = self.judge.launch_failed(state.subrun, error, self.clock(), self.last_step,
-                                             state.plan.data_parallel_size)
+                                             state.plan.data_parallel_size, warm)
         for observer in self.observers:
             observer.on_judgement(state, judgement)
         if judgement.decision.action == ABORT:
@@ -197,7 +218,9 @@ class Controller:
         judgement = next((j for j in ending if j.decision.action == ABORT), ending[0])
         if any(j.decision.dump_stacks for j in ending):
             self.dump_stacks(state.subrun, state.workers)
-        self._stop_group()
+        if not (judgement.decision.warm and len(ending) == 1):
+            # A warm decision covers its own incident's ranks; with others in the same poll, cold.
+            self._stop_group()
         if judgement.decision.action == ABORT:
             return Failed(state.subrun, judgement.decision.reason, self.last_step)
         excluded = tuple(dict.fromkeys(node for j in ending for node in j.decision.exclude_nodes))
@@ -206,6 +229,8 @@ class Controller:
 
     def _restart(self, state: Restarting) -> State:
         decision = state.judgement.decision
+        if decision.warm and self._group is not None:
+            return self._warm_launching(state)
         if decision.wait_s > 0:
             self.sleep(decision.wait_s)
         point = self._resume_point(state)
@@ -216,10 +241,26 @@ class Controller:
             "resumed_from": point.path, "resumed_step": point.step, "last_step": state.last_step,
             "steps_lost": max(0, state.last_step - point.step),
             "rejected_checkpoints": [list(r) for r in point.rejected],
-            "excluded_nodes": list(plan.avoid_nodes),
+            "excluded_nodes": list(plan.avoid_nodes), "restart": "cold",
             **({"fetched_from": point.fetched_from} if point.fetched_from else {}),
         }
         return Launching(subrun, plan, point.step, state.judgement.incident.summary(), evidence)
+
+    def _warm_launching(self, state: Restarting) -> Launching:
+        """The next sub-run of a warm decision: same ranks but the replaced ones, from the
+        snapshot step in memory (no checkpoint is read)."""
+        decision = state.judgement.decision
+        step = decision.restart_from_step if decision.restart_from_step is not None else state.last_step
+        subrun = self.subrun_ids.take()
+        plan = next_plan(state.plan, decision, subrun, None)
+        evidence = {
+            "incident": state.judgement.incident.to_dict(), "decision": decision.to_dict(), "restart": "warm",
+            "resumed_from": "memory", "resumed_step": step, "last_step": state.last_step,
+            "steps_lost": max(0, state.last_step - step), "replaced_ranks": list(decision.replace_ranks),
+            "rejected_checkpoints": [], "excluded_nodes": list(plan.avoid_nodes),
+        }
+        warm = WarmStart(step, decision.replace_ranks, plan.avoid_nodes)
+        return Launching(subrun, plan, step, state.judgement.incident.summary(), evidence, warm)
 
     def _resume_point(self, state: Restarting) -> ResumePoint:
         """The checkpoint the decision names: the one at its step (an instability's
@@ -228,7 +269,9 @@ class Controller:
         verified one up to the last step the driver recorded. One that no longer
         verifies is passed over for the previous one, with the reason recorded."""
         decision, incident = state.judgement.decision, state.judgement.incident
-        if decision.restart_point == "newest_at_restart":
+        # A warm decision the controller carries out cold (its group stopped for another incident
+        # of the same poll) starts where a fault's cold restart does.
+        if decision.restart_point in ("newest_at_restart", "memory"):
             return self.resume_at(state.last_step, "the last step the driver recorded")
         where = f" at step {incident.onset_step}" if incident.onset_step is not None else ""
         return self.resume_at(decision.restart_from_step,

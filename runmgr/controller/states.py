@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from runmgr.controller.group import WarmStart
 from runmgr.controller.judge import Judgement
 from trainer.plan import ResumePlan
 
@@ -19,6 +20,8 @@ class Launching:
     start_step: int
     cause: str
     evidence: dict = field(default_factory=dict)
+    warm: Optional[WarmStart] = None
+    """A warm restart: the running group replaces these ranks (None: new ranks, cold)."""
 
 
 @dataclass(frozen=True)

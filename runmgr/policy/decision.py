@@ -69,6 +69,12 @@ class Decision:
     local_norms_steps: tuple[int, ...] = ()
     """Steps of the next sub-run on which the trainer reports every weight's gradient norm
     (a rollback's re-run: where a returning instability enters)."""
+    warm: bool = False
+    """A warm restart (runmgr/policy/warm.py): the surviving ranks keep their state in memory
+    and ``replace_ranks`` start on ready spares from a peer's in-memory snapshot at
+    ``restart_from_step``; the sub-run's workers are not stopped."""
+    replace_ranks: tuple[int, ...] = ()
+    """The ranks a warm restart replaces (the dead ones and every rank of an excluded node)."""
 
     @property
     def restarts(self) -> bool:
@@ -92,4 +98,6 @@ class Decision:
             "data_parallel_size": self.data_parallel_size,
             "wait_s": self.wait_s,
             "local_norms_steps": list(self.local_norms_steps),
+            "warm": self.warm,
+            "replace_ranks": list(self.replace_ranks),
         }

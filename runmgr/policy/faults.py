@@ -26,6 +26,7 @@ from runmgr.policy.decision import (
 )
 from runmgr.policy.guards import storm_abort
 from runmgr.policy.history import History
+from runmgr.policy.warm import WarmCover, WarmVerdict, warm_verdict
 from runmgr.watch.incidents import DEVICE_FAULT, HANG, LAUNCH_FAILURE, SLOWDOWN, STRAGGLER, WORKER_DEATH, Incident
 
 
@@ -38,12 +39,22 @@ class FaultContext:
     checkpoints: Sequence[VerifiedCheckpoint]
     capacity: Optional[Capacity]
     """What the cluster can hold now; None (a replay) keeps the data-parallel size."""
+    warm: Optional[WarmCover] = None
+    """What the worker group could recover warm now; None: it keeps no warm state."""
+
+
+WARM_KINDS = frozenset({WORKER_DEATH, DEVICE_FAULT, STRAGGLER})
+"""Faults whose restart may be warm: a dead or excluded rank is replaced and the others go on.
+A hang restarts cold (a hung rank cannot be joined, and gloo has no abort); so does a
+slowdown (restarting everything is the remedy) and a failed launch (nothing is running)."""
 
 
 def decide_fault(incident: Incident, history: History, config: PolicyConfig,
-                 checkpoints: Sequence[VerifiedCheckpoint], capacity: Optional[Capacity] = None) -> Decision:
-    """The decision for a non-instability incident."""
-    ctx = FaultContext(history, config, checkpoints, capacity)
+                 checkpoints: Sequence[VerifiedCheckpoint], capacity: Optional[Capacity] = None,
+                 warm: Optional[WarmCover] = None) -> Decision:
+    """The decision for a non-instability incident; ``warm``: what the worker group could
+    recover warm now (None: nothing)."""
+    ctx = FaultContext(history, config, checkpoints, capacity, warm)
     if incident.kind == HANG:
         return _restart(incident, ctx, DUMP_AND_RESTART, "dump every rank's stack, kill the workers and restart")
     if incident.kind == WORKER_DEATH:
@@ -136,6 +147,13 @@ def _launch_failure(incident: Incident, ctx: FaultContext) -> Decision:
             f"spent ({used} of {limit}). A human must look at the cluster (`ray status`, the nodes' health)"))
     start = newest(ctx.checkpoints)
     origin = _origin(start)
+    if incident.evidence.get("warm"):
+        # The spares or the peers' memory failed mid-recovery: the survivors' state went with the
+        # group, and nothing suggests a node is slow to come back.
+        return Decision(
+            RETRY_LAUNCH, (f"the warm restart of sub-run {incident.subrun} failed ({error}) -> restart cold now "
+                           f"from {origin} (retry {used + 1} of {limit})"),
+            restart_from_step=start.step if start else None, restart_point="newest_at_restart")
     wait, size, note = restarts.launch_retry_wait_s, None, ""
     if ctx.capacity is not None:
         resize = fit_world(ctx.capacity, ctx.history.excluded_nodes())
@@ -179,6 +197,14 @@ def _restart(incident: Incident, ctx: FaultContext, action: Action, what: str,
     storm = storm_abort(incident, history, config, checkpoints)
     if storm is not None:
         return storm
+    verdict = _warm_verdict(incident, ctx, action, exclude, origin)
+    if verdict is not None and verdict.warm:
+        assert ctx.warm is not None  # a warm verdict needs a cover
+        return Decision(
+            action, f"{_context(incident)} -> {what}; {verdict.note} (restart {used + 1} of {limit})",
+            restart_from_step=ctx.warm.snapshot_step, restart_point=RestartPoint.memory, exclude_nodes=exclude,
+            warm=True, replace_ranks=verdict.lost_ranks)
+    cold_note = f"; {verdict.note}" if verdict is not None else ""
     size, resize_note = None, ""
     if ctx.capacity is not None:
         resize = fit_world(ctx.capacity, (*history.excluded_nodes(), *exclude))
@@ -191,10 +217,24 @@ def _restart(incident: Incident, ctx: FaultContext, action: Action, what: str,
         start = newest(checkpoints)
         origin = _Origin(start, RestartPoint.newest_at_restart, _origin(start))
     return Decision(
-        action, f"{_context(incident)} -> {what}{resize_note}, from {origin.words} (restart {used + 1} of {limit})",
+        action, (f"{_context(incident)} -> {what}{resize_note}, from {origin.words}{cold_note} "
+                 f"(restart {used + 1} of {limit})"),
         restart_from_step=origin.checkpoint.step if origin.checkpoint else None, restart_point=origin.point,
         exclude_nodes=exclude, dump_stacks=action == DUMP_AND_RESTART, data_parallel_size=size,
     )
+
+
+def _warm_verdict(incident: Incident, ctx: FaultContext, action: Action, exclude: tuple[str, ...],
+                  origin: Optional[_Origin]) -> Optional[WarmVerdict]:
+    """Warm or cold for a restart of the group that keeps warm state (None: it keeps none,
+    or the restart is not one a warm path can serve: a hang, a slowdown, a rejected checkpoint)."""
+    if ctx.warm is None:
+        return None
+    if incident.kind not in WARM_KINDS or action not in (RESTART, EXCLUDE_NODE) or origin is not None:
+        return WarmVerdict(False, f"cold: a {incident.kind} restarts every rank")
+    latest = newest(ctx.checkpoints)
+    return warm_verdict(ctx.warm, incident.ranks, exclude, ctx.history.excluded_nodes(),
+                        latest.step if latest else None)
 
 
 def _context(incident: Incident) -> str:

@@ -23,15 +23,17 @@ from runmgr.policy.faults import decide_fault
 from runmgr.policy.guards import storm_abort
 from runmgr.policy.history import History
 from runmgr.policy.storage import decide_storage_outage
+from runmgr.policy.warm import WarmCover
 from runmgr.watch.incidents import DEVICE_FAULT, INSTABILITY_KINDS, STORAGE_OUTAGE, Incident
 
 
 def decide(incident: Incident, history: History, config: PolicyConfig,
            checkpoints: Sequence[VerifiedCheckpoint], capacity: Optional[Capacity] = None,
-           abilities: TrainerAbilities = BUILTIN_ABILITIES) -> Decision:
+           abilities: TrainerAbilities = BUILTIN_ABILITIES, warm: Optional[WarmCover] = None) -> Decision:
     """The decision for ``incident``. ``checkpoints`` are the verified ones, any order;
     ``capacity`` what the cluster can hold now (None: unknown, keep the data-parallel size);
-    ``abilities`` the remedies the trainer in use can carry out (a rung asks no more)."""
+    ``abilities`` the remedies the trainer in use can carry out (a rung asks no more);
+    ``warm`` what the worker group could recover warm now (None: nothing, every restart is cold)."""
     if incident.kind == STORAGE_OUTAGE:  # the driver's uploads, whatever the sub-run is doing
         return decide_storage_outage(incident)
     closing = history.closing_entry(incident.subrun)
@@ -45,7 +47,7 @@ def decide(incident: Incident, history: History, config: PolicyConfig,
         if incident.kind not in config.instability.kinds:
             return Decision(IGNORE, f"recorded: {incident.kind} is not in policy.instability.kinds")
         return _climb(incident, history, config, checkpoints, abilities)
-    return decide_fault(incident, history, config, checkpoints, capacity)
+    return decide_fault(incident, history, config, checkpoints, capacity, warm)
 
 
 def _climb(incident: Incident, history: History, config: PolicyConfig,

@@ -196,6 +196,8 @@ class LaunchFailure:
     subrun: str
     text: str
     time: float
+    warm: bool = False
+    """A warm restart that failed (its spares or a peer's memory): a cold restart follows."""
 
 
 @dataclass(frozen=True)

@@ -95,8 +95,9 @@ class Watcher:
         if isinstance(obs, (CheckpointObservation, SaveStarted, LoadedCheckpoint)):
             return []  # checkpoints inform the policy (where to restart), not the detectors
         if isinstance(obs, LaunchFailure):
-            return [Incident(LAUNCH_FAILURE, now, f"the workers could not be started: {obs.text}", subrun=obs.subrun,
-                             evidence={"error": obs.text})]
+            what = "the warm restart failed" if obs.warm else "the workers could not be started"
+            return [Incident(LAUNCH_FAILURE, now, f"{what}: {obs.text}", subrun=obs.subrun,
+                             evidence={"error": obs.text, **({"warm": True} if obs.warm else {})})]
         raise TypeError(f"not an observation: {type(obs).__name__}")
 
     def check(self, now: float) -> list[Incident]:

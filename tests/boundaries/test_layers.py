@@ -20,12 +20,12 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"controller", "resume"}),
     frozenset({"workers", "observers", "metrics", "chaos", "healthcheck", "stacks", "status", "rundir", "cluster",
                "dryrun", "refusals", "stopping", "logbook_samples", "reaper", "headwatch", "diskspace", "s3",
-               "precision"}),
+               "precision", "simulate"}),
     frozenset({"lint"}),
     frozenset({"launch", "lineage", "runners", "replay", "cli", "__main__"}),
 )
 """Lowest first. A part may import its own layer and the ones below."""
-RAY_FREE = ("controller", "policy", "megatron", "watch", "config")
+RAY_FREE = ("controller", "policy", "megatron", "watch", "config", "simulate")
 
 
 def layer_of(part: str) -> int:
@@ -94,7 +94,8 @@ def test_controller_policy_watch_and_config_name_no_ray():
 
 def test_importing_them_loads_no_ray_at_run_time():
     modules = ["runmgr.controller.machine", "runmgr.controller.judge", "runmgr.controller.group",
-               "runmgr.policy.ladder", "runmgr.watch.watcher", "runmgr.config.schema", "runmgr.resume"]
+               "runmgr.policy.ladder", "runmgr.watch.watcher", "runmgr.config.schema", "runmgr.resume",
+               "runmgr.simulate.ettr"]
     code = (f"import sys, importlib; [importlib.import_module(m) for m in {modules!r}]; "
             "loaded = sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')); "
             "print(loaded); sys.exit(1 if loaded else 0)")

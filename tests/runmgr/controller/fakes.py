@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from collections import deque
 
-from runmgr.controller.group import GroupPoll, WorkerFailure, WorkerInfo
+from runmgr.controller.group import GroupPoll, WarmRecoveryError, WarmStart, WorkerFailure, WorkerInfo
 from runmgr.controller.judge import ClusterSlots, Judge
 from runmgr.controller.machine import Controller, SubrunIds
 from runmgr.controller.states import Launching
 from runmgr.errors import ClusterError
 from runmgr.policy.checkpoints import VerifiedCheckpoint
+from runmgr.policy.warm import WarmCover
 from runmgr.config.policy import PolicyConfig
 from runmgr.resume import ResumePoint
 from runmgr.config.watcher import WatcherConfig
@@ -87,3 +88,24 @@ def make_controller(groups: list[FakeGroup], points: dict | None = None, plan: R
 def died(rank: int) -> WorkerFailure:
     return WorkerFailure(rank, "died", "The actor died unexpectedly before finishing this task.",
                          WorkerInfo(rank, 100 + rank, f"node{rank}", "127.0.0.1"), 0.0)
+
+
+class FakeWarmGroup(FakeGroup):
+    """A group that keeps warm state: its cover says what it could recover; ``recover``
+    records the request (or fails with ``recover_error``)."""
+
+    def __init__(self, polls: list[GroupPoll], cover: WarmCover, recover_error: str = "") -> None:
+        super().__init__(polls)
+        self.cover = cover
+        self.recover_error = recover_error
+        self.recovered: list[tuple[ResumePlan, WarmStart]] = []
+
+    def warm_cover(self) -> WarmCover:
+        return self.cover
+
+    def recover(self, config: TrainerConfig, plan: ResumePlan, warm: WarmStart) -> list[WorkerInfo]:
+        if self.recover_error:
+            raise WarmRecoveryError(self.recover_error)
+        self.recovered.append((plan, warm))
+        return [WorkerInfo(r, 200 + r, "node2" if r in warm.ranks else f"node{r}", "127.0.0.1")
+                for r in range(plan.data_parallel_size or 2)]

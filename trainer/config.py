@@ -237,6 +237,11 @@ class CheckpointConfig:
     deletes, once its logbook has recorded a newer one, and the trainer none."""
     async_save: bool = True
     """Write in the background on a process group of its own."""
+    memory_interval: int = 0
+    """Keep an in-memory snapshot of this rank's state every this many steps (0: none).
+    With snapshots and a driver that re-forms the group (runmgr's warm restarts), a rank
+    that survives a peer's death rolls back to its newest snapshot and goes on in the same
+    process, and a replacement copies its state from a peer's memory (trainer/warm.py)."""
 
 
 @dataclass
@@ -302,6 +307,11 @@ class TrainerConfig:
             return (f"the built-in trainer cannot execute {sharded[0]}=true with parallel.pipeline_model_parallel_size="
                     f"{par.pipeline_model_parallel_size} yet (sharding within pipeline stages is not verified); "
                     f"set {sharded[0]}=false")
+        if self.checkpoint.memory_interval and (sharded or par.tensor_model_parallel_size > 1
+                                                 or par.pipeline_model_parallel_size > 1):
+            return ("the built-in trainer keeps in-memory snapshots (checkpoint.memory_interval) for plain data "
+                    "parallel only (a replacement copies a replica's whole state); set checkpoint.memory_interval=0 "
+                    "or train plain data parallel")
         return self._tensor_parallel_unsupported() or self._unsupported_pipeline()
 
     def _unsupported_pipeline(self) -> Optional[str]:
@@ -364,6 +374,9 @@ class TrainerConfig:
                        f"got {t.local_norms_interval}")
         if self.checkpoint.keep_last < 0:
             out.append(f"checkpoint.keep_last must be >= 0 (0 keeps every checkpoint), got {self.checkpoint.keep_last}")
+        if self.checkpoint.memory_interval < 0:
+            out.append(f"checkpoint.memory_interval must be >= 0 (0: no in-memory snapshots), got "
+                       f"{self.checkpoint.memory_interval}")
         if out:
             return out
         if m.hidden_size % m.num_attention_heads:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -39,13 +39,16 @@ from trainer.optim import (
     set_lr,
     warmup_iters,
 )
-from trainer.parallel.engine import Engine, build_engine
+from trainer.model import build_model
+from trainer.optim import build_optimizer
+from trainer.parallel.engine import Engine, build_engine, plain_engine
 from trainer.parallel.footprint import optimizer_state_bytes
 from trainer.plan import ResumePlan
 from trainer.precision import LossScaler, embedding_dtype
 from trainer.report import CheckpointReport, Heartbeat, LocalNormsReport, Reporter, StartReport, StepReport
 from trainer.rng import reseed_for_step, rng_snapshot, seed_everything
 from trainer.steps import StepContext, forward_backward, micro_batches, optimizer_step
+from trainer.warm import Snapshots, WarmLink, agree_on_step, is_peer_failure, receive_state, send_state
 
 
 SCHEDULE_ORIGIN_FIELD = "schedule_origin"
@@ -120,8 +123,11 @@ def train(
     plan: ResumePlan = ResumePlan(),
     reporter: Optional[Reporter] = None,
     dist_env: Optional[DistEnv] = None,
+    warm: Optional[WarmLink] = None,
 ) -> TrainResult:
-    """Run (or resume) training on this rank until ``training.train_iters``."""
+    """Run (or resume) training on this rank until ``training.train_iters``. With ``warm``
+    and ``checkpoint.memory_interval``, a peer's death is survived in this process
+    (trainer/warm.py); without, it propagates."""
     dist_env = dist_env or DistEnv.from_environ()
     reporter = reporter or NullReporter()
     check_config(config, dist_env.world_size)
@@ -134,7 +140,7 @@ def train(
     baseline = device.memory_in_use_bytes()  # before the process groups, the model and the data
     ckpt_group = init_process_groups(dist_env, device.backend, config.parallel.dist_timeout_s)
     try:
-        return _train(config, plan, reporter, dist_env, device, ckpt_group, baseline)
+        return _train(config, plan, reporter, dist_env, device, ckpt_group, baseline, warm)
     finally:
         destroy_process_groups()
 
@@ -303,22 +309,151 @@ def _checkpoint_phase(session: _Session, step: int) -> None:
 
 
 def _train(config: TrainerConfig, plan: ResumePlan, reporter: Reporter, dist_env: DistEnv,
-           device: Device, ckpt_group, baseline_memory: int = 0) -> TrainResult:
+           device: Device, ckpt_group, baseline_memory: int = 0, warm: Optional[WarmLink] = None) -> TrainResult:
     session = _start(config, plan, reporter, dist_env, device, ckpt_group)
-    start_step, end_step = session.ctx.start_step, max(session.ctx.start_step, config.training.train_iters)
-    for step in range(start_step + 1, end_step + 1):
-        reporter.heartbeat(Heartbeat(dist_env.rank, "step", step, time.time()))
-        if step in plan.skip_iterations:
-            _skip_step(session)
-        else:
-            _run_step(session, step)
-        _checkpoint_phase(session, step)
+    snapshots = Snapshots(config.checkpoint.memory_interval) if warm and config.checkpoint.memory_interval else None
+    if snapshots is not None:  # a peer may die before the first step's snapshot
+        snapshots.take(session.ctx.start_step, _capture(session))
+    return _run(session, session.ctx.start_step + 1, baseline_memory, warm, snapshots)
+
+
+def _run(session: _Session, first_step: int, baseline_memory: int, warm: Optional[WarmLink],
+         snapshots: Optional[Snapshots]) -> TrainResult:
+    """Train from ``first_step`` to the end; a peer's death re-forms the group when ``warm``."""
+    config = session.ctx.config
+    end_step = max(session.ctx.start_step, config.training.train_iters)
+    step = first_step
+    while step <= end_step:
+        try:
+            _train_step(session, step)
+        except RuntimeError as error:
+            if warm is None or snapshots is None or not is_peer_failure(error):
+                raise
+            step = _rejoin(session, snapshots, warm, error) + 1
+            continue
+        if snapshots is not None and snapshots.due(step):
+            session.reporter.heartbeat(Heartbeat(session.ctx.dist_env.rank, "snapshot", step, time.time()))
+            snapshots.take(step, _capture(session))
+        step += 1
+    rank = session.ctx.dist_env.rank
     if session.checkpointer is not None:
-        reporter.heartbeat(Heartbeat(dist_env.rank, "checkpoint", end_step, time.time()))
+        session.reporter.heartbeat(Heartbeat(rank, "checkpoint", end_step, time.time()))
         _report_saved(session, [session.checkpointer.wait()])
-    memory = held_memory(session.engine.model, session.engine.optimizer, device.peak_memory_bytes(), baseline_memory)
-    return TrainResult(start_step, end_step, session.cursor, tuple(session.losses), session.optimizer_at_start,
-                       session.last_checkpoint if dist_env.rank == 0 else None, memory)
+    memory = held_memory(session.engine.model, session.engine.optimizer, session.ctx.device.peak_memory_bytes(),
+                         baseline_memory)
+    return TrainResult(session.ctx.start_step, end_step, session.cursor, tuple(session.losses),
+                       session.optimizer_at_start, session.last_checkpoint if rank == 0 else None, memory)
+
+
+def _train_step(session: _Session, step: int) -> None:
+    ctx = session.ctx
+    session.reporter.heartbeat(Heartbeat(ctx.dist_env.rank, "step", step, time.time()))
+    if step in ctx.plan.skip_iterations:
+        _skip_step(session)
+    else:
+        _run_step(session, step)
+    _checkpoint_phase(session, step)
+
+
+def _capture(session: _Session) -> dict:
+    """What a rank needs to resume at the step just completed (trainer/warm.py keeps a host copy)."""
+    ctx = session.ctx
+    return {"model": session.engine.model.state_dict(), "optimizer": session.engine.optimizer.state_dict(),
+            "scaler": session.scaler.state_dict(), "cursor": session.cursor,
+            "skipped_samples": session.skipped_samples, "losses": list(session.losses),
+            "start_step": ctx.start_step, "rewarmup_iters": ctx.rewarmup_iters,
+            "schedule_origin": ctx.schedule_origin,
+            # Measured once, with a collective: a replacement must not measure it again alone.
+            "optimizer_bytes": list(session.optimizer_bytes)}
+
+
+def _restore(session: _Session, state: dict) -> None:
+    """Put a snapshot back (a copy: the optimizer keeps the tensors it is given)."""
+    session.engine.model.load_state_dict(state["model"])
+    session.engine.optimizer.load_state_dict(state["optimizer"])
+    session.scaler.load_state_dict(state["scaler"])
+    session.cursor, session.skipped_samples = int(state["cursor"]), int(state["skipped_samples"])
+    session.losses = [float(loss) for loss in state["losses"]]
+    session.optimizer_bytes = tuple(int(size) for size in state["optimizer_bytes"])
+
+
+def _rejoin(session: _Session, snapshots: Snapshots, warm: WarmLink, error: RuntimeError) -> int:
+    """A peer went away: re-form the group where the driver says, agree on the newest snapshot
+    every survivor holds, send it to the replacements this rank donates to, roll back to it.
+    Returns its step. The driver restarting cold instead: the error goes on."""
+    rejoin = warm.rejoin(error, snapshots.steps[-1] if snapshots.steps else None)
+    if rejoin is None:
+        raise error
+    env, device = rejoin.dist_env, session.ctx.device
+    destroy_process_groups()
+    ckpt_group = init_process_groups(env, device.backend, session.ctx.config.parallel.dist_timeout_s)
+    step = agree_on_step(snapshots.steps, set(rejoin.donors), env.world_size, device.torch_device)
+    for replaced, donor in sorted(rejoin.donors.items()):
+        if donor == env.rank:
+            send_state(snapshots.get(step), replaced)
+    _restore(session, snapshots.get(step))
+    snapshots.keep_only(step)
+    session.ctx = replace(session.ctx, plan=rejoin.plan, dist_env=env)
+    session.checkpointer = _rejoined_checkpointer(session.ctx, ckpt_group)
+    return step
+
+
+def _rejoined_checkpointer(ctx: StepContext, ckpt_group) -> Optional[Checkpointer]:
+    """A checkpointer on the re-formed group; a save that was in flight on the old one is
+    abandoned (its directory has no manifest: no resume uses it)."""
+    if ctx.config.checkpoint.save is None:
+        return None
+    return Checkpointer(Path(ctx.config.checkpoint.save), ctx.config.checkpoint, ctx.dist_env.rank, ckpt_group,
+                        shapes=config_shapes(ctx.config.model))
+
+
+def train_spare(config: TrainerConfig, reporter: Reporter, warm: WarmLink) -> TrainResult:
+    """A ready spare: build the model and optimizer and pay the first step's imports now,
+    then wait for the driver to name the rank it replaces; join the re-formed group,
+    receive that rank's state from its donor, and train on as it would have."""
+    _limit_threads()
+    device = resolve_device(config.device, 0, config.training.deterministic)
+    model = build_model(config.model, embedding_dtype(config.precision)).to(device.torch_device)
+    optimizer = build_optimizer(model, config.optim)
+    _import_optimizer_step(config)
+    rejoin = warm.join()
+    env = rejoin.dist_env
+    reporter.heartbeat(Heartbeat(env.rank, "init", 0, time.time()))
+    ckpt_group = init_process_groups(env, device.backend, config.parallel.dist_timeout_s)
+    try:
+        step = agree_on_step([], set(rejoin.donors), env.world_size, device.torch_device)
+        state = receive_state(rejoin.donors[env.rank])
+        session = _spare_session(config, rejoin.plan, env, device, plain_engine(model, optimizer, device, env.rank,
+                                                                                env.world_size), state, reporter)
+        _restore(session, state)
+        session.checkpointer = _rejoined_checkpointer(session.ctx, ckpt_group)
+        snapshots = Snapshots(config.checkpoint.memory_interval)
+        snapshots.take(step, _capture(session))
+        return _run(session, step + 1, 0, warm, snapshots)
+    finally:
+        destroy_process_groups()
+
+
+def _import_optimizer_step(config: TrainerConfig) -> None:
+    """The first ``step`` of an optimizer in a fresh process imports torch._dynamo (~1 s here):
+    a spare pays it while it waits, on a throwaway parameter."""
+    throwaway = torch.nn.Linear(1, 1)
+    for param in throwaway.parameters():
+        param.grad = torch.zeros_like(param)
+    build_optimizer(throwaway, config.optim).step()  # the same optimizer class and options
+
+
+def _spare_session(config: TrainerConfig, plan: ResumePlan, env: DistEnv, device: Device, engine: Engine,
+                   state: dict, reporter: Reporter) -> _Session:
+    from trainer.data import build_sample_stream
+
+    stream = build_sample_stream(config.data, config.model.seq_length, seed=config.training.seed,
+                                 skip_ranges=plan.skip_ranges)
+    ctx = StepContext(config, plan, env, device, int(state["start_step"]), int(state["rewarmup_iters"]),
+                      int(state["schedule_origin"]))
+    throughput = Throughput.of(config, device, env.world_size) if env.rank == 0 else None
+    return _Session(ctx, stream, engine, LossScaler.from_config(config.precision), None, reporter, 0,
+                    tuple(effective_settings(engine.optimizer)), throughput=throughput)
 
 
 def _checkpointer(config: TrainerConfig, plan: ResumePlan, dist_env: DistEnv, ckpt_group, start_step: int,

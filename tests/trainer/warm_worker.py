@@ -1,0 +1,85 @@
+"""A rank (or a ready spare) of a warm-recovery test, run as a script: trains with
+the real trainer and a file-driven warm link. The test plays the driver: when a rank
+asks where the group re-forms (``<out>/waiting.rank<R>``), the test writes
+``<out>/rejoin.json``; the spare waits for the same file. A victim named in the spec
+kills itself (SIGKILL) at the heartbeat of a phase and step: a trigger in the run's
+own state."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from tests.trainer.rank_worker import FileReporter
+from trainer.cli import config_from_dict
+from trainer.distributed import DistEnv
+from trainer.loop import train, train_spare
+from trainer.plan import ResumePlan
+from trainer.warm import Rejoin
+
+POLL_S = 0.005
+
+
+class FileLink:
+    """The warm link of a test: ask by writing a file, wait for the test's answer."""
+
+    def __init__(self, out: Path, rank: int) -> None:
+        self.out, self.rank = out, rank
+
+    def rejoin(self, error: BaseException, newest_snapshot):
+        (self.out / f"waiting.rank{self.rank}").write_text(json.dumps({"newest": newest_snapshot,
+                                                                        "error": str(error)[:300]}))
+        return self._answer(self.rank)
+
+    def join(self) -> Rejoin:
+        (self.out / "waiting.spare").write_text("{}")
+        answer = self._answer(None)
+        assert answer is not None
+        return answer
+
+    def _answer(self, rank):
+        path = self.out / "rejoin.json"
+        while not path.exists():
+            time.sleep(POLL_S)
+        spec = json.loads(path.read_text())
+        if spec.get("cold"):
+            return None
+        mine = spec["replace"] if rank is None else rank
+        return Rejoin(DistEnv(mine, spec["world_size"], 0, "127.0.0.1", spec["port"]), ResumePlan.from_dict(spec["plan"]),
+                      {int(k): v for k, v in spec["donors"].items()})
+
+
+class KillingReporter(FileReporter):
+    """Kills this process at the heartbeat of ``phase`` for ``step``."""
+
+    def __init__(self, path: Path, kill: dict | None) -> None:
+        super().__init__(path)
+        self.kill = kill
+
+    def heartbeat(self, beat) -> None:
+        super().heartbeat(beat)
+        if self.kill and (beat.phase, beat.step) == (self.kill["phase"], self.kill["step"]):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main(spec_path: str, out_dir: str, role: str) -> None:
+    spec = json.loads(Path(spec_path).read_text())
+    out = Path(out_dir)
+    config = config_from_dict(spec["config"])
+    if role == "spare":
+        result = train_spare(config, FileReporter(out / "spare.events"), FileLink(out, -1))
+        (out / "spare.json").write_text(json.dumps(result.to_dict()))
+        return
+    env = DistEnv.from_environ()
+    kill = spec.get("kill") if spec.get("kill", {}).get("rank") == env.rank else None
+    result = train(config, ResumePlan.from_dict(spec.get("plan", {})),
+                   KillingReporter(out / f"rank{env.rank}.events", kill), env, FileLink(out, env.rank))
+    (out / f"rank{env.rank}.json").write_text(json.dumps(result.to_dict()))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3])

@@ -168,7 +168,9 @@ def run_lineage(config: RunConfig, recompose: Recompose, book: Logbook,
         out.write(f"run {config.run.name} already finished at step {config.training.train_iters}; "
                   f"`runmgr logbook show {run_dir}` shows it\n")
         return 0
-    connection = ray_cluster.connect(config.cluster, messages_to=run_dir / ray_cluster.RAY_MESSAGES_FILE,
+    # A local Ray advertises room for the warm spares too (each holds a rank's resources).
+    cluster = replace(config.cluster, num_workers=config.cluster.num_workers + config.controller.warm_spares)
+    connection = ray_cluster.connect(cluster, messages_to=run_dir / ray_cluster.RAY_MESSAGES_FILE,
                                      head_lost_after_s=config.controller.cluster_lost_timeout_s)
     try:
         with stop_on_signals() as stop:  # Ctrl-C or SIGTERM: a clean stop, recorded as such

@@ -52,10 +52,18 @@ def builtin_runner(config: RunConfig, trainer_config: TrainerConfig, device_kind
     """One Ray actor per rank running ``trainer.train`` (the built-in trainer). ``wrap_reporter()``
     is asked again for every sub-run (chaos's pauses that have not fired yet)."""
     run_dir = config.run_dir()
+
+    def make_group() -> RayWorkerGroup:
+        args = (config.cluster, device_kind, config.controller.start_timeout_s, config.controller.worker_lease_s)
+        if config.controller.warm_spares:
+            from runmgr.workers.warm_group import WarmRayWorkerGroup
+
+            return WarmRayWorkerGroup(*args, admitted_node_ids=admitted_node_ids, wrap_reporter=wrap_reporter(),
+                                      warm_spares=config.controller.warm_spares)
+        return RayWorkerGroup(*args, admitted_node_ids=admitted_node_ids, wrap_reporter=wrap_reporter())
+
     return Runner(
-        make_group=lambda: RayWorkerGroup(
-            config.cluster, device_kind, config.controller.start_timeout_s, config.controller.worker_lease_s,
-            admitted_node_ids=admitted_node_ids, wrap_reporter=wrap_reporter()),
+        make_group=make_group,
         abilities=BUILTIN_ABILITIES,
         data_parallel_sizes=data_parallel_sizes(trainer_config, config.world_size),
         ranks_per_replica=trainer_config.model_parallel_size,

@@ -387,7 +387,7 @@ def _rejoin(session: _Session, snapshots: Snapshots, warm: WarmLink, error: Runt
     env, device = rejoin.dist_env, session.ctx.device
     destroy_process_groups()
     ckpt_group = init_process_groups(env, device.backend, session.ctx.config.parallel.dist_timeout_s)
-    step = agree_on_step(snapshots.steps, set(rejoin.donors), env.world_size, device.torch_device)
+    step = agree_on_step(snapshots.steps, set(rejoin.donors), env.world_size, device.torch_device, rejoin.at_most)
     for replaced, donor in sorted(rejoin.donors.items()):
         if donor == env.rank:
             send_state(snapshots.get(step), replaced)
@@ -421,7 +421,7 @@ def train_spare(config: TrainerConfig, reporter: Reporter, warm: WarmLink) -> Tr
     reporter.heartbeat(Heartbeat(env.rank, "init", 0, time.time()))
     ckpt_group = init_process_groups(env, device.backend, config.parallel.dist_timeout_s)
     try:
-        step = agree_on_step([], set(rejoin.donors), env.world_size, device.torch_device)
+        step = agree_on_step([], set(rejoin.donors), env.world_size, device.torch_device, rejoin.at_most)
         state = receive_state(rejoin.donors[env.rank])
         session = _spare_session(config, rejoin.plan, env, device, plain_engine(model, optimizer, device, env.rank,
                                                                                 env.world_size), state, reporter)

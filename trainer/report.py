@@ -10,7 +10,7 @@ from typing import Optional, Protocol
 PAUSED = "paused"
 """A rank held between two steps by whoever runs the trainer (runmgr's chaos
 pause_at_step); the trainer itself never sends it."""
-PHASES = ("init", "step", "checkpoint", "eval", PAUSED)
+PHASES = ("init", "step", "checkpoint", "snapshot", "eval", PAUSED)
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,9 @@ class Rejoin:
     """The plan of the sub-run the re-formed group trains (its id goes on every report)."""
     donors: Mapping[int, int] = field(default_factory=dict)
     """Each replaced rank -> the rank that sends it its state (a replica of it)."""
+    at_most: Optional[int] = None
+    """The newest step the group may resume at: the last one the driver recorded (a resume
+    past it would leave steps with no metrics). None: the newest snapshot held in common."""
 
 
 class WarmLink(Protocol):
@@ -110,15 +113,18 @@ class NoCommonSnapshot(RuntimeError):
     """The survivors hold no snapshot in common: the driver must restart cold."""
 
 
-def agree_on_step(held: list[int], replaced: set[int], world_size: int, device: torch.device) -> int:
-    """The newest step whose snapshot every surviving rank holds (a collective of the new group;
-    replaced ranks hold none)."""
+def agree_on_step(held: list[int], replaced: set[int], world_size: int, device: torch.device,
+                  at_most: Optional[int] = None) -> int:
+    """The newest step, at most ``at_most``, whose snapshot every surviving rank holds (a
+    collective of the new group; replaced ranks hold none)."""
     padded = ([-1.0] * KEPT_SNAPSHOTS + [float(step) for step in held])[-KEPT_SNAPSHOTS:]
     rows = gather_floats(padded, world_size, device)
     survivors = [{int(step) for step in row if step >= 0} for rank, row in enumerate(rows) if rank not in replaced]
     common = set.intersection(*survivors) if survivors else set()
+    common = {step for step in common if at_most is None or step <= at_most}
     if not common:
-        raise NoCommonSnapshot(f"the surviving ranks hold no snapshot in common ({[sorted(s) for s in survivors]})")
+        raise NoCommonSnapshot(f"the surviving ranks hold no snapshot in common at or before step {at_most} "
+                               f"({[sorted(s) for s in survivors]})")
     return max(common)
 
 

@@ -95,6 +95,12 @@ class ControllerConfig:
     worker_lease_s: float = 10.0
     """A worker that has not heard from its driver for this long stops itself
     (no orphans after a driver crash); a relaunch waits this long for them."""
+    warm_spares: int = 0
+    """Spare rank processes kept ready (model built, torch's first-step imports paid) beside
+    the ranks: a rank lost to a fault is replaced by one, from a survivor's memory, while the
+    survivors keep their processes (a warm restart: about a second, at most
+    ``checkpoint.memory_interval`` steps lost). Needs ``checkpoint.memory_interval`` > 0
+    and the built-in trainer in plain data parallel. 0: every restart is cold."""
     cluster_lost_timeout_s: float = 20.0
     """The Ray cluster's head (its GCS) silent for this long ends the sub-run as
     failed, with one line (a local head whose process exited: at once). Below
@@ -197,6 +203,7 @@ class RunConfig(TrainerConfig):
             out.append(f"controller.cluster_lost_timeout_s must be a number of seconds > 0 and below "
                        f"{RAY_GCS_RECONNECT_TIMEOUT_S:.0f} (Ray ends a driver whose head stays silent that long), "
                        f"got {lost_s}")
+        out += self._warm_problems()
         if self.run.number < 0:
             out.append(f"run.number must be >= 0, got {self.run.number}")
         if not RUN_NAME.fullmatch(self.run.name):
@@ -219,6 +226,18 @@ class RunConfig(TrainerConfig):
         if self.drives_megatron and self.megatron.args:
             return []  # the job's own arguments describe it; its script judges them at start
         return self.trainer_config().problems(self.world_size if world_size is None else world_size)
+
+    def _warm_problems(self) -> list[str]:
+        spares = self.controller.warm_spares
+        if spares < 0:
+            return [f"controller.warm_spares must be >= 0 (0: no warm restarts), got {spares}"]
+        if spares and not self.checkpoint.memory_interval:
+            return [f"controller.warm_spares={spares} needs in-memory snapshots to restore from: set "
+                    f"checkpoint.memory_interval (e.g. 1), or controller.warm_spares=0"]
+        if spares and self.drives_megatron:
+            return ["controller.warm_spares is for the built-in trainer (a Megatron job restarts as a whole under "
+                    "torchrun): set controller.warm_spares=0"]
+        return []
 
     def _trainer_problems(self, world_size: int) -> list[str]:
         """The ``trainer`` and ``megatron`` sections: a Megatron job runmgr can drive, or none set."""

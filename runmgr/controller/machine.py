@@ -250,7 +250,9 @@ class Controller:
         """The next sub-run of a warm decision: same ranks but the replaced ones, from the
         snapshot step in memory (no checkpoint is read)."""
         decision = state.judgement.decision
-        step = decision.restart_from_step if decision.restart_from_step is not None else state.last_step
+        # Never past the last step recorded: a resume beyond it would leave steps with no metrics.
+        snapshot = decision.restart_from_step if decision.restart_from_step is not None else state.last_step
+        step = min(snapshot, state.last_step)
         subrun = self.subrun_ids.take()
         plan = next_plan(state.plan, decision, subrun, None)
         evidence = {

@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 from collections import deque
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import ray
 
@@ -23,6 +23,9 @@ from runmgr.workers.lease import DriverIdentity, DriverLease, SelfStop, ray_job_
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
 from trainer.report import CheckpointReport, Heartbeat, LocalNormsReport, Reporter, StartReport, StepReport
+
+if TYPE_CHECKING:
+    from trainer.warm import Rejoin
 
 WrapReporter = Callable[[Reporter, ResumePlan], Reporter]
 """What a rank's reports pass through on their way to the driver (chaos's pause at a step)."""
@@ -65,6 +68,45 @@ class BufferingReporter:
         return items
 
 
+class ActorWarmLink:
+    """The warm link of a rank in an actor (trainer/warm.py): the training thread blocks in
+    :meth:`rejoin` or :meth:`join` until the driver answers through :meth:`answer`, called on
+    the actor's other thread."""
+
+    def __init__(self) -> None:
+        self._answered = threading.Event()
+        self._answer: Optional["Rejoin"] = None
+        self.waiting_since: Optional[float] = None
+        self.newest_snapshot: Optional[int] = None
+
+    def rejoin(self, error: BaseException, newest_snapshot: Optional[int]) -> Optional["Rejoin"]:
+        self.newest_snapshot = newest_snapshot
+        return self._wait()
+
+    def join(self) -> "Rejoin":
+        answer = self._wait()
+        if answer is None:
+            raise SpareReleased("the driver released this spare")
+        return answer
+
+    def answer(self, rejoin: Optional["Rejoin"]) -> None:
+        """Where the group re-forms (None: restart cold, the training thread raises)."""
+        self._answer = rejoin
+        self._answered.set()
+
+    def _wait(self) -> Optional["Rejoin"]:
+        self.waiting_since = time.time()
+        self._answered.wait()
+        answer, self._answer = self._answer, None
+        self._answered.clear()
+        self.waiting_since = None
+        return answer
+
+
+class SpareReleased(Exception):
+    """A spare the driver let go without a rank to replace."""
+
+
 class TrainerWorker:
     """A rank. Created by :class:`RayWorkerGroup` inside a placement group."""
 
@@ -75,6 +117,7 @@ class TrainerWorker:
         self.lease = DriverLease(lease_s, driver, job_alive=ray_job_alive)
         self.self_stop = SelfStop(self.lease, rank)
         self.reporter = BufferingReporter(gate=self.self_stop.gate)
+        self.warm_link = ActorWarmLink()
         threading.Thread(target=self.self_stop.watch, name="driver-lease", daemon=True).start()
 
     def describe(self) -> WorkerInfo:
@@ -88,7 +131,8 @@ class TrainerWorker:
             return sock.getsockname()[1]
 
     def run(self, config: TrainerConfig, plan: ResumePlan, master_addr: str, master_port: int,
-            wrap_reporter: Optional[WrapReporter] = None) -> dict:
+            wrap_reporter: Optional[WrapReporter] = None, warm: bool = False) -> dict:
+        """Train as this rank; ``warm``: survive a peer's death through the warm link."""
         # Imported here so that the driver never pays for the trainer's imports.
         import trainer
         from trainer.loop import DistEnv
@@ -99,10 +143,33 @@ class TrainerWorker:
         reporter = wrap_reporter(self.reporter, plan) if wrap_reporter is not None else self.reporter
         self.self_stop.idle.clear()
         try:
-            result = trainer.train(config, plan, reporter, env)
+            result = trainer.train(config, plan, reporter, env, self.warm_link if warm else None)
         finally:
             self.self_stop.idle.set()
         return {"rank": self.rank, "seconds": time.time() - started, "result": repr(result)}
+
+    def run_spare(self, config: TrainerConfig, plan: ResumePlan,
+                  wrap_reporter: Optional[WrapReporter] = None) -> dict:
+        """A ready spare: build the model now, wait for a rank to replace, then train as it."""
+        from trainer.loop import train_spare
+
+        started = time.time()
+        reporter = wrap_reporter(self.reporter, plan) if wrap_reporter is not None else self.reporter
+        try:
+            result = train_spare(config, reporter, self.warm_link)
+        except SpareReleased:
+            return {"rank": None, "seconds": time.time() - started, "result": "released"}
+        return {"rank": self.rank, "seconds": time.time() - started, "result": repr(result)}
+
+    def answer(self, rejoin: Optional["Rejoin"]) -> None:
+        """The driver's answer to a rank waiting in the warm link (a spare takes the rank named)."""
+        if rejoin is not None:
+            self.rank = rejoin.dist_env.rank
+        self.warm_link.answer(rejoin)
+
+    def waiting(self) -> bool:
+        """Whether this rank waits in its warm link for the group to re-form."""
+        return self.warm_link.waiting_since is not None
 
     def drain(self) -> list[tuple[str, object]]:
         self.lease.renew()

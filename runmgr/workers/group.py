@@ -55,17 +55,29 @@ class RayWorkerGroup:
         self._infos: list[WorkerInfo] = []
         self._runs: dict = {}
         self._drains: dict = {}
+        self._world = 0
+        self._extra_strategies: list = []
+        self.settle_s = FAILURE_SETTLE_S
 
     @property
     def workers(self) -> list[WorkerInfo]:
         return list(self._infos)
 
     def start(self, config: TrainerConfig, plan: ResumePlan) -> list[WorkerInfo]:
+        return self._start_ranks(config, plan)
+
+    def _start_ranks(self, config: TrainerConfig, plan: ResumePlan, extra: int = 0,
+                     warm: bool = False) -> list[WorkerInfo]:
+        """Place the ranks and ``extra`` more actors (their strategies kept for the caller),
+        and start training (``warm``: with the warm link)."""
         ray_cluster.check_head()  # placing ranks needs the head: without it Ray waits until it ends the driver
         world = config.world_size_of(plan.data_parallel_size) if plan.data_parallel_size else self.cluster.num_workers
+        self._world = world
         bundle = bundle_for(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
-        self._pg, strategies = place(bundle, world, "workers", self.cluster.placement_strategy,
+        what = f"workers and {extra} spare(s)" if extra else "workers"
+        self._pg, strategies = place(bundle, world + extra, what, self.cluster.placement_strategy,
                                      self.start_timeout_s, self.admitted_node_ids, plan.avoid_nodes)
+        strategies, self._extra_strategies = strategies[:world], strategies[world:]
         self._actors = [
             RemoteTrainerWorker.options(
                 **actor_resources(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker),
@@ -82,7 +94,7 @@ class RayWorkerGroup:
                                f"(free resources: {ray.available_resources()})") from None
         port = ray.get(self._actors[0].reserve_port.remote())
         master = self._infos[0].node_ip
-        self._runs = {a.run.remote(config, plan, master, port, self.wrap_reporter): rank
+        self._runs = {a.run.remote(config, plan, master, port, self.wrap_reporter, warm): rank
                       for rank, a in enumerate(self._actors)}
         return self.workers
 
@@ -110,7 +122,7 @@ class RayWorkerGroup:
                 result.failures.append(WorkerFailure(rank, "error", _cause_text(exc), self._info(rank), time.time()))
 
     def _settle_failures(self, result: GroupPoll) -> None:
-        deadline = time.time() + FAILURE_SETTLE_S
+        deadline = time.time() + self.settle_s
         while self._runs and time.time() < deadline:
             done, _ = ray.wait(list(self._runs), num_returns=len(self._runs), timeout=max(0.0, deadline - time.time()))
             self._collect_outcomes(done, result)

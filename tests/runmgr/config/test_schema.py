@@ -91,3 +91,24 @@ def test_every_detector_s_range_check_runs_at_launch(override, message):
     # of the watcher must still refuse a threshold the detector cannot work with.
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         load_run_config("demo", [override])
+
+
+@pytest.mark.parametrize("overrides, says", [
+    (["controller.warm_spares=1"], "controller.warm_spares=1 needs in-memory snapshots to restore from: set "
+                                   "checkpoint.memory_interval"),
+    (["controller.warm_spares=-1"], "controller.warm_spares must be >= 0"),
+    (["controller.warm_spares=1", "checkpoint.memory_interval=1", "trainer.kind=megatron"],
+     "controller.warm_spares is for the built-in trainer"),
+    (["checkpoint.memory_interval=-2"], "checkpoint.memory_interval must be >= 0"),
+])
+def test_warm_restart_settings_that_cannot_work_are_refused_in_one_line(overrides, says):
+    with pytest.raises(ConfigError) as caught:
+        load_run_config("demo", overrides)
+    assert says in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_snapshots_of_sharded_state_are_refused_by_the_trainer_with_the_fix():
+    config = load_run_config("demo", ["checkpoint.memory_interval=1", "parallel.use_distributed_optimizer=true"])
+    assert "plain data parallel only" in config.trainer_config().unsupported()
+    warm = load_run_config("demo", ["controller.warm_spares=2", "checkpoint.memory_interval=1"])
+    assert warm.controller.warm_spares == 2 and warm.trainer_config().unsupported() is None

@@ -1,6 +1,13 @@
 """The watcher's cost: step time of the same demo run with the watcher on and off.
 
-    .venv/bin/python bench/watcher_overhead.py [--trials N] [--iters 150]
+    .venv/bin/python bench/watcher_overhead.py [--trials N] [--iters 150] [--snapshots]
+
+With ``--snapshots`` the "on" arm also keeps the warm path's state: a memory
+snapshot every step (``checkpoint.memory_interval=1``, a host copy of the
+model, AdamW's moments and the loss scaler) and one ready spare
+(``controller.warm_spares=1``); the "off" arm has neither. The snapshot is
+taken between steps, so its cost shows in the interval between step rows and
+in the span, not in the trainer's own step_time.
 
 Each trial runs the demo twice, watcher on then off (on, off, on, off, ...:
 interleaved so that the load of this shared machine drifts into both arms
@@ -67,10 +74,14 @@ def step_figures(run_dir: Path) -> dict:
     }
 
 
-def one_run(base: Path, name: str, enabled: bool, iters: int) -> dict:
+WARM = ["controller.warm_spares=1", "checkpoint.memory_interval=1"]
+
+
+def one_run(base: Path, name: str, enabled: bool, iters: int, snapshots: bool = False) -> dict:
     run_dir = base / name
     profile = base / f"{name}.profile.json"
-    overrides = [f"training.train_iters={iters}", f"watcher.enabled={str(enabled).lower()}"]
+    overrides = [f"training.train_iters={iters}", f"watcher.enabled={str(enabled).lower()}",
+                 *(WARM if enabled and snapshots else [])]
     run = Launch(run_dir, overrides, argv=[sys.executable, __file__, "--drive", str(profile)]).start()
     code = run.wait(timeout=600)
     if code != 0:
@@ -87,6 +98,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=4, help="pairs of runs (on/off, then off/on, ...)")
     parser.add_argument("--iters", type=int, default=150, help="training.train_iters of each run")
+    parser.add_argument("--snapshots", action="store_true",
+                        help="the 'on' arm also takes a memory snapshot every step and keeps a ready spare")
     parser.add_argument("--drive", type=Path, help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args()
     if args.drive:
@@ -101,7 +114,7 @@ def main() -> int:
         # against one arm.
         for enabled in ((True, False) if trial % 2 == 0 else (False, True)):
             name = f"t{trial}-{'on' if enabled else 'off'}"
-            figures = one_run(base, name, enabled, args.iters)
+            figures = one_run(base, name, enabled, args.iters, args.snapshots)
             results[enabled].append(figures)
             rows.append([trial, "on" if enabled else "off", figures["steps"], 1000 * figures["step_time"],
                          1000 * figures["interval"], figures["span"], figures["polls"],
@@ -114,7 +127,8 @@ def main() -> int:
     print_table(["watcher", "median step_ms", "median interval_ms", "median span_s", "judge_cpu_ms/step"],
                 [[("on" if on else "off"), 1000 * med[on]["step_time"], 1000 * med[on]["interval"],
                   med[on]["span"], med[on]["judge_cpu_ms_per_step"]] for on in (True, False)])
-    print(f"ratio with/without watcher: step_time {med[True]['step_time'] / med[False]['step_time']:.3f}x, "
+    arm = "watcher and snapshots" if args.snapshots else "watcher"
+    print(f"ratio with/without {arm}: step_time {med[True]['step_time'] / med[False]['step_time']:.3f}x, "
           f"interval {med[True]['interval'] / med[False]['interval']:.3f}x, "
           f"span {med[True]['span'] / med[False]['span']:.3f}x; "
           f"driver CPU in the watcher+policy {med[True]['judge_cpu_ms_per_step']:.3f} ms/step "

@@ -78,25 +78,28 @@ class RayWorkerGroup:
         self._pg, strategies = place(bundle, world + extra, what, self.cluster.placement_strategy,
                                      self.start_timeout_s, self.admitted_node_ids, plan.avoid_nodes)
         strategies, self._extra_strategies = strategies[:world], strategies[world:]
-        self._actors = [
-            RemoteTrainerWorker.options(
-                **actor_resources(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker),
-                scheduling_strategy=strategy,
-            ).remote(rank, world, self.lease_s, self._driver)
-            for rank, strategy in enumerate(strategies)
-        ]
-        try:
-            self._infos = ray_cluster.get_while_head_lives([a.describe.remote() for a in self._actors],
-                                                           self.start_timeout_s)
-        except GetTimeoutError:
-            self.shutdown()
-            raise ClusterError(f"{world} workers did not start within {self.start_timeout_s:.0f} s "
-                               f"(free resources: {ray.available_resources()})") from None
+        self._actors, self._infos = self._spawn(strategies, list(range(world)), "workers")
         port = ray.get(self._actors[0].reserve_port.remote())
         master = self._infos[0].node_ip
         self._runs = {a.run.remote(config, plan, master, port, self.wrap_reporter, warm): rank
                       for rank, a in enumerate(self._actors)}
         return self.workers
+
+    def _spawn(self, strategies: list, ranks: list[int], what: str) -> tuple[list, list[WorkerInfo]]:
+        """One actor per strategy (as ``ranks``), and where each runs; a :class:`ClusterError`
+        when they do not start in time."""
+        resources = actor_resources(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
+        actors = [RemoteTrainerWorker.options(**resources, scheduling_strategy=strategy).remote(
+                      rank, self._world, self.lease_s, self._driver) for rank, strategy in zip(ranks, strategies)]
+        try:
+            infos = ray_cluster.get_while_head_lives([a.describe.remote() for a in actors], self.start_timeout_s)
+        except GetTimeoutError:
+            for actor in actors:
+                ray.kill(actor, no_restart=True)
+            self.shutdown()
+            raise ClusterError(f"{len(actors)} {what} did not start within {self.start_timeout_s:.0f} s "
+                               f"(free resources: {ray.available_resources()})") from None
+        return actors, infos
 
     def poll(self, timeout_s: float) -> GroupPoll:
         result = GroupPoll()

@@ -18,19 +18,15 @@ controller then stops the group and the policy restarts cold.
 from __future__ import annotations
 
 import time
-from typing import Optional
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import RayActorError
 
 from runmgr import cluster as ray_cluster
 from runmgr.controller.group import GroupPoll, WarmRecoveryError, WarmStart, WorkerInfo
 from runmgr.controller.judge import node_name
-from runmgr.placement import actor_resources, bundle_for
 from runmgr.policy.warm import WarmCover
-from runmgr.workers.actor import RemoteTrainerWorker
 from runmgr.workers.group import RayWorkerGroup
-from runmgr.workers.placing import place
 from trainer.config import TrainerConfig
 from trainer.distributed import DistEnv
 from trainer.plan import ResumePlan
@@ -60,17 +56,8 @@ class WarmRayWorkerGroup(RayWorkerGroup):
         return workers
 
     def _start_spares(self, config: TrainerConfig, plan: ResumePlan) -> None:
-        resources = actor_resources(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
-        strategies = self._extra_strategies
-        self._spares = [RemoteTrainerWorker.options(**resources, scheduling_strategy=strategy).remote(
-            -1, self._world, self.lease_s, self._driver) for strategy in strategies]
-        try:
-            self._spare_infos = ray_cluster.get_while_head_lives([s.describe.remote() for s in self._spares],
-                                                                 self.start_timeout_s)
-        except GetTimeoutError:
-            self.shutdown()
-            raise WarmRecoveryError(f"{len(self._spares)} warm spares did not start within "
-                                    f"{self.start_timeout_s:.0f} s") from None
+        self._spares, self._spare_infos = self._spawn(self._extra_strategies, [-1] * len(self._extra_strategies),
+                                                      "warm spares")
         self._spare_runs = {s.run_spare.remote(config, plan, self.wrap_reporter): index
                             for index, s in enumerate(self._spares)}
 

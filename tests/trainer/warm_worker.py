@@ -19,6 +19,7 @@ from trainer.cli import config_from_dict
 from trainer.distributed import DistEnv
 from trainer.loop import train, train_spare
 from trainer.plan import ResumePlan
+from trainer import warm
 from trainer.warm import Rejoin
 
 POLL_S = 0.005
@@ -53,8 +54,13 @@ class FileLink:
                       {int(k): v for k, v in spec["donors"].items()})
 
 
+INSIDE_SNAPSHOT = "inside_snapshot"
+"""A kill halfway through copying a snapshot: after the model's tensors, before AdamW's."""
+
+
 class KillingReporter(FileReporter):
-    """Kills this process at the heartbeat of ``phase`` for ``step``."""
+    """Kills this process at the heartbeat of ``phase`` for ``step`` or, for
+    :data:`INSIDE_SNAPSHOT`, in the middle of that step's snapshot copy."""
 
     def __init__(self, path: Path, kill: dict | None) -> None:
         super().__init__(path)
@@ -62,8 +68,25 @@ class KillingReporter(FileReporter):
 
     def heartbeat(self, beat) -> None:
         super().heartbeat(beat)
-        if self.kill and (beat.phase, beat.step) == (self.kill["phase"], self.kill["step"]):
+        if not self.kill or beat.step != self.kill["step"]:
+            return
+        if beat.phase == self.kill["phase"]:
             os.kill(os.getpid(), signal.SIGKILL)
+        if beat.phase == "snapshot" and self.kill["phase"] == INSIDE_SNAPSHOT:
+            kill_inside_the_copy()
+
+
+def kill_inside_the_copy() -> None:
+    """From now on, the snapshot's copy kills this process when it reaches the optimizer's state
+    (trainer.warm copies the model's tensors first, then the optimizer's)."""
+    copy = warm._host
+
+    def copying(value):
+        if isinstance(value, dict) and "state" in value and "param_groups" in value:  # AdamW's state_dict
+            os.kill(os.getpid(), signal.SIGKILL)
+        return copy(value)
+
+    warm._host = copying
 
 
 def main(spec_path: str, out_dir: str, role: str) -> None:

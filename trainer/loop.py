@@ -360,7 +360,8 @@ def _capture(session: _Session) -> dict:
     ctx = session.ctx
     return {"model": session.engine.model.state_dict(), "optimizer": session.engine.optimizer.state_dict(),
             "scaler": session.scaler.state_dict(), "cursor": session.cursor,
-            "skipped_samples": session.skipped_samples, "losses": list(session.losses),
+            # The count, not the list: a copy per step of every loss so far would grow with the run.
+            "skipped_samples": session.skipped_samples, "losses_count": len(session.losses),
             "start_step": ctx.start_step, "rewarmup_iters": ctx.rewarmup_iters,
             "schedule_origin": ctx.schedule_origin,
             # Measured once, with a collective: a replacement must not measure it again alone.
@@ -373,7 +374,9 @@ def _restore(session: _Session, state: dict) -> None:
     session.engine.optimizer.load_state_dict(state["optimizer"])
     session.scaler.load_state_dict(state["scaler"])
     session.cursor, session.skipped_samples = int(state["cursor"]), int(state["skipped_samples"])
-    session.losses = [float(loss) for loss in state["losses"]]
+    if "losses" in state:  # a replacement gets its donor's
+        session.losses = [float(loss) for loss in state["losses"]]
+    del session.losses[int(state["losses_count"]):]
     session.optimizer_bytes = tuple(int(size) for size in state["optimizer_bytes"])
 
 
@@ -390,7 +393,8 @@ def _rejoin(session: _Session, snapshots: Snapshots, warm: WarmLink, error: Runt
     step = agree_on_step(snapshots.steps, set(rejoin.donors), env.world_size, device.torch_device, rejoin.at_most)
     for replaced, donor in sorted(rejoin.donors.items()):
         if donor == env.rank:
-            send_state(snapshots.get(step), replaced)
+            state = snapshots.get(step)
+            send_state({**state, "losses": session.losses[:int(state["losses_count"])]}, replaced)
     _restore(session, snapshots.get(step))
     snapshots.keep_only(step)
     session.ctx = replace(session.ctx, plan=rejoin.plan, dist_env=env)

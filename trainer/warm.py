@@ -80,8 +80,25 @@ def _host(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
+def _copy_into(kept: Any, value: Any) -> Any:
+    """``value`` copied into ``kept``'s tensors where their shapes and types match (no new
+    host memory: a fresh allocation's page faults cost more than the copy), else a new copy."""
+    if isinstance(value, torch.Tensor):
+        if isinstance(kept, torch.Tensor) and kept.shape == value.shape and kept.dtype == value.dtype:
+            return kept.copy_(value.detach())
+        return _host(value)
+    if isinstance(value, dict):
+        old = kept if isinstance(kept, dict) else {}
+        return {key: _copy_into(old.get(key), item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)) and not (value and isinstance(value[0], (int, float))):
+        old = kept if isinstance(kept, (list, tuple)) and len(kept) == len(value) else [None] * len(value)
+        return type(value)(_copy_into(prior, item) for prior, item in zip(old, value))
+    return _host(value)
+
+
 class Snapshots:
-    """This rank's newest in-memory snapshots, by step."""
+    """This rank's newest in-memory snapshots, by step. The oldest one's memory is reused
+    for the next, so a snapshot every step allocates nothing after the first two."""
 
     def __init__(self, interval: int) -> None:
         self.interval = interval
@@ -92,9 +109,10 @@ class Snapshots:
 
     def take(self, step: int, state: dict) -> None:
         """Keep a host copy of ``state`` (tensors copied) as the snapshot of ``step``."""
-        self._kept[step] = _host(state)
-        for old in sorted(self._kept)[:-KEPT_SNAPSHOTS]:
-            del self._kept[old]
+        recycled = None
+        if len(self._kept) >= KEPT_SNAPSHOTS:
+            recycled = self._kept.pop(min(self._kept))
+        self._kept[step] = _copy_into(recycled, state)
 
     @property
     def steps(self) -> list[int]:

@@ -79,14 +79,14 @@ class KillingReporter(FileReporter):
 def kill_inside_the_copy() -> None:
     """From now on, the snapshot's copy kills this process when it reaches the optimizer's state
     (trainer.warm copies the model's tensors first, then the optimizer's)."""
-    copy = warm._host
+    copy = warm._copy_into
 
-    def copying(value):
+    def copying(kept, value):
         if isinstance(value, dict) and "state" in value and "param_groups" in value:  # AdamW's state_dict
             os.kill(os.getpid(), signal.SIGKILL)
-        return copy(value)
+        return copy(kept, value)
 
-    warm._host = copying
+    warm._copy_into = copying
 
 
 def main(spec_path: str, out_dir: str, role: str) -> None:

@@ -155,10 +155,13 @@ class TrainerWorker:
 
         started = time.time()
         reporter = wrap_reporter(self.reporter, plan) if wrap_reporter is not None else self.reporter
+        self.self_stop.idle.clear()  # it trains once named: a lost driver stops it at a beat, as a rank
         try:
             result = train_spare(config, reporter, self.warm_link)
         except SpareReleased:
             return {"rank": None, "seconds": time.time() - started, "result": "released"}
+        finally:
+            self.self_stop.idle.set()
         return {"rank": self.rank, "seconds": time.time() - started, "result": repr(result)}
 
     def answer(self, rejoin: Optional["Rejoin"]) -> None:

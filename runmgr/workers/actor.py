@@ -77,10 +77,8 @@ class ActorWarmLink:
         self._answered = threading.Event()
         self._answer: Optional["Rejoin"] = None
         self.waiting_since: Optional[float] = None
-        self.newest_snapshot: Optional[int] = None
 
     def rejoin(self, error: BaseException, newest_snapshot: Optional[int]) -> Optional["Rejoin"]:
-        self.newest_snapshot = newest_snapshot
         return self._wait()
 
     def join(self) -> "Rejoin":

@@ -20,7 +20,6 @@ from __future__ import annotations
 import time
 
 import ray
-from ray.exceptions import RayActorError
 
 from runmgr import cluster as ray_cluster
 from runmgr.controller.group import GroupPoll, WarmRecoveryError, WarmStart, WorkerInfo
@@ -137,5 +136,3 @@ class WarmRayWorkerGroup(RayWorkerGroup):
         self._spares, self._spare_runs = [], {}
         super().shutdown()
 
-
-__all__ = ["WarmRayWorkerGroup", "RayActorError"]

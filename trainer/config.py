@@ -241,7 +241,8 @@ class CheckpointConfig:
     """Keep an in-memory snapshot of this rank's state every this many steps (0: none).
     With snapshots and a driver that re-forms the group (runmgr's warm restarts), a rank
     that survives a peer's death rolls back to its newest snapshot and goes on in the same
-    process, and a replacement copies its state from a peer's memory (trainer/warm.py)."""
+    process, and a replacement copies its state from a peer's memory: a replica's in plain data
+    parallel, else the copy its buddy keeps (trainer/warm.py)."""
 
 
 @dataclass
@@ -307,11 +308,6 @@ class TrainerConfig:
             return (f"the built-in trainer cannot execute {sharded[0]}=true with parallel.pipeline_model_parallel_size="
                     f"{par.pipeline_model_parallel_size} yet (sharding within pipeline stages is not verified); "
                     f"set {sharded[0]}=false")
-        if self.checkpoint.memory_interval and (sharded or par.tensor_model_parallel_size > 1
-                                                 or par.pipeline_model_parallel_size > 1):
-            return ("the built-in trainer keeps in-memory snapshots (checkpoint.memory_interval) for plain data "
-                    "parallel only (a replacement copies a replica's whole state); set checkpoint.memory_interval=0 "
-                    "or train plain data parallel")
         return self._tensor_parallel_unsupported() or self._unsupported_pipeline()
 
     def _unsupported_pipeline(self) -> Optional[str]:

@@ -9,13 +9,16 @@ propagate to the caller, which decides what to do.
 
 from __future__ import annotations
 
+import gc
 import os
 import time
+import traceback
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
+import torch.distributed as dist
 
 from trainer.checkpoint import (
     Checkpointer,
@@ -42,13 +45,16 @@ from trainer.optim import (
 from trainer.model import build_model
 from trainer.optim import build_optimizer
 from trainer.parallel.engine import Engine, build_engine, plain_engine
+from trainer.parallel.layout import Layout
+from trainer.parallel.mesh import release_groups
 from trainer.parallel.footprint import optimizer_state_bytes
 from trainer.plan import ResumePlan
 from trainer.precision import LossScaler, embedding_dtype
 from trainer.report import CheckpointReport, Heartbeat, LocalNormsReport, Reporter, StartReport, StepReport
 from trainer.rng import reseed_for_step, rng_snapshot, seed_everything
 from trainer.steps import StepContext, forward_backward, micro_batches, optimizer_step
-from trainer.warm import Snapshots, WarmLink, agree_on_step, is_peer_failure, receive_state, send_state
+from trainer import host_state
+from trainer.warm import Snapshots, WarmLink, agree_on_step, buddy_of, buddy_source, is_peer_failure
 
 
 SCHEDULE_ORIGIN_FIELD = "schedule_origin"
@@ -140,9 +146,32 @@ def train(
     baseline = device.memory_in_use_bytes()  # before the process groups, the model and the data
     ckpt_group = init_process_groups(dist_env, device.backend, config.parallel.dist_timeout_s)
     try:
-        return _train(config, plan, reporter, dist_env, device, ckpt_group, baseline, warm)
+        keeper = _WarmKeeper(warm, Snapshots(config.checkpoint.memory_interval), _host_group(config, device)) \
+            if warm is not None and config.checkpoint.memory_interval else None
+        return _train(config, plan, reporter, dist_env, device, ckpt_group, baseline, keeper)
     finally:
         destroy_process_groups()
+
+
+@dataclass
+class _WarmKeeper:
+    """A rank's warm state: its link to the driver, its snapshots, and the group they travel on."""
+
+    link: WarmLink
+    snapshots: Snapshots
+    host_group: Optional[dist.ProcessGroup]
+    """Where snapshots go between ranks: a gloo group of host tensors (None: the default group,
+    when it is gloo already)."""
+
+
+def _host_group(config: TrainerConfig, device: Device) -> Optional[dist.ProcessGroup]:
+    """The group host-memory snapshots travel on. Every rank creates it at the same point (right
+    after the process groups, before any device mesh): groups are made in the same order everywhere."""
+    if device.backend == "gloo":
+        return None
+    from datetime import timedelta
+
+    return dist.new_group(backend="gloo", timeout=timedelta(seconds=config.parallel.dist_timeout_s))
 
 
 def _rewarmup_iters(config: TrainerConfig, plan: ResumePlan) -> int:
@@ -309,16 +338,14 @@ def _checkpoint_phase(session: _Session, step: int) -> None:
 
 
 def _train(config: TrainerConfig, plan: ResumePlan, reporter: Reporter, dist_env: DistEnv,
-           device: Device, ckpt_group, baseline_memory: int = 0, warm: Optional[WarmLink] = None) -> TrainResult:
+           device: Device, ckpt_group, baseline_memory: int = 0, warm: Optional[_WarmKeeper] = None) -> TrainResult:
     session = _start(config, plan, reporter, dist_env, device, ckpt_group)
-    snapshots = Snapshots(config.checkpoint.memory_interval) if warm and config.checkpoint.memory_interval else None
-    if snapshots is not None:  # a peer may die before the first step's snapshot
-        snapshots.take(session.ctx.start_step, _capture(session))
-    return _run(session, session.ctx.start_step + 1, baseline_memory, warm, snapshots)
+    if warm is not None:  # a peer may die before the first step's snapshot
+        _snapshot(session, warm, session.ctx.start_step)
+    return _run(session, session.ctx.start_step + 1, baseline_memory, warm)
 
 
-def _run(session: _Session, first_step: int, baseline_memory: int, warm: Optional[WarmLink],
-         snapshots: Optional[Snapshots]) -> TrainResult:
+def _run(session: _Session, first_step: int, baseline_memory: int, warm: Optional[_WarmKeeper]) -> TrainResult:
     """Train from ``first_step`` to the end; a peer's death re-forms the group when ``warm``."""
     config = session.ctx.config
     end_step = max(session.ctx.start_step, config.training.train_iters)
@@ -326,14 +353,14 @@ def _run(session: _Session, first_step: int, baseline_memory: int, warm: Optiona
     while step <= end_step:
         try:
             _train_step(session, step)
+            if warm is not None and warm.snapshots.due(step):
+                session.reporter.heartbeat(Heartbeat(session.ctx.dist_env.rank, "snapshot", step, time.time()))
+                _snapshot(session, warm, step)
         except RuntimeError as error:
-            if warm is None or snapshots is None or not is_peer_failure(error):
+            if warm is None or not is_peer_failure(error):
                 raise
-            step = _rejoin(session, snapshots, warm, error) + 1
+            step = _rejoin(session, warm, error) + 1
             continue
-        if snapshots is not None and snapshots.due(step):
-            session.reporter.heartbeat(Heartbeat(session.ctx.dist_env.rank, "snapshot", step, time.time()))
-            snapshots.take(step, _capture(session))
         step += 1
     rank = session.ctx.dist_env.rank
     if session.checkpointer is not None:
@@ -368,10 +395,28 @@ def _capture(session: _Session) -> dict:
             "optimizer_bytes": list(session.optimizer_bytes)}
 
 
+def _snapshot(session: _Session, warm: _WarmKeeper, step: int) -> None:
+    """Keep this rank's snapshot of ``step``; under a layout whose state is not replicated, send
+    it to this rank's buddy and keep the copy of the rank it is the buddy of."""
+    warm.snapshots.take(step, _capture(session))
+    _exchange_with_buddies(session, warm, step)
+
+
+def _exchange_with_buddies(session: _Session, warm: _WarmKeeper, step: int) -> None:
+    """Every rank sends its snapshot of ``step`` to its buddy and keeps its source's (none in
+    plain data parallel: every replica holds the whole state)."""
+    rank, layout, offset = session.ctx.dist_env.rank, session.engine.layout, warm.link.buddy_offset
+    buddy, source = buddy_of(rank, layout, offset), buddy_source(rank, layout, offset)
+    if buddy is None or source is None:
+        return
+    received, _extra = host_state.exchange(warm.snapshots.own(step), buddy, source, warm.host_group,
+                                           reuse=warm.snapshots.recycle_buddy())
+    warm.snapshots.keep_buddy(step, received)
+
+
 def _restore(session: _Session, state: dict) -> None:
     """Put a snapshot back (a copy: the optimizer keeps the tensors it is given)."""
-    session.engine.model.load_state_dict(state["model"])
-    session.engine.optimizer.load_state_dict(state["optimizer"])
+    session.engine.load_local_state(state["model"], state["optimizer"])
     session.scaler.load_state_dict(state["scaler"])
     session.cursor, session.skipped_samples = int(state["cursor"]), int(state["skipped_samples"])
     if "losses" in state:  # a replacement gets its donor's
@@ -380,26 +425,56 @@ def _restore(session: _Session, state: dict) -> None:
     session.optimizer_bytes = tuple(int(size) for size in state["optimizer_bytes"])
 
 
-def _rejoin(session: _Session, snapshots: Snapshots, warm: WarmLink, error: RuntimeError) -> int:
-    """A peer went away: re-form the group where the driver says, agree on the newest snapshot
-    every survivor holds, send it to the replacements this rank donates to, roll back to it.
+def _rejoin(session: _Session, warm: _WarmKeeper, error: RuntimeError) -> int:
+    """A peer went away: re-form the group where the driver says (a new device mesh, and the model
+    and optimizer built anew on it, unless in plain data parallel), agree on the newest snapshot
+    the group can resume from, send it to the replacements this rank donates to, roll back to it.
     Returns its step. The driver restarting cold instead: the error goes on."""
-    rejoin = warm.rejoin(error, snapshots.steps[-1] if snapshots.steps else None)
+    snapshots, layout = warm.snapshots, session.engine.layout
+    _close_connections(session, error)
+    rejoin = warm.link.rejoin(error, snapshots.steps[-1] if snapshots.steps else None)
     if rejoin is None:
         raise error
-    env, device = rejoin.dist_env, session.ctx.device
-    destroy_process_groups()
-    ckpt_group = init_process_groups(env, device.backend, session.ctx.config.parallel.dist_timeout_s)
-    step = agree_on_step(snapshots.steps, set(rejoin.donors), env.world_size, device.torch_device, rejoin.at_most)
+    env, device, config = rejoin.dist_env, session.ctx.device, session.ctx.config
+    ckpt_group = init_process_groups(env, device.backend, config.parallel.dist_timeout_s)
+    warm.host_group = _host_group(config, device)
+    if not layout.plain:
+        _build_engine_anew(session, layout, env.rank)
+    step = agree_on_step(snapshots, rejoin.donors, env.world_size, device.torch_device, rejoin.at_most,
+                         from_buddies=not layout.plain)
     for replaced, donor in sorted(rejoin.donors.items()):
         if donor == env.rank:
-            state = snapshots.get(step)
-            send_state({**state, "losses": session.losses[:int(state["losses_count"])]}, replaced)
+            held = snapshots.own(step) if layout.plain else snapshots.buddy(step)
+            count = int(held.skeleton["losses_count"])
+            host_state.send(held, replaced, warm.host_group, extra={"losses": session.losses[:count]})
     _restore(session, snapshots.get(step))
     snapshots.keep_only(step)
     session.ctx = replace(session.ctx, plan=rejoin.plan, dist_env=env)
     session.checkpointer = _rejoined_checkpointer(session.ctx, ckpt_group)
+    _exchange_with_buddies(session, warm, step)  # the replacements hold no buddy copy yet
     return step
+
+
+def _close_connections(session: _Session, error: BaseException) -> None:
+    """End this rank's process groups, so that a survivor still waiting in a collective with it
+    (not with the lost rank: a pipeline neighbour, another replica) fails at once and joins the
+    recovery instead of waiting out the group's timeout: gloo has no abort, and a group's
+    connections close only when nothing holds the group any more. Outside plain data parallel
+    the engine holds its mesh's groups (the mesh itself, FSDP2's and the pipeline's state; the
+    failed step's frames too): it goes first, and is built anew on the re-formed group."""
+    traceback.clear_frames(error.__traceback__)
+    if not session.engine.layout.plain:
+        release_groups(session.engine.mesh)
+        del session.engine
+        gc.collect()  # modules and their hooks hold each other: only the collector frees them
+    destroy_process_groups()
+
+
+def _build_engine_anew(session: _Session, layout: Layout, rank: int) -> None:
+    """This rank's model and optimizer built on the re-formed group's mesh; the snapshot then fills them."""
+    config = session.ctx.config
+    seed_everything(config.training.seed)
+    session.engine = build_engine(config, layout, rank, session.ctx.device, embedding_dtype(config.precision))
 
 
 def _rejoined_checkpointer(ctx: StepContext, ckpt_group) -> Optional[Checkpointer]:
@@ -412,30 +487,43 @@ def _rejoined_checkpointer(ctx: StepContext, ckpt_group) -> Optional[Checkpointe
 
 
 def train_spare(config: TrainerConfig, reporter: Reporter, warm: WarmLink) -> TrainResult:
-    """A ready spare: build the model and optimizer and pay the first step's imports now,
-    then wait for the driver to name the rank it replaces; join the re-formed group,
-    receive that rank's state from its donor, and train on as it would have."""
+    """A ready spare: pay the first step's imports now (and in plain data parallel build the
+    model and optimizer), then wait for the driver to name the rank it replaces; join the
+    re-formed group, receive that rank's state from its donor, and train on as it would have."""
     _limit_threads()
     device = resolve_device(config.device, 0, config.training.deterministic)
-    model = build_model(config.model, embedding_dtype(config.precision)).to(device.torch_device)
-    optimizer = build_optimizer(model, config.optim)
+    plain = config.layout(config.model_parallel_size).plain
+    prebuilt = _prebuilt(config, device) if plain else None
     _import_optimizer_step(config)
     rejoin = warm.join()
     env = rejoin.dist_env
     reporter.heartbeat(Heartbeat(env.rank, "init", 0, time.time()))
     ckpt_group = init_process_groups(env, device.backend, config.parallel.dist_timeout_s)
     try:
-        step = agree_on_step([], set(rejoin.donors), env.world_size, device.torch_device, rejoin.at_most)
-        state = receive_state(rejoin.donors[env.rank])
-        session = _spare_session(config, rejoin.plan, env, device, plain_engine(model, optimizer, device, env.rank,
-                                                                                env.world_size), state, reporter)
+        keeper = _WarmKeeper(warm, Snapshots(config.checkpoint.memory_interval), _host_group(config, device))
+        if prebuilt is not None:
+            engine = plain_engine(*prebuilt, device, env.rank, env.world_size)
+        else:
+            seed_everything(config.training.seed)
+            engine = build_engine(config, config.layout(env.world_size), env.rank, device,
+                                  embedding_dtype(config.precision))
+        step = agree_on_step(None, rejoin.donors, env.world_size, device.torch_device, rejoin.at_most,
+                             from_buddies=not plain)
+        received, extra = host_state.receive(rejoin.donors[env.rank], keeper.host_group)
+        state = {**received.unpack(), **extra}
+        session = _spare_session(config, rejoin.plan, env, device, engine, state, reporter)
         _restore(session, state)
         session.checkpointer = _rejoined_checkpointer(session.ctx, ckpt_group)
-        snapshots = Snapshots(config.checkpoint.memory_interval)
-        snapshots.take(step, _capture(session))
-        return _run(session, step + 1, 0, warm, snapshots)
+        _snapshot(session, keeper, step)
+        return _run(session, step + 1, 0, keeper)
     finally:
         destroy_process_groups()
+
+
+def _prebuilt(config: TrainerConfig, device: Device) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """A plain data-parallel replica's model and optimizer, built while the spare waits."""
+    model = build_model(config.model, embedding_dtype(config.precision)).to(device.torch_device)
+    return model, build_optimizer(model, config.optim)
 
 
 def _import_optimizer_step(config: TrainerConfig) -> None:

@@ -6,26 +6,37 @@ A rank given a :class:`WarmLink` keeps a snapshot of what it needs to resume
 ``checkpoint.memory_interval`` steps. When a collective fails because a peer
 went away, it asks the link where the group re-forms (whoever drives the ranks
 answers: runmgr's worker, or a test), re-forms it on the new rendezvous, and
-the ranks agree on the newest snapshot every survivor holds; survivors roll
-back to it, and each replacement receives it from its donor (a data-parallel
-replica) over the new group. Nothing is read from disk and no survivor starts
-a new process (torchft heals a replica from a peer the same way; NVIDIA's
+the ranks agree on the newest snapshot the re-formed group can resume from;
+survivors roll back to it, and each replacement receives it from its donor
+over the new group. Nothing is read from disk and no survivor starts a new
+process (torchft heals a replica from a peer the same way; NVIDIA's
 resiliency extension restarts in process).
+
+Who holds a rank's snapshot: in plain data parallel every replica holds the
+whole state, so any survivor is a donor. Under any other layout (ZeRO-1 and
+FSDP2 shards, tensor- and pipeline-parallel parts) a rank's state is its
+own: after each snapshot every rank sends it to its *buddy* (the rank
+``buddy_offset`` on, on another node) and keeps its own buddy's copy, so a
+lost rank's state survives in its buddy's memory. Such a group is re-formed
+with a new device mesh, and the model and optimizer are built anew on it in
+the survivors' processes (cheap beside a new process: nothing is imported
+again), then filled from the snapshots.
 
 The trainer imports nothing of runmgr: the link is a protocol.
 """
 
 from __future__ import annotations
 
-import copy
-import io
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Protocol
 
 import torch
 import torch.distributed as dist
 
+from trainer import host_state
 from trainer.distributed import DistEnv, gather_floats
+from trainer.host_state import HostState
+from trainer.parallel.layout import Layout
 from trainer.plan import ResumePlan
 
 PEER_FAILURE_SIGNS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Read error",
@@ -61,6 +72,11 @@ class Rejoin:
 class WarmLink(Protocol):
     """How a rank that keeps warm state reaches whoever drives it."""
 
+    buddy_offset: int
+    """Under a layout whose state is not replicated, each rank's snapshot is also kept by the
+    rank this many on (modulo the world size): the driver places the ranks, and picks an
+    offset that puts every buddy on another node."""
+
     def rejoin(self, error: BaseException, newest_snapshot: Optional[int]) -> Optional[Rejoin]:
         """A collective failed because a peer went away: block until the driver says where the
         group re-forms. None: the driver restarts cold; the error is raised."""
@@ -69,96 +85,122 @@ class WarmLink(Protocol):
         """A ready spare: block until the driver names the rank it replaces."""
 
 
-def _host(value: Any) -> Any:
-    """A copy of ``value`` with every tensor copied to host memory."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu().clone()
-    if isinstance(value, dict):
-        return {key: _host(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_host(item) for item in value)
-    return copy.deepcopy(value)
+def snapshot_holders(rank: int, layout: Layout, buddy_offset: int = 1) -> tuple[int, ...]:
+    """The ranks whose memory holds ``rank``'s snapshot, itself first: every rank in plain data
+    parallel (each replica holds the whole state), else ``rank`` and its buddy, ``buddy_offset``
+    ranks on (a shard of sharded state, a tensor- or pipeline-parallel part is this rank's alone)."""
+    world = layout.world_size
+    if layout.plain:
+        return (rank, *(other for other in range(world) if other != rank))
+    buddy = buddy_of(rank, layout, buddy_offset)
+    return (rank,) if buddy is None else (rank, buddy)
 
 
-def _copy_into(kept: Any, value: Any) -> Any:
-    """``value`` copied into ``kept``'s tensors where their shapes and types match (no new
-    host memory: a fresh allocation's page faults cost more than the copy), else a new copy."""
-    if isinstance(value, torch.Tensor):
-        if isinstance(kept, torch.Tensor) and kept.shape == value.shape and kept.dtype == value.dtype:
-            return kept.copy_(value.detach())
-        return _host(value)
-    if isinstance(value, dict):
-        old = kept if isinstance(kept, dict) else {}
-        return {key: _copy_into(old.get(key), item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)) and not (value and isinstance(value[0], (int, float))):
-        old = kept if isinstance(kept, (list, tuple)) and len(kept) == len(value) else [None] * len(value)
-        return type(value)(_copy_into(prior, item) for prior, item in zip(old, value))
-    return _host(value)
+def buddy_of(rank: int, layout: Layout, buddy_offset: int = 1) -> Optional[int]:
+    """The rank that keeps a copy of ``rank``'s snapshot (None: plain data parallel, whose
+    replicas need none, or a single rank)."""
+    if layout.plain:
+        return None
+    buddy = (rank + buddy_offset) % layout.world_size
+    return None if buddy == rank else buddy
+
+
+def buddy_source(rank: int, layout: Layout, buddy_offset: int = 1) -> Optional[int]:
+    """The rank whose snapshot ``rank`` keeps a copy of (the inverse of :func:`buddy_of`)."""
+    if layout.plain:
+        return None
+    source = (rank - buddy_offset) % layout.world_size
+    return None if source == rank else source
+
+
+def copy_part(part: Any, destinations: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
+    """How a snapshot copies each part of the state (a test may stop a copy half-way here)."""
+    host_state.copy_part(part, destinations, sources)
 
 
 class Snapshots:
-    """This rank's newest in-memory snapshots, by step. The oldest one's memory is reused
-    for the next, so a snapshot every step allocates nothing after the first two."""
+    """This rank's newest in-memory snapshots by step and, under a layout whose state is not
+    replicated, its buddy's: the newest :data:`KEPT_SNAPSHOTS` of each. The oldest one's
+    memory is reused for the next, so a snapshot every step allocates nothing after the
+    first two."""
 
     def __init__(self, interval: int) -> None:
         self.interval = interval
-        self._kept: dict[int, dict] = {}
+        self._kept: dict[int, HostState] = {}
+        self._buddy: dict[int, HostState] = {}
 
     def due(self, step: int) -> bool:
         return step % self.interval == 0
 
-    def take(self, step: int, state: dict) -> None:
+    def take(self, step: int, state: dict) -> HostState:
         """Keep a host copy of ``state`` (tensors copied) as the snapshot of ``step``."""
-        recycled = None
-        if len(self._kept) >= KEPT_SNAPSHOTS:
-            recycled = self._kept.pop(min(self._kept))
-        self._kept[step] = _copy_into(recycled, state)
+        recycled = self._kept.pop(min(self._kept)) if len(self._kept) >= KEPT_SNAPSHOTS else None
+        self._kept[step] = host_state.take(state, recycled, copy=_copy_part)
+        return self._kept[step]
+
+    def recycle_buddy(self) -> Optional[HostState]:
+        """The oldest buddy copy, given up (when all are kept) so that the next one reuses its memory:
+        a copy overwritten by a transfer that breaks off half-way is no longer counted as held."""
+        return self._buddy.pop(min(self._buddy)) if len(self._buddy) >= KEPT_SNAPSHOTS else None
+
+    def keep_buddy(self, step: int, copy: HostState) -> None:
+        """Keep the buddy's snapshot of ``step`` (received whole: only then is it kept)."""
+        self._buddy[step] = copy
+        while len(self._buddy) > KEPT_SNAPSHOTS:
+            self._buddy.pop(min(self._buddy))
 
     @property
     def steps(self) -> list[int]:
         return sorted(self._kept)
 
+    @property
+    def buddy_steps(self) -> list[int]:
+        return sorted(self._buddy)
+
+    def own(self, step: int) -> HostState:
+        return self._kept[step]
+
+    def buddy(self, step: int) -> HostState:
+        return self._buddy[step]
+
     def get(self, step: int) -> dict:
         """A copy of the snapshot of ``step`` (restoring must not alias what is kept)."""
-        return _host(self._kept[step])
+        return self._kept[step].unpack()
 
     def keep_only(self, step: int) -> None:
         """After a rollback to ``step``: newer snapshots belong to an abandoned branch."""
         self._kept = {kept: state for kept, state in self._kept.items() if kept <= step}
+        self._buddy = {kept: state for kept, state in self._buddy.items() if kept <= step}
+
+
+def _copy_part(part: Any, destinations: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
+    copy_part(part, destinations, sources)  # looked up at each call: a test may replace it
 
 
 class NoCommonSnapshot(RuntimeError):
     """The survivors hold no snapshot in common: the driver must restart cold."""
 
 
-def agree_on_step(held: list[int], replaced: set[int], world_size: int, device: torch.device,
-                  at_most: Optional[int] = None) -> int:
-    """The newest step, at most ``at_most``, whose snapshot every surviving rank holds (a
-    collective of the new group; replaced ranks hold none)."""
-    padded = ([-1.0] * KEPT_SNAPSHOTS + [float(step) for step in held])[-KEPT_SNAPSHOTS:]
-    rows = gather_floats(padded, world_size, device)
-    survivors = [{int(step) for step in row if step >= 0} for rank, row in enumerate(rows) if rank not in replaced]
-    common = set.intersection(*survivors) if survivors else set()
+def _padded(steps: list[int]) -> list[float]:
+    return ([-1.0] * KEPT_SNAPSHOTS + [float(step) for step in steps])[-KEPT_SNAPSHOTS:]
+
+
+def agree_on_step(snapshots: Optional[Snapshots], donors: Mapping[int, int], world_size: int,
+                  device: torch.device, at_most: Optional[int] = None, from_buddies: bool = False) -> int:
+    """The newest step, at most ``at_most``, whose snapshot the re-formed group can resume from (a
+    collective of the new group): every surviving rank holds its own, and each replaced rank's
+    donor holds the replaced rank's: its own snapshot (a replica), or with ``from_buddies`` its
+    buddy copy. ``snapshots``: None on a replacement, which holds none."""
+    own = snapshots.steps if snapshots is not None else []
+    buddy = snapshots.buddy_steps if snapshots is not None else []
+    rows = gather_floats(_padded(own) + _padded(buddy), world_size, device)
+    held = [({int(s) for s in row[:KEPT_SNAPSHOTS] if s >= 0}, {int(s) for s in row[KEPT_SNAPSHOTS:] if s >= 0})
+            for row in rows]
+    needed = [held[rank][0] for rank in range(world_size) if rank not in donors]
+    needed += [held[donor][1] if from_buddies else held[donor][0] for donor in donors.values()]
+    common = set.intersection(*needed) if needed else set()
     common = {step for step in common if at_most is None or step <= at_most}
     if not common:
-        raise NoCommonSnapshot(f"the surviving ranks hold no snapshot in common at or before step {at_most} "
-                               f"({[sorted(s) for s in survivors]})")
+        raise NoCommonSnapshot(f"the re-formed group holds no snapshot in common at or before step {at_most} "
+                               f"(own {[sorted(h[0]) for h in held]}, buddy copies {[sorted(h[1]) for h in held]})")
     return max(common)
-
-
-def send_state(state: dict, destination: int) -> None:
-    """Send a snapshot to ``destination`` (point to point on the default group)."""
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    payload = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
-    dist.send(torch.tensor([payload.numel()], dtype=torch.int64), destination)
-    dist.send(payload, destination)
-
-
-def receive_state(source: int) -> dict:
-    """Receive the snapshot :func:`send_state` sent from ``source``."""
-    size = torch.zeros(1, dtype=torch.int64)
-    dist.recv(size, source)
-    payload = torch.empty(int(size), dtype=torch.uint8)
-    dist.recv(payload, source)
-    return torch.load(io.BytesIO(payload.numpy().tobytes()), weights_only=True)

@@ -12,7 +12,7 @@ checkpoint follows, and the reason says why.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -67,3 +67,15 @@ def warm_verdict(cover: Optional[WarmCover], dead_ranks: Collection[int], lost_n
     ranks = ", ".join(map(str, lost))
     return WarmVerdict(True, (f"warm: the survivors keep their state, rank(s) {ranks} restart on ready spares "
                               f"from a peer's memory at step {cover.snapshot_step}"), tuple(lost))
+
+
+def buddy_offset(rank_nodes: Sequence[str]) -> int:
+    """How many ranks on each rank's buddy sits (trainer/warm.py: the rank that keeps a copy of
+    a rank's snapshot when no replica holds it): the smallest offset that puts every rank's buddy
+    on another node than its own, else 1 (one node: a buddy there survives a lost process, not a
+    lost node, and the verdict says so)."""
+    world = len(rank_nodes)
+    for offset in range(1, world):
+        if all(rank_nodes[rank] != rank_nodes[(rank + offset) % world] for rank in range(world)):
+            return offset
+    return 1

@@ -77,6 +77,8 @@ class ActorWarmLink:
         self._answered = threading.Event()
         self._answer: Optional["Rejoin"] = None
         self.waiting_since: Optional[float] = None
+        self.buddy_offset = 1
+        """Where this rank's buddy sits, ranks on (the group sets it from where the ranks run)."""
 
     def rejoin(self, error: BaseException, newest_snapshot: Optional[int]) -> Optional["Rejoin"]:
         return self._wait()
@@ -129,8 +131,9 @@ class TrainerWorker:
             return sock.getsockname()[1]
 
     def run(self, config: TrainerConfig, plan: ResumePlan, master_addr: str, master_port: int,
-            wrap_reporter: Optional[WrapReporter] = None, warm: bool = False) -> dict:
-        """Train as this rank; ``warm``: survive a peer's death through the warm link."""
+            wrap_reporter: Optional[WrapReporter] = None, warm: bool = False, buddy_offset: int = 1) -> dict:
+        """Train as this rank; ``warm``: survive a peer's death through the warm link, with the
+        snapshot's buddy ``buddy_offset`` ranks on."""
         # Imported here so that the driver never pays for the trainer's imports.
         import trainer
         from trainer.loop import DistEnv
@@ -140,6 +143,7 @@ class TrainerWorker:
         started = time.time()
         reporter = wrap_reporter(self.reporter, plan) if wrap_reporter is not None else self.reporter
         self.self_stop.idle.clear()
+        self.warm_link.buddy_offset = buddy_offset
         try:
             result = trainer.train(config, plan, reporter, env, self.warm_link if warm else None)
         finally:
@@ -147,11 +151,12 @@ class TrainerWorker:
         return {"rank": self.rank, "seconds": time.time() - started, "result": repr(result)}
 
     def run_spare(self, config: TrainerConfig, plan: ResumePlan,
-                  wrap_reporter: Optional[WrapReporter] = None) -> dict:
+                  wrap_reporter: Optional[WrapReporter] = None, buddy_offset: int = 1) -> dict:
         """A ready spare: build the model now, wait for a rank to replace, then train as it."""
         from trainer.loop import train_spare
 
         started = time.time()
+        self.warm_link.buddy_offset = buddy_offset
         reporter = wrap_reporter(self.reporter, plan) if wrap_reporter is not None else self.reporter
         self.self_stop.idle.clear()  # it trains once named: a lost driver stops it at a beat, as a rank
         try:

@@ -20,6 +20,7 @@ from runmgr.config.schema import ClusterConfig
 from runmgr.controller.group import GroupPoll, WorkerFailure, WorkerInfo
 from runmgr.errors import ClusterError
 from runmgr.placement import actor_resources, bundle_for
+from runmgr.policy.warm import buddy_offset
 from runmgr.workers.actor import RemoteTrainerWorker, WrapReporter
 from runmgr.workers.lease import DriverIdentity
 from runmgr.workers.placing import node_slots, place, release
@@ -81,9 +82,15 @@ class RayWorkerGroup:
         self._actors, self._infos = self._spawn(strategies, list(range(world)), "workers")
         port = ray.get(self._actors[0].reserve_port.remote())
         master = self._infos[0].node_ip
-        self._runs = {a.run.remote(config, plan, master, port, self.wrap_reporter, warm): rank
+        offset = self.buddy_offset
+        self._runs = {a.run.remote(config, plan, master, port, self.wrap_reporter, warm, offset): rank
                       for rank, a in enumerate(self._actors)}
         return self.workers
+
+    @property
+    def buddy_offset(self) -> int:
+        """Where each rank's snapshot buddy sits, ranks on: on another node where there is one."""
+        return buddy_offset([info.node_id for info in self._infos])
 
     def _spawn(self, strategies: list, ranks: list[int], what: str) -> tuple[list, list[WorkerInfo]]:
         """One actor per strategy (as ``ranks``), and where each runs; a :class:`ClusterError`

@@ -5,7 +5,10 @@ starts ``controller.warm_spares`` spare actors, each with the model built and
 the optimizer's first-step imports paid, waiting (trainer/loop.py's
 ``train_spare``). Every rank trains with a warm link and keeps an in-memory
 snapshot every ``checkpoint.memory_interval`` steps; in plain data parallel
-each replica holds the whole state, so any survivor is a donor.
+each replica holds the whole state, so any survivor is a donor. Under the
+other layouts (sharded state, tensor and pipeline parallel) each rank's
+buddy keeps a copy of its snapshot: the buddy sits on another node where
+there is one (:func:`runmgr.policy.warm.buddy_offset`), and it is the donor.
 
 When the policy decides a warm restart, :meth:`recover` gives each lost rank a
 spare, a new rendezvous (a fresh port on rank 0's node) and its donor, and
@@ -29,7 +32,7 @@ from runmgr.workers.group import RayWorkerGroup
 from trainer.config import TrainerConfig
 from trainer.distributed import DistEnv
 from trainer.plan import ResumePlan
-from trainer.warm import Rejoin
+from trainer.warm import Rejoin, snapshot_holders
 
 SURVIVOR_WAIT_S = 10.0
 """How long a recovery waits for the survivors to be waiting in their warm link (a
@@ -46,18 +49,20 @@ class WarmRayWorkerGroup(RayWorkerGroup):
         self._spare_infos: list[WorkerInfo] = []
         self._spare_runs: dict = {}
         self._snapshots: dict[int, int] = {}
+        self._buddy_offset = 1
         self.settle_s = 0.1  # survivors do not echo a warm group's deaths: no wait for the root cause
 
     def start(self, config: TrainerConfig, plan: ResumePlan) -> list[WorkerInfo]:
         self._config, self._plan = config, plan
         workers = self._start_ranks(config, plan, extra=self.warm_spares, warm=True)
+        self._buddy_offset = self.buddy_offset  # the ranks' buddies, as they started: replacements keep them
         self._start_spares(config, plan)
         return workers
 
     def _start_spares(self, config: TrainerConfig, plan: ResumePlan) -> None:
         self._spares, self._spare_infos = self._spawn(self._extra_strategies, [-1] * len(self._extra_strategies),
                                                       "warm spares")
-        self._spare_runs = {s.run_spare.remote(config, plan, self.wrap_reporter): index
+        self._spare_runs = {s.run_spare.remote(config, plan, self.wrap_reporter, self.buddy_offset): index
                             for index, s in enumerate(self._spares)}
 
     def poll(self, timeout_s: float) -> GroupPoll:
@@ -69,13 +74,18 @@ class WarmRayWorkerGroup(RayWorkerGroup):
 
     def warm_cover(self) -> WarmCover:
         nodes = {info.rank: node_name(info.node_id) for info in self._infos}
-        everywhere = tuple(dict.fromkeys(nodes.values()))  # plain data parallel: every replica holds it all
+        holders = {rank: tuple(dict.fromkeys(nodes[holder] for holder in self._holders(rank))) for rank in nodes}
         spares: dict[str, int] = {}
         for info in self._ready_spares():
             spares[node_name(info.node_id)] = spares.get(node_name(info.node_id), 0) + 1
         steps = [self._snapshots.get(rank) for rank in nodes]
         known = [step for step in steps if step is not None]
-        return WarmCover(max(known) if known else None, nodes, {rank: everywhere for rank in nodes}, spares)
+        return WarmCover(max(known) if known else None, nodes, holders, spares)
+
+    def _holders(self, rank: int) -> tuple[int, ...]:
+        """The ranks whose memory holds ``rank``'s snapshot: every replica in plain data parallel,
+        else ``rank`` and its buddy (trainer/warm.py)."""
+        return snapshot_holders(rank, self._config.layout(self._world), self._buddy_offset)
 
     def _ready_spares(self) -> list[WorkerInfo]:
         return [self._spare_infos[index] for ref, index in self._spare_runs.items()
@@ -88,6 +98,7 @@ class WarmRayWorkerGroup(RayWorkerGroup):
                   if self._spares[index] is not None and node_name(info.node_id) not in warm.avoid_nodes]
         if len(spares) < len(lost) or not survivors:
             raise WarmRecoveryError(f"{len(spares)} usable spare(s) for {len(lost)} lost rank(s)")
+        donors = {rank: self._donor(rank, lost) for rank in lost}
         for rank in lost:  # a rank on an excluded node may still live
             ray.kill(self._actors[rank], no_restart=True)
         self._wait_for_survivors(survivors)
@@ -98,8 +109,6 @@ class WarmRayWorkerGroup(RayWorkerGroup):
         master_actor = self._actors[0]
         port = ray_cluster.get_while_head_lives([master_actor.reserve_port.remote()], self.start_timeout_s)[0]
         master = self._infos[0].node_ip
-        donor = survivors[0]
-        donors = {rank: donor for rank in taken}
         for rank, actor in enumerate(self._actors):
             actor.answer.remote(Rejoin(DistEnv(rank, self._world, 0, master, port), plan, donors, warm.step))
         for rank, index in taken.items():
@@ -113,6 +122,13 @@ class WarmRayWorkerGroup(RayWorkerGroup):
             self._drains.pop(rank, None)
         self._snapshots = {}
         return self.workers
+
+    def _donor(self, rank: int, lost: set[int]) -> int:
+        """A survivor that holds ``rank``'s snapshot."""
+        for holder in self._holders(rank):
+            if holder not in lost:
+                return holder
+        raise WarmRecoveryError(f"no surviving rank holds rank {rank}'s memory snapshot")
 
     def _wait_for_survivors(self, survivors: list[int]) -> None:
         """Until every survivor waits in its warm link (its collective failed): answering one

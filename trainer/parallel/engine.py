@@ -19,10 +19,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor
 
 from trainer.config import TrainerConfig
 from trainer.device import Device
 from trainer.distributed import average_gradients, broadcast_parameters
+from trainer.host_state import load_local_parts
 from trainer.local_norms import local_norms
 from trainer.model import build_model
 from trainer.optim import build_optimizer, clip_gradients
@@ -112,6 +114,13 @@ class Engine:
             scale_(params, max_norm / (norm + 1e-6))
         return norm
 
+    def load_local_state(self, model_state: dict, optimizer_state: dict) -> None:
+        """Put back this rank's model and optimizer state as a snapshot kept them: the local
+        parts of the model's tensors and an optimizer ``state_dict`` of local parts
+        (trainer/host_state.py), taken under the same layout."""
+        load_local_parts(self.model.state_dict(), model_state)
+        self.optimizer.load_state_dict(_placed_like_parameters(self.optimizer, optimizer_state))
+
     def local_norms(self) -> dict[str, float]:
         """Every weight's gradient norm over the whole model, on every rank (a
         collective on non-plain layouts: every rank must call it)."""
@@ -130,6 +139,26 @@ class Engine:
             for name, value in (part or {}).items():
                 squares[name] = squares.get(name, 0.0) + value
         return {name: math.sqrt(value) for name, value in sorted(squares.items(), key=_model_order)}
+
+
+def _placed_like_parameters(optimizer: torch.optim.Optimizer, saved: dict) -> dict:
+    """``saved`` (an optimizer state_dict of local parts) with each parameter's state tensors
+    placed as the parameter is (a DTensor's moments are DTensors of the same placements); the
+    step counters stay plain, as the optimizer keeps them."""
+    params = [param for group in optimizer.param_groups for param in group["params"]]
+    state = {}
+    for index, entry in saved["state"].items():
+        param = params[int(index)]
+        state[index] = {key: value if key == "step" else _placed_like(value, param) for key, value in entry.items()}
+    return {"state": state, "param_groups": saved["param_groups"]}
+
+
+def _placed_like(value: object, param: torch.Tensor) -> object:
+    if not isinstance(param, DTensor) or not isinstance(value, torch.Tensor):
+        return value
+    local = value.to(param.to_local().device)
+    return DTensor.from_local(local, param.device_mesh, param.placements, run_check=False, shape=param.shape,
+                              stride=param.stride())
 
 
 def _model_order(item: tuple[str, float]) -> tuple:

@@ -20,3 +20,13 @@ def build_mesh(layout: Layout, device_type: str) -> Optional[DeviceMesh]:
     if layout.plain:
         return None
     return init_device_mesh(device_type, (layout.pp, layout.dp, layout.tp), mesh_dim_names=MESH_DIMS)
+
+
+def release_groups(mesh: Optional[DeviceMesh]) -> None:
+    """Let go of the process groups ``mesh`` holds, so that they close once destroyed. A mesh
+    outlives its model: DTensor's caches of sharding plans keep every mesh they saw, and a mesh
+    keeps its groups by name (``_pg_registry``, read only while torch.compile traces); a gloo
+    group's connections close only when nothing holds it (gloo has no abort), and a peer still
+    waiting on one would wait out the group's timeout."""
+    if mesh is not None:
+        getattr(mesh, "_pg_registry", {}).clear()

@@ -8,8 +8,10 @@ from runmgr.policy.checkpoints import VerifiedCheckpoint
 from runmgr.policy.decision import DUMP_AND_RESTART, EXCLUDE_NODE, RESTART, RETRY_LAUNCH
 from runmgr.policy.history import History
 from runmgr.policy.ladder import decide
-from runmgr.policy.warm import WarmCover, warm_verdict
+from runmgr.policy.warm import WarmCover, buddy_offset, warm_verdict
 from runmgr.watch.incidents import HANG, LAUNCH_FAILURE, WORKER_DEATH, Incident
+from trainer.parallel.layout import Layout, Sharding
+from trainer.warm import snapshot_holders
 
 CHECKPOINTS = (VerifiedCheckpoint(400, 400 * 64),)
 # Four ranks, two per node; each rank's snapshot is also on the other node (its data-parallel peer's).
@@ -79,3 +81,27 @@ def test_a_snapshot_older_than_the_newest_checkpoint_is_not_used():
     verdict = warm_verdict(WarmCover(390, COVER.rank_nodes, COVER.holders, COVER.spares), (3,), (), (), 400)
     assert not verdict.warm and "older than the newest verified checkpoint (step 400)" in verdict.note
     assert not warm_verdict(WarmCover(None, COVER.rank_nodes, COVER.holders, COVER.spares), (3,), (), (), 400).warm
+
+
+def test_each_rank_s_buddy_sits_on_another_node_when_there_is_one():
+    # Two ranks a node, packed: the rank two on is on the other node; one rank a node: the next one.
+    assert buddy_offset(["a", "a", "b", "b"]) == 2
+    assert buddy_offset(["a", "b", "c"]) == 1
+    assert buddy_offset(["a", "a", "a", "b", "b", "b"]) == 3
+    assert buddy_offset(["a", "a"]) == 1  # one node: the buddy survives a lost process, not a lost node
+
+
+def test_a_sharded_rank_is_warm_while_its_buddy_s_node_lives_and_cold_when_both_copies_are_lost():
+    # ZeRO-1 over four ranks on nodes a, a, b, b: rank r's snapshot is on its node and rank r+2's.
+    layout = Layout(dp=4, sharding=Sharding.zero1)
+    nodes = {0: "a", 1: "a", 2: "b", 3: "b"}
+    offset = buddy_offset(list(nodes.values()))
+    holders = {rank: tuple(nodes[h] for h in snapshot_holders(rank, layout, offset)) for rank in nodes}
+    assert holders == {0: ("a", "b"), 1: ("a", "b"), 2: ("b", "a"), 3: ("b", "a")}
+    cover = WarmCover(437, nodes, holders, {"c": 2})
+    assert decide(death("hardware"), History(), PolicyConfig(), CHECKPOINTS, warm=cover).warm
+    # Buddies on the same node (offset 1 over a, a, b, b): rank 2's copy is on b alone.
+    same_node = {rank: tuple(dict.fromkeys(nodes[h] for h in snapshot_holders(rank, layout, 1))) for rank in nodes}
+    decision = decide(death("hardware"), History(), PolicyConfig(), CHECKPOINTS,
+                      warm=WarmCover(437, nodes, same_node, {"c": 2}))
+    assert not decision.warm and "rank(s) 2 is only on nodes that are lost" in decision.reason

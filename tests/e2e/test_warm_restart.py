@@ -42,3 +42,30 @@ def test_a_killed_rank_is_replaced_by_the_spare_from_a_survivor_s_memory(tmp_pat
     ends = {e["subrun"]: e["end_state"] for e in events if e["type"] == "subrun_end"}
     assert ends == {"1.00": "restarting", "1.01": "finished"}
     assert "warm from memory" in runmgr_text("logbook", "show", str(run.run_dir))
+
+
+ZERO1 = ["parallel.use_distributed_optimizer=true"]
+
+
+def test_a_killed_zero1_rank_is_replaced_from_its_buddy_s_copy_of_its_shard(tmp_path, shared_ray):
+    # ZeRO-1: each rank holds half of AdamW's state, which no replica holds; its buddy (the other
+    # rank) keeps a copy of its snapshot and is the donor. The unbroken run of the same config is
+    # the reference (on the session's Ray: it needs no spare).
+    unbroken = LaunchedRun(tmp_path / "unbroken", extra=[*ZERO1, f"cluster.address={shared_ray.address}"]).start()
+    assert unbroken.wait() == 0, unbroken.output()[-3000:]
+    run = LaunchedRun(tmp_path / "warm", extra=[*WARM, *ZERO1]).start()
+    status = run.wait_paused(15)
+    os.kill(next(w["pid"] for w in status["workers"] if w["rank"] == 1), signal.SIGKILL)
+    run.release(15)
+    assert run.wait() == 0, run.output()[-3000:]
+
+    assert kept_losses(run.run_dir) == kept_losses(unbroken.run_dir)  # exact float equality, every step
+    events = runmgr_json_lines("logbook", "events", str(run.run_dir), "--json")
+    decision = next(e for e in events if e["type"] == "decision")
+    assert decision["plan"]["warm"] is True and decision["plan"]["replace_ranks"] == [1]
+    start = next(e for e in events if e["type"] == "subrun_start" and e["subrun"] == "1.01")
+    # The buddy's copy of step 15 arrived before the pause: at most the step in flight is lost.
+    assert start["evidence"]["restart"] == "warm" and start["evidence"]["steps_lost"] <= 1
+    workers = {e["subrun"]: {w["rank"]: w["pid"] for w in e["data"]["workers"]}
+               for e in events if e["type"] == "event" and e["kind"] == "workers_started"}
+    assert workers["1.01"][0] == workers["1.00"][0] and workers["1.01"][1] != workers["1.00"][1]

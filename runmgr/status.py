@@ -109,6 +109,8 @@ def render_status(status: dict) -> str:
     for w in status.get("workers", []):
         lines.append(f"  rank {w.get('rank', '?'):>3}  pid {w.get('pid', '?'):>7}  node {w.get('node_ip', '?')}  "
                      f"{str(w.get('node', '?'))[:12]}")
+    if status.get("ready_spares") is not None:
+        lines.append(f"warm spares ready: {status['ready_spares']}")
     if status.get("paused_ranks"):
         lines.append(f"paused after step {status.get('step')}: ranks {', '.join(map(str, status['paused_ranks']))} "
                      f"(chaos pause_at_step; the logbook names the file that releases them)")

@@ -31,6 +31,27 @@ class WorkerInfo:
 
 
 FailureKind = Literal["died", "error"]
+SpareEventKind = Literal["spare_ready", "spare_refilling", "spare_not_refilled", "spare_lost"]
+
+
+@dataclass(frozen=True)
+class SpareEvent:
+    """A change in a warm group's spares, for the logbook: one is ready (waiting to be named),
+    one starts to replace a spare a warm restart used, a used one cannot be replaced (no free
+    slot off the nodes the plan avoids), or one was lost (it died, or did not start in time)."""
+
+    kind: SpareEventKind
+    text: str
+    ready: int
+    """Ready spares after this event."""
+    wanted: int
+    """``controller.warm_spares``."""
+    worker: WorkerInfo | None = None
+    """The spare's actor, once it has started."""
+
+    def to_dict(self) -> dict:
+        return {"ready": self.ready, "wanted": self.wanted,
+                "worker": self.worker.to_dict() if self.worker is not None else None}
 
 
 @dataclass(frozen=True)
@@ -70,6 +91,10 @@ class GroupPoll:
     commands: list[dict] = field(default_factory=list)
     """The exact command and environment of each node of a sub-run that runs a command
     (``NodeCommand.masked()``: secrets masked), on its first poll: the logbook records them."""
+    spare_events: list[SpareEvent] = field(default_factory=list)
+    """What happened to a warm group's spares since the last poll."""
+    ready_spares: int | None = None
+    """A warm group's ready spares now (None: a group that keeps no spares)."""
 
 
 class WorkerGroup(Protocol):

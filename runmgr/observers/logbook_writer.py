@@ -160,3 +160,5 @@ class LogbookObserver:
             self.book.record_metrics(state.subrun, [metric_row(r) for r in poll.steps])
         for ckpt in poll.checkpoints:
             self.book.record_checkpoint(state.subrun, ckpt.step, ckpt.path, ckpt.seconds)
+        for event in poll.spare_events:
+            self.book.record_event(state.subrun, event.kind, event.text, event.to_dict())

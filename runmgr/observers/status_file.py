@@ -26,6 +26,7 @@ class StatusFileObserver:
             "run": run_name, "run_dir": str(run_dir), "driver_pid": os.getpid(), "train_iters": train_iters,
             "state": "launching", "subrun": None, "step": start_step, "workers": [], "last_incident": None,
             "paused_ranks": [], "metrics": {"address": metrics_address} if metrics_address else None,
+            "ready_spares": None,
         }
         self._phases: dict[int, str] = {}
 
@@ -39,6 +40,8 @@ class StatusFileObserver:
             self.status["step"] = new.start_step
         elif isinstance(new, Restarting):
             self.status["workers"] = []
+            if not new.judgement.decision.warm:  # a cold restart starts a group with spares not yet ready
+                self.status["ready_spares"] = None
         elif isinstance(new, Failed):
             self.status["last_incident"] = new.reason
         self._write()
@@ -53,6 +56,8 @@ class StatusFileObserver:
         # Ranks held between two steps (chaos's pause_at_step): a test acts once all are.
         self._phases.update((beat.rank, beat.phase) for beat in poll.heartbeats)
         self.status["paused_ranks"] = sorted(rank for rank, phase in self._phases.items() if phase == PAUSED)
+        if poll.ready_spares is not None:  # a warm group's ready spares (docs/warm_restart.md)
+            self.status["ready_spares"] = poll.ready_spares
         self._write()
 
     def _write(self) -> None:

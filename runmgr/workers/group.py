@@ -57,6 +57,8 @@ class RayWorkerGroup:
         self._runs: dict = {}
         self._drains: dict = {}
         self._world = 0
+        self._strategies: list = []
+        """Where each rank's actor was placed (a bundle of the placement group, or a node)."""
         self._extra_strategies: list = []
         self.settle_s = FAILURE_SETTLE_S
 
@@ -78,8 +80,8 @@ class RayWorkerGroup:
         what = f"workers and {extra} spare(s)" if extra else "workers"
         self._pg, strategies = place(bundle, world + extra, what, self.cluster.placement_strategy,
                                      self.start_timeout_s, self.admitted_node_ids, plan.avoid_nodes)
-        strategies, self._extra_strategies = strategies[:world], strategies[world:]
-        self._actors, self._infos = self._spawn(strategies, list(range(world)), "workers")
+        self._strategies, self._extra_strategies = strategies[:world], strategies[world:]
+        self._actors, self._infos = self._spawn(self._strategies, list(range(world)), "workers")
         port = ray.get(self._actors[0].reserve_port.remote())
         master = self._infos[0].node_ip
         offset = self.buddy_offset
@@ -95,9 +97,7 @@ class RayWorkerGroup:
     def _spawn(self, strategies: list, ranks: list[int], what: str) -> tuple[list, list[WorkerInfo]]:
         """One actor per strategy (as ``ranks``), and where each runs; a :class:`ClusterError`
         when they do not start in time."""
-        resources = actor_resources(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
-        actors = [RemoteTrainerWorker.options(**resources, scheduling_strategy=strategy).remote(
-                      rank, self._world, self.lease_s, self._driver) for rank, strategy in zip(ranks, strategies)]
+        actors = [self._create_actor(strategy, rank) for rank, strategy in zip(ranks, strategies)]
         try:
             infos = ray_cluster.get_while_head_lives([a.describe.remote() for a in actors], self.start_timeout_s)
         except GetTimeoutError:
@@ -107,6 +107,12 @@ class RayWorkerGroup:
             raise ClusterError(f"{len(actors)} {what} did not start within {self.start_timeout_s:.0f} s "
                                f"(free resources: {ray.available_resources()})") from None
         return actors, infos
+
+    def _create_actor(self, strategy, rank: int):
+        """A rank's actor (``rank`` -1: a spare) placed by ``strategy``; it starts in the background."""
+        resources = actor_resources(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
+        return RemoteTrainerWorker.options(**resources, scheduling_strategy=strategy).remote(
+            rank, self._world, self.lease_s, self._driver)
 
     def poll(self, timeout_s: float) -> GroupPoll:
         result = GroupPoll()

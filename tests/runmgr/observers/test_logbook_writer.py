@@ -116,3 +116,56 @@ def test_a_rehearsal_is_marked_in_the_title_and_its_first_subrun_records_the_map
     text = out.getvalue()
     assert text.splitlines()[0] == "run12-rehearsal — run 12 — a rehearsal of run12 (runmgr launch --rehearse)"
     assert "rehearsal: a rehearsal of run12:" in text and "parallel.tensor_model_parallel_size 8 -> 2" in text
+
+
+class SeenStatus:
+    """After the status file's observer: the status at every poll."""
+
+    def __init__(self, run_dir) -> None:
+        self.run_dir = run_dir
+        self.polls: list[dict] = []
+
+    def on_transition(self, old, new) -> None:
+        pass
+
+    def on_judgement(self, state, judgement) -> None:
+        pass
+
+    def on_poll(self, state, poll) -> None:
+        from runmgr.status import read_status
+
+        self.polls.append(read_status(self.run_dir))
+
+
+def test_a_warm_groups_spares_are_events_a_person_reads_and_the_status_counts_them(tmp_path):
+    from runmgr.controller.group import SpareEvent, WorkerInfo
+    from runmgr.observers.status_file import StatusFileObserver
+    from runmgr.policy.warm import WarmCover
+    from runmgr.status import render_status
+    from tests.runmgr.controller.fakes import FakeWarmGroup
+
+    spare = WorkerInfo(-1, 300, "node2", "127.0.0.1")
+    ready = SpareEvent("spare_ready", "warm spare ready on node node2 (pid 300) (1 of 1 ready)", 1, 1, spare)
+    refilling = SpareEvent("spare_refilling", "a new warm spare starts on node node0 in the slot rank(s) 0 left, to "
+                                              "replace the spare taken (0 of 1 ready)", 0, 1)
+    cover = WarmCover(27, {0: "node0", 1: "node1"}, {0: ("node0", "node1"), 1: ("node0", "node1")}, {"node2": 1})
+    group = FakeWarmGroup([GroupPoll(steps=[step_report(27)], spare_events=[ready], ready_spares=1),
+                           GroupPoll(failures=[died(0)]),
+                           GroupPoll(steps=[step_report(s, subrun="1.01") for s in range(28, 31)],
+                                     spare_events=[refilling], ready_spares=0),
+                           GroupPoll(finished_ranks=[0, 1], ready_spares=0)], cover)
+    status = StatusFileObserver(tmp_path, "demo", 30, 0)
+    seen = SeenStatus(tmp_path)
+    with Logbook.open(tmp_path) as book:
+        controller, _ = make_controller([group], observers=(LogbookObserver(book, CONFIG), status, seen))
+        controller.run()
+        events = [e for e in book.events() if e["type"] == "event" and e["kind"].startswith("spare_")]
+    assert [(e["subrun"], e["kind"], e["message"], e["data"]["ready"]) for e in events] == [
+        ("1.00", "spare_ready", ready.text, 1), ("1.01", "spare_refilling", refilling.text, 0)]
+    assert events[0]["data"]["worker"] == spare.to_dict()
+    assert [(s["subrun"], s["ready_spares"]) for s in seen.polls] == [("1.00", 1), ("1.00", 1), ("1.01", 0),
+                                                                       ("1.01", 0)]
+    assert "warm spares ready: 1" in render_status(seen.polls[0])
+    out = io.StringIO()
+    assert show(tmp_path, out) == 0
+    assert "spare_refilling: a new warm spare starts on node node0" in out.getvalue()

@@ -23,6 +23,9 @@ from runmgr.watch.incidents import WORKER_DEATH, Incident
 from runmgr.watch.observations import WorkerExit
 
 DEATH_CATEGORIES: tuple[str, ...] = DeathCategory.values()
+NODE_UNREACHABLE = "is unreachable: its actor did not answer a liveness probe"
+"""How a warm group words a rank it found lost with its node before Ray declared the node
+dead (runmgr/workers/liveness.py): a ``node_lost`` death."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,8 @@ _SIGNATURES = (
                    r"GPU has fallen off the bus", r"Unable to determine the device handle for GPU")),
     _Signature("node_lost", "node", "the worker's node died",
                "the node's state in Ray (ray list nodes) and the machine itself", (
-                   r"The actor died because its node has died", r"Owner's node has crashed")),
+                   r"The actor died because its node has died", r"Owner's node has crashed",
+                   re.escape(NODE_UNREACHABLE))),
     _Signature("storage_stale", "storage", "stale handle on a shared file system (ESTALE)",
                "the checkpoint path's mount on that node (remount; GPFS/NFS server state)", (
                    r"\[Errno 116\]", r"Stale file handle", r"\bESTALE\b")),

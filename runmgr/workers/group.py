@@ -56,6 +56,8 @@ class RayWorkerGroup:
         self._infos: list[WorkerInfo] = []
         self._runs: dict = {}
         self._drains: dict = {}
+        self._dead: set[int] = set()
+        """Ranks whose actor is gone: nothing more to drain (a lost node's would never answer)."""
         self._world = 0
         self._strategies: list = []
         """Where each rank's actor was placed (a bundle of the placement group, or a node)."""
@@ -121,6 +123,8 @@ class RayWorkerGroup:
         self._collect_outcomes(done, result)
         if result.failures:
             self._settle_failures(result)
+        else:
+            self._find_unreachable(result)
         if self._runs:  # ranks still training need the cluster; ranks that all returned are judged as they ended
             ray_cluster.check_head()
         self._drain(result)
@@ -134,8 +138,18 @@ class RayWorkerGroup:
                 result.finished_ranks.append(rank)
             except RayActorError as exc:
                 result.failures.append(WorkerFailure(rank, "died", _short(exc), self._info(rank), time.time()))
+                self._lose(rank)
             except RayTaskError as exc:
                 result.failures.append(WorkerFailure(rank, "error", _cause_text(exc), self._info(rank), time.time()))
+
+    def _lose(self, rank: int) -> None:
+        """``rank``'s actor is gone: its drain is not waited for, now or later."""
+        self._dead.add(rank)
+        self._drains.pop(rank, None)
+
+    def _find_unreachable(self, result: GroupPoll) -> None:
+        """Ranks lost without Ray's word yet, added to ``result.failures``: none here (Ray
+        reports a dead actor; a group whose ranks wait for a lost peer may know sooner)."""
 
     def _settle_failures(self, result: GroupPoll) -> None:
         deadline = time.time() + self.settle_s
@@ -150,8 +164,10 @@ class RayWorkerGroup:
         (stopped, or busy holding the GIL) keeps its request pending for the
         next poll, so one wedged rank never stalls the driver."""
         for rank, actor in enumerate(self._actors):
-            if rank not in self._drains:
+            if rank not in self._drains and rank not in self._dead:
                 self._drains[rank] = actor.drain.remote()
+        if not self._drains:
+            return
         ready, _ = ray.wait(list(self._drains.values()), num_returns=len(self._drains), timeout=DRAIN_WAIT_S)
         ready_set = set(ready)
         for rank, ref in list(self._drains.items()):
@@ -173,7 +189,7 @@ class RayWorkerGroup:
     def shutdown(self) -> None:
         for actor in self._actors:
             ray.kill(actor, no_restart=True)
-        self._actors, self._runs, self._drains = [], {}, {}
+        self._actors, self._runs, self._drains, self._dead = [], {}, {}, set()
         release(self._pg)
         self._pg = None
 

@@ -19,6 +19,10 @@ holds. What cannot be done warm raises :class:`WarmRecoveryError`; the
 controller then stops the group and the policy restarts cold. Once the
 re-formed group has stepped, a new spare starts in each slot a lost rank left
 (unless the plan avoids its node): a second fault is recovered warm too.
+
+A whole node lost is named as soon as its ranks' peers wait in their warm link
+and its raylet is gone (runmgr/workers/liveness.py), not when Ray declares the
+node dead seconds later.
 """
 
 from __future__ import annotations
@@ -30,10 +34,11 @@ from typing import Optional
 import ray
 
 from runmgr import cluster as ray_cluster
-from runmgr.controller.group import GroupPoll, SpareEvent, WarmRecoveryError, WarmStart, WorkerInfo
+from runmgr.controller.group import GroupPoll, SpareEvent, WarmRecoveryError, WarmStart, WorkerFailure, WorkerInfo
 from runmgr.controller.judge import node_name
 from runmgr.policy.warm import WarmCover
 from runmgr.workers.group import RayWorkerGroup
+from runmgr.workers.liveness import PeerProbe
 from runmgr.workers.spares import SPARE_RANK, Slot, SparePool
 from trainer.config import TrainerConfig
 from trainer.distributed import DistEnv
@@ -63,6 +68,7 @@ class WarmRayWorkerGroup(RayWorkerGroup):
         self.warm_spares = warm_spares
         self._pool = SparePool(warm_spares, lambda strategy: self._create_actor(strategy, SPARE_RANK),
                                self._run_spare, self.start_timeout_s)
+        self._probe = PeerProbe()
         self._snapshots: dict[int, int] = {}
         self._buddy_offset = 1
         self._refill: Optional[Refill] = None
@@ -84,6 +90,7 @@ class WarmRayWorkerGroup(RayWorkerGroup):
         return actor.run_spare.remote(self._config, self._plan, self.wrap_reporter, self._buddy_offset)
 
     def poll(self, timeout_s: float) -> GroupPoll:
+        self._probe.send({rank: actor for rank, actor in enumerate(self._actors) if rank not in self._dead})
         poll = super().poll(timeout_s)
         for beat in poll.heartbeats:
             if beat.phase == "snapshot":
@@ -95,6 +102,19 @@ class WarmRayWorkerGroup(RayWorkerGroup):
         poll.spare_events += events + self._pool.poll()
         poll.ready_spares = len(self._pool.ready())
         return poll
+
+    def _find_unreachable(self, result: GroupPoll) -> None:
+        """Ranks whose node is gone while their peers wait for them (runmgr/workers/liveness.py)."""
+        if not self._actors:
+            return
+        for rank, text in self._probe.check(self._infos).unreachable.items():
+            result.failures.append(WorkerFailure(rank, "died", text, self._infos[rank], time.time()))
+            self._runs = {ref: r for ref, r in self._runs.items() if r != rank}
+            self._lose(rank)
+
+    def _lose(self, rank: int) -> None:
+        super()._lose(rank)
+        self._probe.forget(rank)
 
     def warm_cover(self) -> WarmCover:
         nodes = {info.rank: node_name(info.node_id) for info in self._infos}
@@ -129,8 +149,10 @@ class WarmRayWorkerGroup(RayWorkerGroup):
             self._runs = {ref: r for ref, r in self._runs.items() if r != rank}
             self._runs[spare.run] = rank
             self._drains.pop(rank, None)
+            self._dead.discard(rank)
         self._answer(plan, warm, donors)
         self._plan_refill(warm, lost, freed)
+        self._probe.reset()
         self._snapshots = {}
         return self.workers
 

@@ -1,0 +1,169 @@
+"""Ranks lost with their node, named before Ray declares the node dead.
+
+Ray reports a dead actor on a live node at once (its raylet tells), but a whole node only
+when it has missed its health checks (2.1-2.8 s with a local Ray here, longer on a real
+cluster). The lost rank's peers know within ~0.05 s: their collective fails and they wait in
+their warm link (trainer/warm.py). A rank is named lost when three things hold together:
+
+- a survivor waits in its warm link: a peer broke the group. A slow rank breaks nothing: its
+  peers wait inside the collective, not in the link, and nobody is probed;
+- the rank's actor has not answered a liveness probe (``waiting``) for ``probe_s``;
+- its node's raylet takes no TCP connection: refused (the raylet's process is gone), or not
+  within ``connect_s`` (the node is cut off). A live node passes this whatever its load (the
+  kernel accepts the connection for the raylet), so a rank that is only busy or starved is
+  never named here: it is left to Ray and to the watcher (a hang).
+
+The driver's probes are one ``waiting`` call per rank per poll, answered by the actor's
+second thread while the first trains.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import ray
+from ray.exceptions import ActorUnavailableError, RayActorError
+
+from runmgr.controller.group import WorkerInfo
+from runmgr.controller.judge import node_name
+from runmgr.watch.deaths import NODE_UNREACHABLE
+
+PROBE_S = 0.3
+"""How long a rank's actor may leave a liveness probe unanswered before its node is checked."""
+CONNECT_S = 0.3
+"""How long a node's raylet may take to accept a TCP connection."""
+
+Raylets = Callable[[], Mapping[str, tuple[str, int]]]
+"""Every node's raylet address (host, port), by node id."""
+
+
+def ray_raylets() -> dict[str, tuple[str, int]]:
+    """The raylet of every node Ray knows, by node id."""
+    return {node["NodeID"]: (node["NodeManagerAddress"], int(node["NodeManagerPort"])) for node in ray.nodes()}
+
+
+def silent_ranks(waiting: Collection[int], unanswered_s: Mapping[int, float], probe_s: float) -> list[int]:
+    """The ranks to check: while any rank of ``waiting`` waits in its warm link, those whose
+    probe has gone unanswered for ``probe_s`` (``unanswered_s``: by rank, how long so far)."""
+    if not waiting:
+        return []
+    return sorted(rank for rank, seconds in unanswered_s.items() if seconds >= probe_s and rank not in waiting)
+
+
+def raylet_refusal(host: str, port: int, timeout_s: float) -> Optional[str]:
+    """Why the raylet at ``host:port`` takes no TCP connection within ``timeout_s``; None when it takes one."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return None
+    except OSError as exc:  # refused, unreachable or timed out: exactly what is asked
+        return exc.strerror or type(exc).__name__
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What one check found."""
+
+    waiting: tuple[int, ...] = ()
+    """Ranks waiting in their warm link for the group to re-form."""
+    silent: tuple[int, ...] = ()
+    """Ranks whose probe went unanswered for ``probe_s`` while others wait."""
+    unreachable: dict[int, str] = field(default_factory=dict)
+    """Silent ranks whose node's raylet takes no connection: the failure's text, by rank."""
+
+
+class PeerProbe:
+    """Probes a group's ranks at every poll and names those lost with their node."""
+
+    def __init__(self, probe_s: float = PROBE_S, connect_s: float = CONNECT_S, raylets: Raylets = ray_raylets,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.probe_s = probe_s
+        self.connect_s = connect_s
+        self.raylets = raylets
+        self.clock = clock
+        self._raylets: dict[str, tuple[str, int]] = {}
+        self.reset()
+
+    def reset(self) -> None:
+        """The group changed its actors: forget every probe and answer."""
+        self._pending: dict[int, object] = {}
+        """rank -> its probe not answered yet."""
+        self._since: dict[int, float] = {}
+        """rank -> since when it has not answered (the oldest probe it left unanswered)."""
+        self._waiting: dict[int, bool] = {}
+        """rank -> its last answer."""
+
+    def forget(self, rank: int) -> None:
+        """``rank`` is known lost: no more probes or checks of it."""
+        self._pending.pop(rank, None)
+        self._since.pop(rank, None)
+        self._waiting.pop(rank, None)
+
+    def send(self, actors: Mapping[int, object]) -> None:
+        """A probe to every rank of ``actors`` (its actor, by rank) that has none pending."""
+        now = self.clock()
+        for rank, actor in actors.items():
+            if rank not in self._pending:
+                self._pending[rank] = actor.waiting.remote()
+                self._since.setdefault(rank, now)
+
+    def check(self, workers: Sequence[WorkerInfo]) -> ProbeResult:
+        """Collect the answers; while a rank waits in its warm link, give the others up to
+        ``probe_s`` to answer and check the nodes of those still silent."""
+        self._collect(self.clock())
+        waiting = tuple(sorted(rank for rank, answer in self._waiting.items() if answer))
+        if not waiting:
+            return ProbeResult()
+        since = [self._since[rank] for rank in self._since if rank not in waiting]
+        if since:
+            self._collect(max(since) + self.probe_s)
+        silent = silent_ranks(waiting, self._unanswered_s(waiting), self.probe_s)
+        unreachable = {}
+        for rank in silent:
+            refusal = self._node_refusal(workers[rank].node_id)
+            if refusal is not None:
+                unreachable[rank] = self._lost_text(workers[rank], waiting, refusal)
+                self.forget(rank)
+        return ProbeResult(waiting, tuple(silent), unreachable)
+
+    def _unanswered_s(self, waiting: Collection[int]) -> dict[int, float]:
+        now = self.clock()
+        return {rank: now - since for rank, since in self._since.items() if rank not in waiting}
+
+    def _collect(self, until: float) -> None:
+        """Take the answers back until ``until`` (on :attr:`clock`; in the past: those already back)."""
+        while self._pending:
+            refs = {ref: rank for rank, ref in self._pending.items()}
+            done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=max(0.0, until - self.clock()))
+            for ref in done:
+                self._answer(refs[ref], ref)
+            if self.clock() >= until:
+                return
+
+    def _answer(self, rank: int, ref) -> None:
+        del self._pending[rank]
+        try:
+            self._waiting[rank] = ray.get(ref)
+        except ActorUnavailableError:
+            return  # no answer: it stays silent since its first unanswered probe
+        except RayActorError:  # Ray knows it died (a dead actor on a live node): its run says so
+            self._waiting.pop(rank, None)
+        self._since.pop(rank, None)
+
+    def _node_refusal(self, node_id: str) -> Optional[str]:
+        """Why ``node_id``'s raylet takes no connection (None: it takes one)."""
+        if node_id not in self._raylets:
+            self._raylets = dict(self.raylets())
+        if node_id not in self._raylets:
+            return None  # nothing to ask: left to Ray
+        host, port = self._raylets[node_id]
+        refusal = raylet_refusal(host, port, self.connect_s)
+        return f"its raylet {host}:{port} took no connection ({refusal})" if refusal is not None else None
+
+    def _lost_text(self, worker: WorkerInfo, waiting: tuple[int, ...], refusal: str) -> str:
+        return (f"rank {worker.rank}'s node {node_name(worker.node_id)} {NODE_UNREACHABLE} within "
+                f"{self.probe_s:g} s and {refusal}, while rank(s) {', '.join(map(str, waiting))} wait for a lost "
+                f"peer (pid {worker.pid}; found by the driver's probe before Ray declared the node dead)")

@@ -1,0 +1,90 @@
+"""A rank lost with its node is named while its peers wait for it, and only then: the driver's
+probe (runmgr/workers/liveness.py) on real actors of a real local Ray and real sockets.
+
+A live rank that answers no probe (its only thread busy) beside a peer that waits in its warm
+link is checked and cleared, because its node's raylet (the real one) takes a connection. The
+same rank whose node's raylet refuses one (its address pointed at a closed port: the
+connection a dead raylet's host refuses) is named lost, in words the watcher reads as a lost
+node. A whole node killed for real is bench/restart_latency.py's runmgr-warm-node arm."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+import ray
+
+from runmgr.controller.group import WorkerInfo
+from runmgr.watch.deaths import classify
+from runmgr.workers.liveness import PeerProbe, ProbeResult, ray_raylets, raylet_refusal, silent_ranks
+from tests.runmgr.workers.standins import remote_rank
+
+SAFETY_S = 60.0
+"""Only against a test that would otherwise never end; no assertion depends on it."""
+POLL_S = 0.05
+"""Between two rounds of probes, as between the driver's polls."""
+
+
+def closed_port() -> int:
+    """A port of this host where nothing listens (bound, then closed)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_only_ranks_silent_past_the_probe_while_a_peer_waits_are_checked():
+    assert silent_ranks([], {1: 5.0}, 0.3) == []  # nobody waits in the link: a slow rank broke nothing
+    assert silent_ranks([0], {1: 0.29, 2: 0.3, 3: 4.0}, 0.3) == [2, 3]
+    assert silent_ranks([0, 1], {1: 4.0}, 0.3) == []  # a waiting rank is no suspect
+
+
+def test_a_listening_raylet_takes_the_connection_and_a_gone_one_refuses_it(local_ray):
+    host, port = next(iter(ray_raylets().values()))  # this test Ray's own raylet
+    assert raylet_refusal(host, port, 0.3) is None
+    assert raylet_refusal("127.0.0.1", closed_port(), 0.3) == "Connection refused"
+
+
+@pytest.fixture
+def ranks(local_ray, tmp_path):
+    """Rank 0 waits in its warm link; rank 1 lives but answers no probe until released."""
+    survivor, busy = remote_rank(waiting=True), remote_rank(waiting=False)
+    release = tmp_path / "release"
+    held = busy.hold.remote(str(release))
+    node = ray.get_runtime_context().get_node_id()
+    workers = [WorkerInfo(0, 100, node, "127.0.0.1"), WorkerInfo(1, 101, node, "127.0.0.1")]
+    yield [survivor, busy], workers
+    release.touch()
+    ray.get(held)
+    for actor in (survivor, busy):
+        ray.kill(actor, no_restart=True)
+
+
+def probe_until_rank_1_is_checked(probe: PeerProbe, actors, workers) -> ProbeResult:
+    deadline = time.monotonic() + SAFETY_S
+    while True:
+        probe.send(dict(enumerate(actors)))
+        result = probe.check(workers)
+        if 1 in result.silent:
+            return result
+        assert time.monotonic() < deadline, "rank 1 was never checked"
+        time.sleep(POLL_S)
+
+
+def test_a_live_rank_that_answers_no_probe_is_not_named_lost(ranks):
+    actors, workers = ranks
+    result = probe_until_rank_1_is_checked(PeerProbe(), actors, workers)
+    assert result.waiting == (0,) and result.unreachable == {}
+
+
+def test_a_silent_rank_whose_raylet_refuses_is_named_lost_with_its_node(ranks):
+    actors, workers = ranks
+    node = workers[1].node_id
+    probe = PeerProbe(raylets=lambda: {node: ("127.0.0.1", closed_port())})
+    result = probe_until_rank_1_is_checked(probe, actors, workers)
+    assert result.waiting == (0,) and list(result.unreachable) == [1]
+    text = result.unreachable[1]
+    assert f"rank 1's node {node[:12]} is unreachable" in text and "Connection refused" in text
+    assert "while rank(s) 0 wait for a lost peer" in text
+    cause = classify(text)
+    assert (cause.name, cause.category) == ("node_lost", "node")  # the policy excludes the node

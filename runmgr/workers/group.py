@@ -128,6 +128,8 @@ class RayWorkerGroup:
         if self._runs:  # ranks still training need the cluster; ranks that all returned are judged as they ended
             ray_cluster.check_head()
         self._drain(result)
+        if not result.failures:  # the drain may have waited for a rank that never answers
+            self._find_unreachable(result)
         return result
 
     def _collect_outcomes(self, done: list, result: GroupPoll) -> None:

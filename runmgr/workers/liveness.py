@@ -13,8 +13,11 @@ their warm link (trainer/warm.py). A rank is named lost when three things hold t
   kernel accepts the connection for the raylet), so a rank that is only busy or starved is
   never named here: it is left to Ray and to the watcher (a hang).
 
-The driver's probes are one ``waiting`` call per rank per poll, answered by the actor's
-second thread while the first trains.
+The probes are ``waiting`` calls, answered by the actor's second thread while the first
+trains: the warm group sends one to each rank at the start of a poll and before its drain,
+and checks after the wait for the ranks' outcomes and after the drain (which waits up to
+0.5 s for a rank that never answers), so a lost node is named within about a poll of its
+peers' noticing it.
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ class WarmRayWorkerGroup(RayWorkerGroup):
         return actor.run_spare.remote(self._config, self._plan, self.wrap_reporter, self._buddy_offset)
 
     def poll(self, timeout_s: float) -> GroupPoll:
-        self._probe.send({rank: actor for rank, actor in enumerate(self._actors) if rank not in self._dead})
+        self._send_probes()
         poll = super().poll(timeout_s)
         for beat in poll.heartbeats:
             if beat.phase == "snapshot":
@@ -102,6 +102,15 @@ class WarmRayWorkerGroup(RayWorkerGroup):
         poll.spare_events += events + self._pool.poll()
         poll.ready_spares = len(self._pool.ready())
         return poll
+
+    def _send_probes(self) -> None:
+        self._probe.send({rank: actor for rank, actor in enumerate(self._actors) if rank not in self._dead})
+
+    def _drain(self, result: GroupPoll) -> None:
+        """The ranks' reports; probes sent first age while the drain waits for a rank that does
+        not answer (a lost node's never does), and are checked after it."""
+        self._send_probes()
+        super()._drain(result)
 
     def _find_unreachable(self, result: GroupPoll) -> None:
         """Ranks whose node is gone while their peers wait for them (runmgr/workers/liveness.py)."""

@@ -74,17 +74,16 @@ class SparePool:
             self.spares.append(Spare(actor, strategy, self.launch(actor), self.clock(), info))
 
     def refill(self, slots: list[Slot], ranks: list[int]) -> list[SpareEvent]:
-        """Start a spare in each of ``slots`` (freed by ``ranks``, which took spares), in the
-        background: they are ready at a later :meth:`poll`."""
+        """Start a spare in each of ``slots`` (the one ``ranks[i]`` left when it took a spare), in
+        the background: they are ready at a later :meth:`poll`."""
         events = []
-        for slot in slots[:max(0, self.wanted - len(self.spares))]:
+        for slot, rank in list(zip(slots, ranks))[:max(0, self.wanted - len(self.spares))]:
             actor = self.create(slot.strategy)
             spare = Spare(actor, slot.strategy, self.launch(actor), self.clock(), describing=actor.describe.remote())
             self.spares.append(spare)
-            taken = ", ".join(map(str, ranks))
             events.append(self._event("spare_refilling", f"a new warm spare starts on node {node_name(slot.node_id)} "
-                                                         f"in the slot rank(s) {taken} left, to replace the spare "
-                                                         f"taken"))
+                                                         f"in the slot rank {rank} left, to replace the spare it "
+                                                         f"took"))
         return events
 
     def not_refilled(self, why: str) -> SpareEvent:

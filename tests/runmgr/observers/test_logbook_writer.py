@@ -146,8 +146,8 @@ def test_a_warm_groups_spares_are_events_a_person_reads_and_the_status_counts_th
 
     spare = WorkerInfo(-1, 300, "node2", "127.0.0.1")
     ready = SpareEvent("spare_ready", "warm spare ready on node node2 (pid 300) (1 of 1 ready)", 1, 1, spare)
-    refilling = SpareEvent("spare_refilling", "a new warm spare starts on node node0 in the slot rank(s) 0 left, to "
-                                              "replace the spare taken (0 of 1 ready)", 0, 1)
+    refilling = SpareEvent("spare_refilling", "a new warm spare starts on node node0 in the slot rank 0 left, to "
+                                              "replace the spare it took (0 of 1 ready)", 0, 1)
     cover = WarmCover(27, {0: "node0", 1: "node1"}, {0: ("node0", "node1"), 1: ("node0", "node1")}, {"node2": 1})
     group = FakeWarmGroup([GroupPoll(steps=[step_report(27)], spare_events=[ready], ready_spares=1),
                            GroupPoll(failures=[died(0)]),

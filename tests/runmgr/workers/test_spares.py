@@ -82,8 +82,8 @@ def test_a_refill_starts_in_the_background_and_never_past_the_spares_wanted(loca
     try:
         [refilling] = pool.refill([Slot(None, node), Slot(None, node)], [0, 1])  # one spare wanted
         assert refilling.kind == "spare_refilling" and len(pool.spares) == 1 and pool.ready() == []
-        assert refilling.text == (f"a new warm spare starts on node {node[:12]} in the slot rank(s) 0, 1 left, "
-                                  f"to replace the spare taken (0 of 1 ready)")
+        assert refilling.text == (f"a new warm spare starts on node {node[:12]} in the slot rank 0 left, "
+                                  f"to replace the spare it took (0 of 1 ready)")
         built.touch()
         [ready] = poll_until(pool, "spare_ready")
         assert ready.worker == pool.spares[0].info and ready.ready == 1

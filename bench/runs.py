@@ -115,6 +115,32 @@ class Launch:
             self.proc.wait(timeout=30)
 
 
+def tree_cpu_seconds(root: int) -> dict[int, float]:
+    """CPU seconds (user + system) that process ``root`` and every live process below it have
+    used so far, by pid: a run's driver, its local Ray and its ranks (all descend from the driver)."""
+    parents: dict[int, int] = {}
+    used: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # the command name may hold spaces
+        parents[int(entry)] = int(fields[1])
+        used[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+    below = {}
+    for pid, seconds in used.items():
+        ancestor = pid
+        while ancestor not in (root, 0, 1) and ancestor in parents:
+            ancestor = parents[ancestor]
+        if ancestor == root:
+            below[pid] = seconds
+    return below
+
+
 def logbook_rows(run_dir: Path, what: str, *flags: str) -> list[dict]:
     """``runmgr logbook {metrics|events} RUN_DIR --json [flags]`` as dicts."""
     out = subprocess.run([sys.executable, "-m", "runmgr", "logbook", what, str(run_dir), "--json", *flags],

@@ -16,7 +16,13 @@ off (runmgr/controller/judge.py); worker deaths would still be judged.
 
 Per run it reports, from ``runmgr logbook metrics RUN --json``: the median
 step_time the trainer measured, the median wall interval between consecutive
-step rows, and the training span (first to last step row). The watcher runs
+step rows, the training span (first to last step row), and the span from step
+``STEADY_FROM`` on (the "on" arm's spare starts beside the first steps: a
+one-time cost at a run's start, not a cost per step). And the CPU seconds per
+step of the run's whole process tree (driver, local Ray, ranks, spare) over
+the steady steps: what the watcher, the snapshots and the spare cost this
+2-core machine, whose two ranks leave no core idle, without the drift of
+wall time that other load brings. The watcher runs
 in the driver, not in the ranks, so the ratios should be about 1.0.
 
 The driver is ``runmgr.launch.launch`` called in a child process of this
@@ -35,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from runs import BenchError, Launch, logbook_rows, median, print_table  # noqa: E402
+from runs import BenchError, Launch, logbook_rows, median, print_table, tree_cpu_seconds  # noqa: E402
 
 
 def drive(profile_path: Path, overrides: list[str]) -> int:
@@ -61,37 +67,108 @@ def drive(profile_path: Path, overrides: list[str]) -> int:
     return code
 
 
+STEADY_FROM = 30
+"""The steady span starts at this step: by then the "on" arm's spare has started (a process that
+imports torch, builds the model and pays the optimizer's first step, once, beside the ranks)."""
+
+
 def step_figures(run_dir: Path) -> dict:
     rows = logbook_rows(run_dir, "metrics")
     if not rows:
         raise BenchError(f"no step rows in {run_dir}")
     times = [row["time"] for row in rows]
+    steady = [row["time"] for row in rows if row["step"] >= STEADY_FROM]
     return {
         "steps": len(rows),
         "step_time": median([row["step_time"] for row in rows]),
         "interval": median([b - a for a, b in zip(times, times[1:])]),
         "span": times[-1] - times[0],
+        "steady_span": steady[-1] - steady[0],
     }
 
 
 WARM = ["controller.warm_spares=1", "checkpoint.memory_interval=1"]
+STEADY_UNTIL = 10
+"""The CPU window ends this many steps before the last one (the run's processes still live)."""
+ROLES = ("driver", "ranks", "spare", "ray")
+"""Who in a run's process tree spends CPU: the driver (watcher, policy, logbook), the ranks,
+a waiting spare, and Ray's own processes (raylets, GCS, agents)."""
 
 
-def one_run(base: Path, name: str, enabled: bool, iters: int, snapshots: bool = False) -> dict:
+def process_cpu(root: int) -> dict[int, tuple[float, str]]:
+    """CPU seconds so far and command line of ``root`` and every live process below it."""
+    return {pid: (seconds, command(pid)) for pid, seconds in tree_cpu_seconds(root).items()}
+
+
+def command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+    except OSError:
+        return ""
+
+
+def role(pid: int, cmdline: str, driver: int, ranks: set[int]) -> str:
+    if pid == driver:
+        return "driver"
+    if pid in ranks:
+        return "ranks"
+    return "spare" if "TrainerWorker" in cmdline else "ray"
+
+
+def steady_cpu_per_step(run: Launch, iters: int) -> dict[str, float]:
+    """CPU seconds a step costs each role of the run (:data:`ROLES`) from step ``STEADY_FROM``
+    to ``iters - STEADY_UNTIL``. Unlike wall time, which drifts with whatever else this shared
+    machine does (here +-10% between runs a minute apart), a process's own CPU time per step
+    moves little."""
+    first = run.wait_for(lambda s: s["step"] >= STEADY_FROM and s["workers"], timeout=300, what=f"step {STEADY_FROM}")
+    ranks = {worker["pid"] for worker in first["workers"]}
+    before = process_cpu(run.proc.pid)
+    last = run.wait_for(lambda s: s["step"] >= iters - STEADY_UNTIL, timeout=300, what=f"step {iters - STEADY_UNTIL}")
+    after = process_cpu(run.proc.pid)
+    steps = max(1, last["step"] - first["step"])
+    spent = dict.fromkeys(ROLES, 0.0)
+    for pid, (seconds, cmdline) in after.items():
+        spent[role(pid, cmdline, run.proc.pid, ranks)] += seconds - before.get(pid, (0.0, ""))[0]
+    return {name: seconds / steps for name, seconds in spent.items()}
+
+
+def one_run(base: Path, name: str, enabled: bool, iters: int, snapshots: bool = False,
+            memory_interval: int = 1) -> dict:
     run_dir = base / name
     profile = base / f"{name}.profile.json"
+    warm = ["controller.warm_spares=1", f"checkpoint.memory_interval={memory_interval}"]
     overrides = [f"training.train_iters={iters}", f"watcher.enabled={str(enabled).lower()}",
-                 *(WARM if enabled and snapshots else [])]
+                 *(warm if enabled and snapshots else [])]
     run = Launch(run_dir, overrides, argv=[sys.executable, __file__, "--drive", str(profile)]).start()
+    cpu = steady_cpu_per_step(run, iters)
     code = run.wait(timeout=600)
     if code != 0:
         raise BenchError(f"{name}: driver exited {code}:\n{run.log_tail()}")
     figures = step_figures(run_dir)
+    figures.update({f"cpu_{name}_ms": 1000 * seconds for name, seconds in cpu.items()})
     judged = json.loads(profile.read_text())
     figures["judge_cpu_ms_per_step"] = 1000 * judged["cpu_s"] / figures["steps"]
     figures["judge_wall_ms_per_step"] = 1000 * judged["wall_s"] / figures["steps"]
     figures["polls"] = judged["calls"]
     return figures
+
+
+def snapshot_cost(base: Path, iters: int) -> tuple[float, float, dict]:
+    """The snapshot's cost to the ranks measured inside one run, immune to the machine's drift:
+    with a snapshot every other step, the interval of a step that carries a copy against the
+    one before it, which does not, step after step. Returns the median interval of each kind
+    (seconds: the free one, and it plus the median difference) and the run's CPU figures."""
+    name = "alternating"
+    figures = one_run(base, name, True, iters, snapshots=True, memory_interval=2)
+    rows = logbook_rows(base / name, "metrics")
+    times = {row["step"]: row["time"] for row in rows}
+    interval = {s: times[s] - times[s - 1] for s in times if s - 1 in times and s >= STEADY_FROM}
+    # The snapshot of step s - 1 (even) is taken after its report: it falls in step s's interval.
+    # Each odd step is set against the step before it, a tenth of a second apart: drift cancels.
+    pairs = [(interval[s], interval[s - 1]) for s in interval if s % 2 == 1 and s - 1 in interval]
+    difference = median([carrying - free for carrying, free in pairs])
+    free = median([free for _carrying, free in pairs])
+    return free + difference, free, figures
 
 
 def main() -> int:
@@ -116,24 +193,48 @@ def main() -> int:
             name = f"t{trial}-{'on' if enabled else 'off'}"
             figures = one_run(base, name, enabled, args.iters, args.snapshots)
             results[enabled].append(figures)
-            rows.append([trial, "on" if enabled else "off", figures["steps"], 1000 * figures["step_time"],
-                         1000 * figures["interval"], figures["span"], figures["polls"],
-                         figures["judge_cpu_ms_per_step"], figures["judge_wall_ms_per_step"]])
+            rows.append([trial, "on" if enabled else "off", 1000 * figures["step_time"], 1000 * figures["interval"],
+                         figures["span"], figures["steady_span"], *(figures[f"cpu_{r}_ms"] for r in ROLES),
+                         figures["polls"], figures["judge_cpu_ms_per_step"]])
             print(f"  {name}: step_time {1000 * figures['step_time']:.1f} ms", flush=True)
-    headers = ["trial", "watcher", "steps", "step_ms", "interval_ms", "span_s", "polls",
-               "judge_cpu_ms/step", "judge_wall_ms/step"]
-    print_table(headers, rows)
+    print_table(["trial", "watcher", "step_ms", "interval_ms", "span_s", "steady_span_s",
+                 *(f"cpu_{r}_ms/step" for r in ROLES), "polls", "judge_cpu_ms/step"], rows)
     med = {on: {key: median([r[key] for r in results[on]]) for key in results[on][0]} for on in (True, False)}
-    print_table(["watcher", "median step_ms", "median interval_ms", "median span_s", "judge_cpu_ms/step"],
-                [[("on" if on else "off"), 1000 * med[on]["step_time"], 1000 * med[on]["interval"],
-                  med[on]["span"], med[on]["judge_cpu_ms_per_step"]] for on in (True, False)])
+    paired = sorted(on["interval"] / off["interval"] for on, off in zip(results[True], results[False]))
     arm = "watcher and snapshots" if args.snapshots else "watcher"
     print(f"ratio with/without {arm}: step_time {med[True]['step_time'] / med[False]['step_time']:.3f}x, "
           f"interval {med[True]['interval'] / med[False]['interval']:.3f}x, "
-          f"span {med[True]['span'] / med[False]['span']:.3f}x; "
-          f"driver CPU in the watcher+policy {med[True]['judge_cpu_ms_per_step']:.3f} ms/step "
-          f"({100 * med[True]['judge_cpu_ms_per_step'] / (1000 * med[True]['interval']):.2f}% of a step interval)")
+          f"span {med[True]['span'] / med[False]['span']:.3f}x, "
+          f"span from step {STEADY_FROM} {med[True]['steady_span'] / med[False]['steady_span']:.3f}x; "
+          f"interval of each pair {paired[0]:.3f}x-{paired[-1]:.3f}x (median {median(paired):.3f}x): "
+          f"the drift of this machine between runs; "
+          f"driver CPU in the watcher+policy {med[True]['judge_cpu_ms_per_step']:.3f} ms/step")
+    if args.snapshots:
+        account(base, args.iters, med)
     return 0
+
+
+def account(base: Path, iters: int, med: dict) -> None:
+    """What the watcher, the snapshots and the spare cost a step, part by part, measured where
+    drift cannot reach them: the snapshot inside one run, the other processes by their own CPU.
+    On a machine whose cores the ranks fill (this one: two ranks, two cores), CPU taken by
+    another process is time a rank loses; on a cluster the driver and the spare run beside
+    the ranks, and only the snapshot is theirs."""
+    carrying, free, figures = snapshot_cost(base, iters)
+    snapshot_ms = 1000 * (carrying - free)
+    extra = {r: med[True][f"cpu_{r}_ms"] - med[False][f"cpu_{r}_ms"] for r in ("driver", "spare", "ray")}
+    step_ms = 1000 * med[False]["interval"]
+    total = snapshot_ms + sum(extra.values())
+    print(f"snapshot in one run (a copy every other step): a step carrying one {1000 * carrying:.2f} ms, "
+          f"one not {1000 * free:.2f} ms: {snapshot_ms:+.2f} ms per snapshot "
+          f"({100 * snapshot_ms / step_ms:+.2f}% of a {step_ms:.1f} ms step)")
+    print("CPU per step with/without, medians: " + ", ".join(
+        f"{r} {med[True][f'cpu_{r}_ms']:.2f}/{med[False][f'cpu_{r}_ms']:.2f} ms ({extra[r]:+.2f})"
+        for r in ("driver", "spare", "ray")))
+    print(f"accounted overhead per step: snapshot {snapshot_ms:+.2f} ms + driver {extra['driver']:+.2f} ms "
+          f"+ spare {extra['spare']:+.2f} ms + Ray {extra['ray']:+.2f} ms = {total:+.2f} ms, "
+          f"{100 * total / step_ms:.2f}% of a step ({100 * snapshot_ms / step_ms:.2f}% where the driver and "
+          f"the spare have cores of their own)")
 
 
 if __name__ == "__main__":

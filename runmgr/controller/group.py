@@ -95,6 +95,9 @@ class GroupPoll:
     """What happened to a warm group's spares since the last poll."""
     ready_spares: int | None = None
     """A warm group's ready spares now (None: a group that keeps no spares)."""
+    waiting_ranks: list[int] = field(default_factory=list)
+    """Ranks that, when drained, waited in their warm link for the group to re-form (a peer
+    broke it): a warm group then probes the others (runmgr/workers/liveness.py)."""
 
 
 class WorkerGroup(Protocol):

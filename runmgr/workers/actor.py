@@ -178,8 +178,13 @@ class TrainerWorker:
         return self.warm_link.waiting_since is not None
 
     def drain(self) -> list[tuple[str, object]]:
+        """What the rank reported since the last drain, and whether it waits in its warm link
+        now (the driver learns it with no call of its own: no probe while all goes well)."""
         self.lease.renew()
-        return self.reporter.take()
+        items = self.reporter.take()
+        if self.waiting():
+            items.append(("waiting", self.rank))
+        return items
 
 
 RemoteTrainerWorker = ray.remote(max_concurrency=2, max_restarts=0)(TrainerWorker)

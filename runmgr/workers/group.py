@@ -168,22 +168,34 @@ class RayWorkerGroup:
         for rank, actor in enumerate(self._actors):
             if rank not in self._drains and rank not in self._dead:
                 self._drains[rank] = actor.drain.remote()
-        if not self._drains:
-            return
-        ready, _ = ray.wait(list(self._drains.values()), num_returns=len(self._drains), timeout=DRAIN_WAIT_S)
-        ready_set = set(ready)
-        for rank, ref in list(self._drains.items()):
-            if ref not in ready_set:
-                continue
-            del self._drains[rank]
-            try:
-                items = ray.get(ref)
-            except RayActorError:
-                continue  # a dead rank has nothing more to say
-            for kind, item in items:
-                {"step": result.steps, "checkpoint": result.checkpoints, "heartbeat": result.heartbeats,
-                 "started": result.starts, "local_norms": result.local_norms}[kind].append(item)
+        deadline = time.monotonic() + DRAIN_WAIT_S
+        while self._drains:
+            # Each drain as it comes back: a rank that says it waits in its warm link is acted on
+            # while the others are still awaited (a lost node's rank never answers).
+            pending = {ref: rank for rank, ref in self._drains.items()}
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            for ref in ready:
+                self._take_drain(pending[ref], ref, result)
         result.steps.sort(key=lambda r: r.step)
+
+    def _take_drain(self, rank: int, ref, result: GroupPoll) -> None:
+        del self._drains[rank]
+        try:
+            items = ray.get(ref)
+        except RayActorError:
+            return  # a dead rank has nothing more to say
+        for kind, item in items:
+            {"step": result.steps, "checkpoint": result.checkpoints, "heartbeat": result.heartbeats,
+             "started": result.starts, "local_norms": result.local_norms,
+             "waiting": result.waiting_ranks}[kind].append(item)
+        if rank in result.waiting_ranks:
+            self._heard_waiting(rank)
+
+    def _heard_waiting(self, rank: int) -> None:
+        """``rank`` waits in its warm link for the group to re-form: nothing to do here (a warm
+        group starts probing the others)."""
 
     def _info(self, rank: int) -> WorkerInfo | None:
         return self._infos[rank] if rank < len(self._infos) else None

@@ -14,10 +14,12 @@ their warm link (trainer/warm.py). A rank is named lost when three things hold t
   never named here: it is left to Ray and to the watcher (a hang).
 
 The probes are ``waiting`` calls, answered by the actor's second thread while the first
-trains: the warm group sends one to each rank at the start of a poll and before its drain,
-and checks after the wait for the ranks' outcomes and after the drain (which waits up to
-0.5 s for a rank that never answers), so a lost node is named within about a poll of its
-peers' noticing it.
+trains. None is sent while all goes well (each call costs the ranks' CPU, which on a busy
+node is the steps' time): a rank's drain says when it waits in its warm link
+(:meth:`PeerProbe.arm`), and from then on the warm group sends one to each rank at the start
+of a poll and before its drain, and checks after the wait for the ranks' outcomes and after
+the drain (which waits up to 0.5 s for a rank that never answers), so a lost node is named
+within about two polls of its peers' noticing it.
 """
 
 from __future__ import annotations
@@ -91,7 +93,8 @@ class PeerProbe:
         self.reset()
 
     def reset(self) -> None:
-        """The group changed its actors: forget every probe and answer."""
+        """The group changed its actors: forget every probe and answer; no probes until armed again."""
+        self._armed = False
         self._pending: dict[int, object] = {}
         """rank -> its probe not answered yet."""
         self._since: dict[int, float] = {}
@@ -105,8 +108,15 @@ class PeerProbe:
         self._since.pop(rank, None)
         self._waiting.pop(rank, None)
 
+    def arm(self, waiting: Collection[int]) -> None:
+        """Ranks of ``waiting`` said, when drained, that they wait in their warm link: probe from now on."""
+        if waiting:
+            self._armed = True
+
     def send(self, actors: Mapping[int, object]) -> None:
-        """A probe to every rank of ``actors`` (its actor, by rank) that has none pending."""
+        """Once armed, a probe to every rank of ``actors`` (its actor, by rank) that has none pending."""
+        if not self._armed:
+            return
         now = self.clock()
         for rank, actor in actors.items():
             if rank not in self._pending:

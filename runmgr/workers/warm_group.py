@@ -112,6 +112,12 @@ class WarmRayWorkerGroup(RayWorkerGroup):
         self._send_probes()
         super()._drain(result)
 
+    def _heard_waiting(self, rank: int) -> None:
+        """A survivor's drain says it waits: probe the others now; the rest of the drain's wait
+        ages the probes, so a lost node is named in this poll."""
+        self._probe.arm([rank])
+        self._send_probes()
+
     def _find_unreachable(self, result: GroupPoll) -> None:
         """Ranks whose node is gone while their peers wait for them (runmgr/workers/liveness.py)."""
         if not self._actors:

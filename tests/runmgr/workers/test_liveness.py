@@ -61,6 +61,7 @@ def ranks(local_ray, tmp_path):
 
 
 def probe_until_rank_1_is_checked(probe: PeerProbe, actors, workers) -> ProbeResult:
+    probe.arm([0])  # rank 0's drain said it waits in its warm link
     deadline = time.monotonic() + SAFETY_S
     while True:
         probe.send(dict(enumerate(actors)))
@@ -69,6 +70,18 @@ def probe_until_rank_1_is_checked(probe: PeerProbe, actors, workers) -> ProbeRes
             return result
         assert time.monotonic() < deadline, "rank 1 was never checked"
         time.sleep(POLL_S)
+
+
+def test_no_rank_is_probed_until_a_drain_says_one_waits(ranks):
+    # While all goes well a probe costs the ranks' CPU for nothing: none is sent.
+    actors, workers = ranks
+    probe = PeerProbe()
+    probe.send(dict(enumerate(actors)))
+    assert probe.check(workers) == ProbeResult()
+    probe.arm([])
+    probe.send(dict(enumerate(actors)))
+    assert probe.check(workers) == ProbeResult()
+    assert probe_until_rank_1_is_checked(probe, actors, workers).waiting == (0,)
 
 
 def test_a_live_rank_that_answers_no_probe_is_not_named_lost(ranks):

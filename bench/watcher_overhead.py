@@ -90,6 +90,8 @@ def step_figures(run_dir: Path) -> dict:
 WARM = ["controller.warm_spares=1", "checkpoint.memory_interval=1"]
 STEADY_UNTIL = 10
 """The CPU window ends this many steps before the last one (the run's processes still live)."""
+ALTERNATING_ITERS = 400
+"""Steps of the run that measures the snapshot inside itself (about 180 pairs of steps)."""
 ROLES = ("driver", "ranks", "spare", "ray")
 """Who in a run's process tree spends CPU: the driver (watcher, policy, logbook), the ranks,
 a waiting spare, and Ray's own processes (raylets, GCS, agents)."""
@@ -177,12 +179,17 @@ def main() -> int:
     parser.add_argument("--iters", type=int, default=150, help="training.train_iters of each run")
     parser.add_argument("--snapshots", action="store_true",
                         help="the 'on' arm also takes a memory snapshot every step and keeps a ready spare")
+    parser.add_argument("--memory-interval", type=int, default=1,
+                        help="with --snapshots: checkpoint.memory_interval of the 'on' arm (2: half the copies, "
+                             "still at most one step lost)")
     parser.add_argument("--drive", type=Path, help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args()
     if args.drive:
         return drive(args.drive, rest)
     base = Path(tempfile.mkdtemp(prefix="watcher-overhead-"))
-    print(f"demo, {args.iters} steps per run, {args.trials} pairs; runs in {base}", flush=True)
+    print(f"demo, {args.iters} steps per run, {args.trials} pairs"
+          + (f", a snapshot every {args.memory_interval} step(s) and a ready spare" if args.snapshots else "")
+          + f"; runs in {base}", flush=True)
     results: dict[bool, list[dict]] = {True: [], False: []}
     rows = []
     for trial in range(args.trials):
@@ -191,7 +198,7 @@ def main() -> int:
         # against one arm.
         for enabled in ((True, False) if trial % 2 == 0 else (False, True)):
             name = f"t{trial}-{'on' if enabled else 'off'}"
-            figures = one_run(base, name, enabled, args.iters, args.snapshots)
+            figures = one_run(base, name, enabled, args.iters, args.snapshots, args.memory_interval)
             results[enabled].append(figures)
             rows.append([trial, "on" if enabled else "off", 1000 * figures["step_time"], 1000 * figures["interval"],
                          figures["span"], figures["steady_span"], *(figures[f"cpu_{r}_ms"] for r in ROLES),
@@ -210,24 +217,25 @@ def main() -> int:
           f"the drift of this machine between runs; "
           f"driver CPU in the watcher+policy {med[True]['judge_cpu_ms_per_step']:.3f} ms/step")
     if args.snapshots:
-        account(base, args.iters, med)
+        account(base, args.iters, med, args.memory_interval)
     return 0
 
 
-def account(base: Path, iters: int, med: dict) -> None:
+def account(base: Path, iters: int, med: dict, memory_interval: int) -> None:
     """What the watcher, the snapshots and the spare cost a step, part by part, measured where
     drift cannot reach them: the snapshot inside one run, the other processes by their own CPU.
     On a machine whose cores the ranks fill (this one: two ranks, two cores), CPU taken by
     another process is time a rank loses; on a cluster the driver and the spare run beside
     the ranks, and only the snapshot is theirs."""
-    carrying, free, figures = snapshot_cost(base, iters)
-    snapshot_ms = 1000 * (carrying - free)
+    carrying, free, figures = snapshot_cost(base, max(iters, ALTERNATING_ITERS))
+    per_snapshot_ms = 1000 * (carrying - free)
+    snapshot_ms = per_snapshot_ms / memory_interval
     extra = {r: med[True][f"cpu_{r}_ms"] - med[False][f"cpu_{r}_ms"] for r in ("driver", "spare", "ray")}
     step_ms = 1000 * med[False]["interval"]
     total = snapshot_ms + sum(extra.values())
     print(f"snapshot in one run (a copy every other step): a step carrying one {1000 * carrying:.2f} ms, "
-          f"one not {1000 * free:.2f} ms: {snapshot_ms:+.2f} ms per snapshot "
-          f"({100 * snapshot_ms / step_ms:+.2f}% of a {step_ms:.1f} ms step)")
+          f"one not {1000 * free:.2f} ms: {per_snapshot_ms:+.2f} ms per snapshot, one every {memory_interval} "
+          f"step(s): {snapshot_ms:+.2f} ms per step ({100 * snapshot_ms / step_ms:+.2f}% of a {step_ms:.1f} ms step)")
     print("CPU per step with/without, medians: " + ", ".join(
         f"{r} {med[True][f'cpu_{r}_ms']:.2f}/{med[False][f'cpu_{r}_ms']:.2f} ms ({extra[r]:+.2f})"
         for r in ("driver", "spare", "ray")))

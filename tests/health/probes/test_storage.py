@@ -52,7 +52,9 @@ def in_namespace(kind, directory, timeout_s):
 
 
 def test_a_healthy_directory_is_measured_and_left_clean(tmp_path):
-    result = probe_mount(spec(tmp_path), QUICK)
+    # No speed limit: what this directory measures depends on the load beside the test (a
+    # loaded CI machine wrote 95.7 MB/s); slow storage is failed by the tests that ask for it.
+    result = probe_mount(spec(tmp_path, min_write_mbps=0.0, min_read_mbps=0.0, max_latency_ms=float("inf")), QUICK)
     assert failing(result) == {}
     figures = {k.split("@")[0]: v for k, v in result.figures.items()}
     assert figures["storage.write_mbps"] > 0 and figures["storage.read_mbps"] > 0

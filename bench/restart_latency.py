@@ -12,11 +12,13 @@ resumed from). Trials alternate the systems, so the load of this shared
 machine drifts into all alike.
 
 - runmgr-warm: `runmgr launch conf=demo controller.warm_spares=1
-  checkpoint.memory_interval=1`: one ready spare, a memory snapshot every
-  step (runmgr/workers/warm_group.py). runmgr-warm-node: the same on three
-  local Ray nodes (two ranks and the spare), and the victim's whole node is
-  killed (its raylet and its worker). runmgr-warm2: a snapshot every other
-  step (`checkpoint.memory_interval=2`: half the copies, at most one step lost).
+  checkpoint.memory_interval=1`: one ready spare; in plain data parallel the
+  survivor's live state is the copy (trainer/live.py, runmgr/workers/warm_group.py).
+  runmgr-warm-node: the same on three local Ray nodes (two ranks and the
+  spare), and the victim's whole node is killed (its raylet and its worker).
+  runmgr-warm-zero1: ZeRO-1 (`parallel.use_distributed_optimizer=true`): each
+  rank's optimizer shard is its own, so a memory snapshot every step goes to
+  its buddy, which donates it.
 - runmgr-cold: `runmgr launch conf=demo` (every rank a new process, state
   from the newest verified checkpoint). rank 1's pid and the step come from
   status.json; the restart's first step is the first row of sub-run .01 in
@@ -54,7 +56,7 @@ from torchrun_elastic import torchrun_trial  # noqa: E402
 SAVE_INTERVAL = 10
 VICTIM_RANK = 1
 WARM = ["controller.warm_spares=1", "checkpoint.memory_interval=1"]
-WARM_EVERY_OTHER = ["controller.warm_spares=1", "checkpoint.memory_interval=2"]
+WARM_ZERO1 = [*WARM, "parallel.use_distributed_optimizer=true"]
 NODES = ["cluster.local_nodes=3", "cluster.num_workers=2", "cluster.cpus_per_worker=1"]
 """Three local Ray nodes of one rank each: two ranks and the spare, each on its own node."""
 
@@ -135,14 +137,14 @@ def ray_trial(out_dir: Path, iters: int, kill_step: int) -> dict:
     }
 
 
-SYSTEMS = ("runmgr-warm", "runmgr-cold", "RayTrain", "torchrun", "runmgr-warm-node", "runmgr-warm2")
+SYSTEMS = ("runmgr-warm", "runmgr-cold", "RayTrain", "torchrun", "runmgr-warm-node", "runmgr-warm-zero1")
 
 
 def trial(who: str, where: Path, iters: int, kill_step: int) -> dict:
     if who == "runmgr-warm":
         return runmgr_trial(where, iters, kill_step, WARM)
-    if who == "runmgr-warm2":
-        return runmgr_trial(where, iters, kill_step, WARM_EVERY_OTHER)
+    if who == "runmgr-warm-zero1":
+        return runmgr_trial(where, iters, kill_step, WARM_ZERO1)
     if who == "runmgr-warm-node":
         return runmgr_trial(where, iters, kill_step, [*WARM, *NODES], node=True)
     if who == "runmgr-cold":

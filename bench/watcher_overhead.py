@@ -2,12 +2,12 @@
 
     .venv/bin/python bench/watcher_overhead.py [--trials N] [--iters 150] [--snapshots]
 
-With ``--snapshots`` the "on" arm also keeps the warm path's state: a memory
-snapshot every step (``checkpoint.memory_interval=1``, a host copy of the
-model, AdamW's moments and the loss scaler) and one ready spare
-(``controller.warm_spares=1``); the "off" arm has neither. The snapshot is
-taken between steps, so its cost shows in the interval between step rows and
-in the span, not in the trainer's own step_time.
+With ``--snapshots`` the "on" arm also keeps the warm path's state
+(``checkpoint.memory_interval=1``) and one ready spare
+(``controller.warm_spares=1``); the "off" arm has neither. The demo trains in
+plain data parallel, where a replica's live state is the warm copy: no
+snapshot is taken (trainer/live.py), and what is left is the driver's work,
+Ray's, and the waiting spare's.
 
 Each trial runs the demo twice, watcher on then off (on, off, on, off, ...:
 interleaved so that the load of this shared machine drifts into both arms
@@ -90,8 +90,6 @@ def step_figures(run_dir: Path) -> dict:
 WARM = ["controller.warm_spares=1", "checkpoint.memory_interval=1"]
 STEADY_UNTIL = 10
 """The CPU window ends this many steps before the last one (the run's processes still live)."""
-ALTERNATING_ITERS = 400
-"""Steps of the run that measures the snapshot inside itself (about 180 pairs of steps)."""
 ROLES = ("driver", "ranks", "spare", "ray")
 """Who in a run's process tree spends CPU: the driver (watcher, policy, logbook), the ranks,
 a waiting spare, and Ray's own processes (raylets, GCS, agents)."""
@@ -134,13 +132,11 @@ def steady_cpu_per_step(run: Launch, iters: int) -> dict[str, float]:
     return {name: seconds / steps for name, seconds in spent.items()}
 
 
-def one_run(base: Path, name: str, enabled: bool, iters: int, snapshots: bool = False,
-            memory_interval: int = 1) -> dict:
+def one_run(base: Path, name: str, enabled: bool, iters: int, snapshots: bool = False) -> dict:
     run_dir = base / name
     profile = base / f"{name}.profile.json"
-    warm = ["controller.warm_spares=1", f"checkpoint.memory_interval={memory_interval}"]
     overrides = [f"training.train_iters={iters}", f"watcher.enabled={str(enabled).lower()}",
-                 *(warm if enabled and snapshots else [])]
+                 *(WARM if enabled and snapshots else [])]
     run = Launch(run_dir, overrides, argv=[sys.executable, __file__, "--drive", str(profile)]).start()
     cpu = steady_cpu_per_step(run, iters)
     code = run.wait(timeout=600)
@@ -155,40 +151,19 @@ def one_run(base: Path, name: str, enabled: bool, iters: int, snapshots: bool = 
     return figures
 
 
-def snapshot_cost(base: Path, iters: int) -> tuple[float, float, dict]:
-    """The snapshot's cost to the ranks measured inside one run, immune to the machine's drift:
-    with a snapshot every other step, the interval of a step that carries a copy against the
-    one before it, which does not, step after step. Returns the median interval of each kind
-    (seconds: the free one, and it plus the median difference) and the run's CPU figures."""
-    name = "alternating"
-    figures = one_run(base, name, True, iters, snapshots=True, memory_interval=2)
-    rows = logbook_rows(base / name, "metrics")
-    times = {row["step"]: row["time"] for row in rows}
-    interval = {s: times[s] - times[s - 1] for s in times if s - 1 in times and s >= STEADY_FROM}
-    # The snapshot of step s - 1 (even) is taken after its report: it falls in step s's interval.
-    # Each odd step is set against the step before it, a tenth of a second apart: drift cancels.
-    pairs = [(interval[s], interval[s - 1]) for s in interval if s % 2 == 1 and s - 1 in interval]
-    difference = median([carrying - free for carrying, free in pairs])
-    free = median([free for _carrying, free in pairs])
-    return free + difference, free, figures
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=4, help="pairs of runs (on/off, then off/on, ...)")
     parser.add_argument("--iters", type=int, default=150, help="training.train_iters of each run")
     parser.add_argument("--snapshots", action="store_true",
-                        help="the 'on' arm also takes a memory snapshot every step and keeps a ready spare")
-    parser.add_argument("--memory-interval", type=int, default=1,
-                        help="with --snapshots: checkpoint.memory_interval of the 'on' arm (2: half the copies, "
-                             "still at most one step lost)")
+                        help="the 'on' arm also keeps warm state (checkpoint.memory_interval=1) and a ready spare")
     parser.add_argument("--drive", type=Path, help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args()
     if args.drive:
         return drive(args.drive, rest)
     base = Path(tempfile.mkdtemp(prefix="watcher-overhead-"))
     print(f"demo, {args.iters} steps per run, {args.trials} pairs"
-          + (f", a snapshot every {args.memory_interval} step(s) and a ready spare" if args.snapshots else "")
+          + (", warm state and a ready spare" if args.snapshots else "")
           + f"; runs in {base}", flush=True)
     results: dict[bool, list[dict]] = {True: [], False: []}
     rows = []
@@ -198,7 +173,7 @@ def main() -> int:
         # against one arm.
         for enabled in ((True, False) if trial % 2 == 0 else (False, True)):
             name = f"t{trial}-{'on' if enabled else 'off'}"
-            figures = one_run(base, name, enabled, args.iters, args.snapshots, args.memory_interval)
+            figures = one_run(base, name, enabled, args.iters, args.snapshots)
             results[enabled].append(figures)
             rows.append([trial, "on" if enabled else "off", 1000 * figures["step_time"], 1000 * figures["interval"],
                          figures["span"], figures["steady_span"], *(figures[f"cpu_{r}_ms"] for r in ROLES),
@@ -217,32 +192,26 @@ def main() -> int:
           f"the drift of this machine between runs; "
           f"driver CPU in the watcher+policy {med[True]['judge_cpu_ms_per_step']:.3f} ms/step")
     if args.snapshots:
-        account(base, args.iters, med, args.memory_interval)
+        account(med)
     return 0
 
 
-def account(base: Path, iters: int, med: dict, memory_interval: int) -> None:
-    """What the watcher, the snapshots and the spare cost a step, part by part, measured where
-    drift cannot reach them: the snapshot inside one run, the other processes by their own CPU.
-    On a machine whose cores the ranks fill (this one: two ranks, two cores), CPU taken by
-    another process is time a rank loses; on a cluster the driver and the spare run beside
-    the ranks, and only the snapshot is theirs."""
-    carrying, free, figures = snapshot_cost(base, max(iters, ALTERNATING_ITERS))
-    per_snapshot_ms = 1000 * (carrying - free)
-    snapshot_ms = per_snapshot_ms / memory_interval
-    extra = {r: med[True][f"cpu_{r}_ms"] - med[False][f"cpu_{r}_ms"] for r in ("driver", "spare", "ray")}
+def account(med: dict) -> None:
+    """What the watcher, the warm state and the spare cost a step, part by part, by each role's
+    own CPU, where drift cannot reach them. On a machine whose cores the ranks fill (this one:
+    two ranks, two cores), CPU taken by another process is time a rank loses; on a cluster the
+    driver and a spare run beside the ranks. The ranks' own CPU per step is set against the
+    same figure without: the warm state's cost inside a rank."""
+    extra = {r: med[True][f"cpu_{r}_ms"] - med[False][f"cpu_{r}_ms"] for r in ROLES}
     step_ms = 1000 * med[False]["interval"]
-    total = snapshot_ms + sum(extra.values())
-    print(f"snapshot in one run (a copy every other step): a step carrying one {1000 * carrying:.2f} ms, "
-          f"one not {1000 * free:.2f} ms: {per_snapshot_ms:+.2f} ms per snapshot, one every {memory_interval} "
-          f"step(s): {snapshot_ms:+.2f} ms per step ({100 * snapshot_ms / step_ms:+.2f}% of a {step_ms:.1f} ms step)")
     print("CPU per step with/without, medians: " + ", ".join(
-        f"{r} {med[True][f'cpu_{r}_ms']:.2f}/{med[False][f'cpu_{r}_ms']:.2f} ms ({extra[r]:+.2f})"
-        for r in ("driver", "spare", "ray")))
-    print(f"accounted overhead per step: snapshot {snapshot_ms:+.2f} ms + driver {extra['driver']:+.2f} ms "
-          f"+ spare {extra['spare']:+.2f} ms + Ray {extra['ray']:+.2f} ms = {total:+.2f} ms, "
-          f"{100 * total / step_ms:.2f}% of a step ({100 * snapshot_ms / step_ms:.2f}% where the driver and "
-          f"the spare have cores of their own)")
+        f"{r} {med[True][f'cpu_{r}_ms']:.2f}/{med[False][f'cpu_{r}_ms']:.2f} ms ({extra[r]:+.2f})" for r in ROLES))
+    watcher = extra["driver"] + extra["ray"]
+    print(f"accounted overhead per step of a {step_ms:.1f} ms step: watcher and warm state (driver "
+          f"{extra['driver']:+.2f} ms + Ray {extra['ray']:+.2f} ms, no snapshot in plain data parallel) "
+          f"= {watcher:+.2f} ms, {100 * watcher / step_ms:.2f}%; the ready spare waiting on this machine's "
+          f"cores {extra['spare']:+.2f} ms more: {100 * (watcher + extra['spare']) / step_ms:.2f}% in all; "
+          f"the ranks' own CPU {extra['ranks']:+.2f} ms ({100 * extra['ranks'] / (2 * step_ms):+.2f}% of two ranks)")
 
 
 if __name__ == "__main__":

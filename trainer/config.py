@@ -238,11 +238,12 @@ class CheckpointConfig:
     async_save: bool = True
     """Write in the background on a process group of its own."""
     memory_interval: int = 0
-    """Keep an in-memory snapshot of this rank's state every this many steps (0: none).
-    With snapshots and a driver that re-forms the group (runmgr's warm restarts), a rank
-    that survives a peer's death rolls back to its newest snapshot and goes on in the same
-    process, and a replacement copies its state from a peer's memory: a replica's in plain data
-    parallel, else the copy its buddy keeps (trainer/warm.py)."""
+    """Keep this rank's state in memory for warm recovery every this many steps (0: none).
+    With a driver that re-forms the group (runmgr's warm restarts), a rank that survives a
+    peer's death goes on in the same process, and a replacement copies its state from a peer's
+    memory. In plain data parallel a replica's live state is that copy, current at every step
+    whatever the interval, and no snapshot is taken (trainer/live.py); under the other layouts
+    each rank snapshots every this many steps and its buddy keeps a copy (trainer/warm.py)."""
 
 
 @dataclass

@@ -54,6 +54,7 @@ from trainer.report import CheckpointReport, Heartbeat, LocalNormsReport, Report
 from trainer.rng import reseed_for_step, rng_snapshot, seed_everything
 from trainer.steps import StepContext, forward_backward, micro_batches, optimizer_step
 from trainer import host_state
+from trainer.live import Committed, agree_on_live_step
 from trainer.warm import Snapshots, WarmLink, agree_on_step, buddy_of, buddy_source, is_peer_failure
 
 
@@ -146,7 +147,8 @@ def train(
     baseline = device.memory_in_use_bytes()  # before the process groups, the model and the data
     ckpt_group = init_process_groups(dist_env, device.backend, config.parallel.dist_timeout_s)
     try:
-        keeper = _WarmKeeper(warm, Snapshots(config.checkpoint.memory_interval), _host_group(config, device)) \
+        keeper = _WarmKeeper(warm, Snapshots(config.checkpoint.memory_interval), _host_group(config, device),
+                             config.layout(dist_env.world_size).plain) \
             if warm is not None and config.checkpoint.memory_interval else None
         return _train(config, plan, reporter, dist_env, device, ckpt_group, baseline, keeper)
     finally:
@@ -162,6 +164,8 @@ class _WarmKeeper:
     host_group: Optional[dist.ProcessGroup]
     """Where snapshots go between ranks: a gloo group of host tensors (None: the default group,
     when it is gloo already)."""
+    live: bool = False
+    """Plain data parallel: the replicas' live state serves, no snapshot is taken (trainer/live.py)."""
 
 
 def _host_group(config: TrainerConfig, device: Device) -> Optional[dist.ProcessGroup]:
@@ -204,6 +208,8 @@ class _Session:
     """How a step's tokens/s becomes MFU (rank 0 only)."""
     optimizer_bytes: tuple[int, ...] = ()
     """Each rank's optimizer-state bytes, measured once after the first update."""
+    committed: Optional[Committed] = None
+    """Where this rank's live state stands, when it serves as the warm copy (trainer/live.py)."""
 
 
 def _start(config: TrainerConfig, plan: ResumePlan, reporter: Reporter, dist_env: DistEnv, device: Device,
@@ -254,7 +260,9 @@ def _skip_step(session: _Session) -> None:
 
 
 def _run_step(session: _Session, step: int) -> None:
-    """Train ``step`` and report it (rank 0)."""
+    """Train ``step`` and report it (rank 0). Every collective of the step comes before the
+    update: from the update on, all is local, so a peer's death leaves this rank's state
+    committed at this step or the one before (trainer/live.py)."""
     ctx, scaler = session.ctx, session.scaler
     config, rank, world = ctx.config, ctx.dist_env.rank, ctx.dist_env.world_size
     started = time.perf_counter()
@@ -263,11 +271,6 @@ def _run_step(session: _Session, step: int) -> None:
     batches, session.cursor = micro_batches(session.stream, session.cursor, ctx)
     loss_scale = scaler.scale  # the scale this step ran with; the update may change it
     local_loss, compute_time = forward_backward(session.engine, batches, loss_scale, ctx)
-    before_clip = _norms_reporter(session, step) if norms_due(config, ctx.plan, step) else None
-    grad_norm, skipped = optimizer_step(session.engine, scaler, ctx.lr(step), ctx, before_clip)
-    if not session.optimizer_bytes and not skipped:
-        session.optimizer_bytes = tuple(gather_ints(optimizer_state_bytes(session.engine.optimizer), world,
-                                                    ctx.device.torch_device))
     holds = local_loss is not None and session.engine.reports_loss
     # Peak bytes as whole MiB and the rest: each part exact in the float32 the gather carries.
     peak_mib, peak_rest = divmod(ctx.device.peak_memory_bytes(), 1 << 20)
@@ -277,11 +280,17 @@ def _run_step(session: _Session, step: int) -> None:
     # tensor-parallel group), in rank order: the same float on every rank.
     losses = [row[0] for row in gathered if row[2]]
     loss = sum(losses) / len(losses)
+    before_clip = _norms_reporter(session, step) if norms_due(config, ctx.plan, step) else None
+    grad_norm, skipped = optimizer_step(session.engine, scaler, ctx.lr(step), ctx, before_clip)
+    if not session.optimizer_bytes and not skipped:
+        session.optimizer_bytes = _optimizer_bytes(session)
     session.losses.append(loss)
-    if rank == 0 and (step % config.training.log_interval == 0 or step == config.training.train_iters):
+    report = None
+    if (rank == 0 or session.committed is not None) and (
+            step % config.training.log_interval == 0 or step == config.training.train_iters):
         tokens, step_time = config.training.global_batch_size * config.model.seq_length, time.perf_counter() - started
         tokens_per_s = tokens / step_time if step_time > 0 else 0.0
-        session.reporter.step(StepReport(
+        report = StepReport(
             subrun=ctx.plan.subrun, step=step, loss=loss, grad_norm=grad_norm, lr=ctx.lr(step),
             loss_scale=loss_scale, tokens=tokens, consumed_samples=session.cursor, step_time=step_time,
             compute_times=tuple(row[1] for row in gathered), skipped=skipped, time=time.time(),
@@ -289,7 +298,20 @@ def _run_step(session: _Session, step: int) -> None:
             mfu=session.throughput.mfu(tokens_per_s) if session.throughput else None,
             peak_memory_bytes=tuple(int(row[3]) * (1 << 20) + int(row[4]) for row in gathered),
             optimizer_state_bytes=session.optimizer_bytes,
-        ))
+        )
+    if session.committed is not None:
+        session.committed.commit(step, session.cursor, session.skipped_samples, report)
+    if rank == 0 and report is not None:
+        session.reporter.step(report)
+
+
+def _optimizer_bytes(session: _Session) -> tuple[int, ...]:
+    """Each rank's optimizer-state bytes, after the first update: in plain data parallel every
+    replica holds the same (no collective after the update: see :func:`_run_step`)."""
+    ctx, optimizer = session.ctx, session.engine.optimizer
+    if session.engine.layout.plain:
+        return (optimizer_state_bytes(optimizer),) * ctx.dist_env.world_size
+    return tuple(gather_ints(optimizer_state_bytes(optimizer), ctx.dist_env.world_size, ctx.device.torch_device))
 
 
 def norms_due(config: TrainerConfig, plan: ResumePlan, step: int) -> bool:
@@ -340,7 +362,9 @@ def _checkpoint_phase(session: _Session, step: int) -> None:
 def _train(config: TrainerConfig, plan: ResumePlan, reporter: Reporter, dist_env: DistEnv,
            device: Device, ckpt_group, baseline_memory: int = 0, warm: Optional[_WarmKeeper] = None) -> TrainResult:
     session = _start(config, plan, reporter, dist_env, device, ckpt_group)
-    if warm is not None:  # a peer may die before the first step's snapshot
+    if warm is not None and warm.live:
+        session.committed = Committed(session.ctx.start_step, session.cursor, session.skipped_samples)
+    elif warm is not None:  # a peer may die before the first step's snapshot
         _snapshot(session, warm, session.ctx.start_step)
     return _run(session, session.ctx.start_step + 1, baseline_memory, warm)
 
@@ -353,13 +377,13 @@ def _run(session: _Session, first_step: int, baseline_memory: int, warm: Optiona
     while step <= end_step:
         try:
             _train_step(session, step)
-            if warm is not None and warm.snapshots.due(step):
+            if warm is not None and not warm.live and warm.snapshots.due(step):
                 session.reporter.heartbeat(Heartbeat(session.ctx.dist_env.rank, "snapshot", step, time.time()))
                 _snapshot(session, warm, step)
         except RuntimeError as error:
             if warm is None or not is_peer_failure(error):
                 raise
-            step = _rejoin(session, warm, error) + 1
+            step = (_rejoin_live(session, warm, error) if warm.live else _rejoin(session, warm, error)) + 1
             continue
         step += 1
     rank = session.ctx.dist_env.rank
@@ -377,6 +401,8 @@ def _train_step(session: _Session, step: int) -> None:
     session.reporter.heartbeat(Heartbeat(ctx.dist_env.rank, "step", step, time.time()))
     if step in ctx.plan.skip_iterations:
         _skip_step(session)
+        if session.committed is not None:  # a dummy iteration has no collective: committed at once
+            session.committed.commit(step, session.cursor, session.skipped_samples)
     else:
         _run_step(session, step)
     _checkpoint_phase(session, step)
@@ -455,6 +481,61 @@ def _rejoin(session: _Session, warm: _WarmKeeper, error: RuntimeError) -> int:
     return step
 
 
+def _rejoin_live(session: _Session, warm: _WarmKeeper, error: RuntimeError) -> int:
+    """A peer went away in plain data parallel: put the data position back to the committed step,
+    re-form the group where the driver says, resume at the newest step a survivor holds, its
+    holder sending its live state to the ranks without it (trainer/live.py). Returns the step."""
+    committed = session.committed
+    assert committed is not None
+    session.cursor, session.skipped_samples = committed.cursor, committed.skipped_samples
+    _close_connections(session, error)
+    rejoin = warm.link.rejoin(error, committed.step)
+    if rejoin is None:
+        raise error
+    env, device, config = rejoin.dist_env, session.ctx.device, session.ctx.config
+    ckpt_group = init_process_groups(env, device.backend, config.parallel.dist_timeout_s)
+    warm.host_group = _host_group(config, device)
+    agreed = agree_on_live_step(committed.step, env.world_size, device.torch_device)
+    if env.rank == agreed.donor:
+        _donate_live_state(session, agreed.receivers, warm.host_group)
+    elif env.rank in agreed.receivers:
+        received, extra = host_state.receive(agreed.donor, warm.host_group)
+        state = {**received.unpack(), **extra}
+        _restore(session, state)
+        _take_donor_position(committed, agreed.step, session, state)
+    session.ctx = replace(session.ctx, plan=rejoin.plan, dist_env=env)
+    session.checkpointer = _rejoined_checkpointer(session.ctx, ckpt_group)
+    _report_again(session, rejoin.at_most)
+    return agreed.step
+
+
+def _take_donor_position(committed: Committed, step: int, session: _Session, state: dict) -> None:
+    """A receiver's live state now stands where the donor's does, reports included."""
+    committed.commit(step, session.cursor, session.skipped_samples)
+    committed.reports.clear()
+    committed.reports.extend(StepReport.from_dict(report) for report in state["reports"])
+
+
+def _donate_live_state(session: _Session, receivers: tuple[int, ...], group: Optional[dist.ProcessGroup]) -> None:
+    """Send this rank's live state (one host copy, taken now) to each of ``receivers``, with the
+    losses so far and the kept step reports."""
+    assert session.committed is not None
+    held = host_state.take(_capture(session))
+    extra = {"losses": list(session.losses), "reports": [report.to_dict() for report in session.committed.reports]}
+    for receiver in receivers:
+        host_state.send(held, receiver, group, extra=extra)
+
+
+def _report_again(session: _Session, recorded: Optional[int]) -> None:
+    """Rank 0 of the re-formed group reports, under its new sub-run, the steps after ``recorded``
+    (the newest step the driver recorded) that the group resumes past."""
+    assert session.committed is not None
+    if session.ctx.dist_env.rank != 0:
+        return
+    for report in session.committed.reports_after(recorded):
+        session.reporter.step(replace(report, subrun=session.ctx.plan.subrun))
+
+
 def _close_connections(session: _Session, error: BaseException) -> None:
     """End this rank's process groups, so that a survivor still waiting in a collective with it
     (not with the lost rank: a pipeline neighbour, another replica) fails at once and joins the
@@ -500,21 +581,31 @@ def train_spare(config: TrainerConfig, reporter: Reporter, warm: WarmLink) -> Tr
     reporter.heartbeat(Heartbeat(env.rank, "init", 0, time.time()))
     ckpt_group = init_process_groups(env, device.backend, config.parallel.dist_timeout_s)
     try:
-        keeper = _WarmKeeper(warm, Snapshots(config.checkpoint.memory_interval), _host_group(config, device))
+        keeper = _WarmKeeper(warm, Snapshots(config.checkpoint.memory_interval), _host_group(config, device), plain)
         if prebuilt is not None:
             engine = plain_engine(*prebuilt, device, env.rank, env.world_size)
         else:
             seed_everything(config.training.seed)
             engine = build_engine(config, config.layout(env.world_size), env.rank, device,
                                   embedding_dtype(config.precision))
-        step = agree_on_step(None, rejoin.donors, env.world_size, device.torch_device, rejoin.at_most,
-                             from_buddies=not plain)
-        received, extra = host_state.receive(rejoin.donors[env.rank], keeper.host_group)
+        if plain:
+            agreed = agree_on_live_step(None, env.world_size, device.torch_device)
+            step, donor = agreed.step, agreed.donor
+        else:
+            step = agree_on_step(None, rejoin.donors, env.world_size, device.torch_device, rejoin.at_most,
+                                 from_buddies=True)
+            donor = rejoin.donors[env.rank]
+        received, extra = host_state.receive(donor, keeper.host_group)
         state = {**received.unpack(), **extra}
         session = _spare_session(config, rejoin.plan, env, device, engine, state, reporter)
         _restore(session, state)
         session.checkpointer = _rejoined_checkpointer(session.ctx, ckpt_group)
-        _snapshot(session, keeper, step)
+        if plain:
+            session.committed = Committed(step, session.cursor, session.skipped_samples)
+            _take_donor_position(session.committed, step, session, state)
+            _report_again(session, rejoin.at_most)
+        else:
+            _snapshot(session, keeper, step)
         return _run(session, step + 1, 0, keeper)
     finally:
         destroy_process_groups()

@@ -49,8 +49,9 @@ class StepReport:
     """Model FLOPs utilisation: ``tokens_per_s x FLOPs per token`` (trainer/flops.py) over the
     devices' dense peak; None when the peak is unknown (CPU, a device not in the table)."""
     peak_memory_bytes: tuple[int, ...] = ()
-    """Per rank (index = rank), the most memory it held so far: the device allocator's
-    peak, or the process's peak RSS on CPU; empty when not measured."""
+    """Per rank (index = rank), the most memory it held so far, read once the step's gradients
+    are computed (the step's own update counts in the next step's figure): the device
+    allocator's peak, or the process's peak RSS on CPU; empty when not measured."""
     optimizer_state_bytes: tuple[int, ...] = ()
     """Per-rank bytes of the optimizer state (index = rank), measured after
     the sub-run's first update: about 1/DP of the replicated size under

@@ -98,9 +98,9 @@ class ControllerConfig:
     warm_spares: int = 0
     """Spare rank processes kept ready (model built, torch's first-step imports paid) beside
     the ranks: a rank lost to a fault is replaced by one, from a survivor's memory, while the
-    survivors keep their processes (a warm restart: about a second, at most
-    ``checkpoint.memory_interval`` steps lost). Needs ``checkpoint.memory_interval`` > 0
-    and the built-in trainer in plain data parallel. 0: every restart is cold."""
+    survivors keep their processes (a warm restart: about a second; no step lost in plain
+    data parallel, at most ``checkpoint.memory_interval`` under the other layouts). Needs
+    ``checkpoint.memory_interval`` > 0 and the built-in trainer. 0: every restart is cold."""
     cluster_lost_timeout_s: float = 20.0
     """The Ray cluster's head (its GCS) silent for this long ends the sub-run as
     failed, with one line (a local head whose process exited: at once). Below

@@ -4,9 +4,11 @@ Besides one actor per rank (:class:`runmgr.workers.group.RayWorkerGroup`), it
 starts ``controller.warm_spares`` spare actors, each with the model built and
 the optimizer's first-step imports paid, waiting (trainer/loop.py's
 ``train_spare``; runmgr/workers/spares.py counts one ready only then). Every
-rank trains with a warm link and keeps an in-memory snapshot every
-``checkpoint.memory_interval`` steps; in plain data parallel each replica holds
-the whole state, so any survivor is a donor. Under the other layouts (sharded
+rank trains with a warm link. In plain data parallel each replica's live state
+holds the whole state, committed at the step before the one it begins: any
+survivor is a donor and no snapshot is taken (trainer/live.py). Under the other
+layouts each rank keeps an in-memory snapshot every
+``checkpoint.memory_interval`` steps (sharded
 state, tensor and pipeline parallel) each rank's buddy keeps a copy of its
 snapshot: the buddy sits on another node where there is one
 (:func:`runmgr.policy.warm.buddy_offset`), and it is the donor.
@@ -14,8 +16,8 @@ snapshot: the buddy sits on another node where there is one
 When the policy decides a warm restart, :meth:`recover` gives each lost rank a
 spare, a new rendezvous (a fresh port on rank 0's node) and its donor, and
 answers the survivors, who wait in their warm link: the group re-forms in the
-same processes and training goes on from the newest snapshot every survivor
-holds. What cannot be done warm raises :class:`WarmRecoveryError`; the
+same processes and training goes on from the newest state every survivor
+holds (in plain data parallel: the newest any survivor holds). What cannot be done warm raises :class:`WarmRecoveryError`; the
 controller then stops the group and the policy restarts cold. Once the
 re-formed group has stepped, a new spare starts in each slot a lost rank left
 (unless the plan avoids its node): a second fault is recovered warm too.
@@ -43,6 +45,7 @@ from runmgr.workers.spares import SPARE_RANK, Slot, SparePool
 from trainer.config import TrainerConfig
 from trainer.distributed import DistEnv
 from trainer.plan import ResumePlan
+from trainer.report import Heartbeat
 from trainer.warm import Rejoin, snapshot_holders
 
 SURVIVOR_WAIT_S = 10.0
@@ -93,8 +96,11 @@ class WarmRayWorkerGroup(RayWorkerGroup):
         self._send_probes()
         poll = super().poll(timeout_s)
         for beat in poll.heartbeats:
-            if beat.phase == "snapshot":
-                self._snapshots[beat.rank] = max(beat.step, self._snapshots.get(beat.rank, -1))
+            held = self._held_step(beat)
+            if held is not None:
+                self._snapshots[beat.rank] = max(held, self._snapshots.get(beat.rank, -1))
+        if poll.steps and self._config.layout(self._world).plain:  # rank 0 reports a step it committed
+            self._snapshots[0] = max(poll.steps[-1].step, self._snapshots.get(0, -1))
         events, self._events = self._events, []
         if self._refill is not None and any(report.step > self._refill.after_step for report in poll.steps):
             refill, self._refill = self._refill, None
@@ -102,6 +108,16 @@ class WarmRayWorkerGroup(RayWorkerGroup):
         poll.spare_events += events + self._pool.poll()
         poll.ready_spares = len(self._pool.ready())
         return poll
+
+    def _held_step(self, beat: Heartbeat) -> Optional[int]:
+        """The step whose state ``beat`` says its rank holds in memory: a snapshot's, or in plain
+        data parallel, where a replica's live state serves (trainer/live.py), the step before
+        the one it begins."""
+        if beat.phase == "snapshot":
+            return beat.step
+        if beat.phase == "step" and self._config.layout(self._world).plain:
+            return beat.step - 1
+        return None
 
     def _send_probes(self) -> None:
         self._probe.send({rank: actor for rank, actor in enumerate(self._actors) if rank not in self._dead})

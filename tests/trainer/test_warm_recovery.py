@@ -1,12 +1,13 @@
-"""Warm recovery in the trainer: a rank is killed (SIGKILL, at a step's start, as a memory
-snapshot begins, or halfway through copying one: after the model's tensors, before the
-optimizer's); the survivors keep their processes, re-form the group on a new rendezvous with
-a ready spare that receives the lost rank's state from a peer's memory, and the run ends with
-the uninterrupted run's losses, bit for bit.
+"""Warm recovery in the trainer: a rank is killed (SIGKILL, at a step's start, as its
+gradient all-reduce begins, as a memory snapshot begins, or halfway through copying one:
+after the model's tensors, before the optimizer's); the survivors keep their processes,
+re-form the group on a new rendezvous with a ready spare that receives the lost rank's state
+from a peer's memory, and the run ends with the uninterrupted run's losses, bit for bit.
 
-In plain data parallel any replica holds the lost rank's state. Under the other layouts
-(ZeRO-1 and FSDP2 shards, tensor- and pipeline-parallel parts) only its buddy does: the rank
-after it keeps a copy of its snapshot, and the group builds its model anew on a new mesh."""
+In plain data parallel any replica's live state serves, and no snapshot is taken
+(trainer/live.py). Under the other layouts (ZeRO-1 and FSDP2 shards, tensor- and
+pipeline-parallel parts) only its buddy holds the lost rank's state: the rank after it keeps
+a copy of its snapshot, and the group builds its model anew on a new mesh."""
 
 from __future__ import annotations
 
@@ -18,11 +19,13 @@ import pytest
 
 from tests.trainer.conftest import REPO, free_port, rank_env
 from tests.trainer.parallel.conftest import tiny_config
+from tests.trainer.warm_worker import write_whole
 
 STEPS = 30
 WORKER = Path(__file__).with_name("warm_worker.py")
 LAYOUTS = {
     "dp2": (2, {}),
+    "dp3": (3, {}),
     "zero1": (2, {"use_distributed_optimizer": True}),
     "fsdp2": (2, {"use_torch_fsdp2": True}),
     "tp2": (2, {"tensor_model_parallel_size": 2, "sequence_parallel": True}),
@@ -33,7 +36,9 @@ LAYOUTS = {
 
 
 def config(save_dir: Path, layout: str) -> dict:
-    return tiny_config(save_dir, training={"train_iters": STEPS}, parallel=LAYOUTS[layout][1],
+    world, parallel = LAYOUTS[layout]
+    batch = 16 if world != 3 else 12  # whole micro-batches of 4 per replica
+    return tiny_config(save_dir, training={"train_iters": STEPS, "global_batch_size": batch}, parallel=parallel,
                        checkpoint={"memory_interval": 1, "save_interval": 10})
 
 
@@ -73,14 +78,14 @@ def uninterrupted(tmp_path_factory, rank_forkserver):
 
 
 @pytest.mark.parametrize("layout, victim, phase, step", [
-    ("dp2", 1, "step", 17), ("dp2", 0, "snapshot", 23), ("dp2", 1, "inside_snapshot", 21),
+    ("dp2", 1, "step", 17), ("dp2", 0, "reduce", 23), ("dp3", 1, "reduce", 11),
     ("zero1", 1, "inside_snapshot", 21), ("fsdp2", 0, "step", 17), ("tp2", 0, "snapshot", 13),
     ("pp2", 1, "step", 12), ("fsdp2xtp2", 2, "step", 9),
 ])
 def test_a_killed_rank_is_replaced_warm_and_the_losses_match_the_unbroken_run(
         tmp_path, rank_forkserver, uninterrupted, layout, victim, phase, step):
     world = LAYOUTS[layout][0]
-    buddies = layout != "dp2"  # the lost rank's state is only in its buddy's memory: the next rank's
+    buddies = not layout.startswith("dp")  # the lost rank's state is only in its buddy's memory: the next rank's
     donor = (victim + 1) % world  # a replica in plain data parallel, the buddy otherwise
     kill = {"rank": victim, "phase": phase, "step": step}
     (tmp_path / "spec.json").write_text(json.dumps({"config": config(tmp_path / "checkpoints", layout), "kill": kill}))
@@ -92,11 +97,12 @@ def test_a_killed_rank_is_replaced_warm_and_the_losses_match_the_unbroken_run(
     for survivor in survivors:
         wait_for(tmp_path / f"waiting.rank{survivor}", ranks[survivor])
     asked = json.loads((tmp_path / f"waiting.rank{donor}").read_text())
-    assert asked["newest"] in (step - 1, step) and "Connection" in asked["error"]
+    # A replica's live state is committed at the step before the one whose collective failed.
+    assert asked["newest"] in ((step - 1,) if not buddies else (step - 1, step)) and "Connection" in asked["error"]
     wait_for(tmp_path / "waiting.spare", spare)  # built its model (or paid its imports) while the run trained
-    (tmp_path / "rejoin.json").write_text(json.dumps({
+    write_whole(tmp_path / "rejoin.json", {  # the ranks poll for it: it appears whole
         "port": free_port(), "world_size": world, "plan": {"subrun": "0.01"}, "donors": {str(victim): donor},
-        "replace": victim}))
+        "replace": victim})
     for survivor in survivors:
         assert ranks[survivor].wait(timeout=600) == 0, (tmp_path / f"rank{survivor}.stderr").read_text()[-3000:]
     assert spare.wait(timeout=600) == 0, (tmp_path / "spare.stderr").read_text()[-3000:]
@@ -104,12 +110,12 @@ def test_a_killed_rank_is_replaced_warm_and_the_losses_match_the_unbroken_run(
     kept = json.loads((tmp_path / f"rank{survivors[0]}.json").read_text())["losses"]
     replaced = json.loads((tmp_path / "spare.json").read_text())["losses"]
     assert kept == replaced == reference  # bit for bit: the same floats, every step
-    # The re-formed group reported under the new sub-run from the step after the agreed snapshot: the
-    # step the victim died in (at a step's start), or the next one when the snapshot of the step was
-    # complete where it is needed (a replica's own; a buddy's copy arrives only after it is taken).
+    # The re-formed group reported under the new sub-run from the step the victim died in: a
+    # replica's live state stands at the step before it; a buddy's copy of the victim's snapshot of
+    # that step arrives only after the snapshot is taken, and the step's own may be unfinished.
     reporter = tmp_path / ("spare.events" if victim == 0 else "rank0.events")
     steps = [json.loads(line) for line in reporter.read_text().splitlines() if '"kind": "step"' in line]
     resumed = [s["step"] for s in steps if s["subrun"] == "0.01"]
-    assert resumed[0] == (step if phase == "step" or buddies else step + 1) and resumed[-1] == STEPS
+    assert resumed[0] == step and resumed[-1] == STEPS
     if phase == "inside_snapshot":  # the victim's own snapshot of the step was never finished
         assert asked["newest"] == step

@@ -20,9 +20,17 @@ from trainer.distributed import DistEnv
 from trainer.loop import train, train_spare
 from trainer.plan import ResumePlan
 from trainer import warm
+from trainer.parallel import engine
 from trainer.warm import Rejoin
 
 POLL_S = 0.005
+
+
+def write_whole(path: Path, data: dict) -> None:
+    """Write ``path`` so that whoever sees it sees all of it (the test polls for it)."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(data))
+    partial.rename(path)
 
 
 class FileLink:
@@ -34,12 +42,11 @@ class FileLink:
         self.out, self.rank = out, rank
 
     def rejoin(self, error: BaseException, newest_snapshot):
-        (self.out / f"waiting.rank{self.rank}").write_text(json.dumps({"newest": newest_snapshot,
-                                                                        "error": str(error)[:300]}))
+        write_whole(self.out / f"waiting.rank{self.rank}", {"newest": newest_snapshot, "error": str(error)[:300]})
         return self._answer(self.rank)
 
     def join(self) -> Rejoin:
-        (self.out / "waiting.spare").write_text("{}")
+        write_whole(self.out / "waiting.spare", {})
         answer = self._answer(None)
         assert answer is not None
         return answer
@@ -58,11 +65,15 @@ class FileLink:
 
 INSIDE_SNAPSHOT = "inside_snapshot"
 """A kill halfway through copying a snapshot: after the model's tensors, before AdamW's."""
+IN_REDUCE = "reduce"
+"""A kill as the step's gradient all-reduce begins (plain data parallel): after the step's
+gather of the losses, so that the survivors' last collective of the step is the one that fails."""
 
 
 class KillingReporter(FileReporter):
     """Kills this process at the heartbeat of ``phase`` for ``step`` or, for
-    :data:`INSIDE_SNAPSHOT`, in the middle of that step's snapshot copy."""
+    :data:`INSIDE_SNAPSHOT`, in the middle of that step's snapshot copy, or for
+    :data:`IN_REDUCE`, as that step's gradients are averaged."""
 
     def __init__(self, path: Path, kill: dict | None) -> None:
         super().__init__(path)
@@ -76,6 +87,8 @@ class KillingReporter(FileReporter):
             os.kill(os.getpid(), signal.SIGKILL)
         if beat.phase == "snapshot" and self.kill["phase"] == INSIDE_SNAPSHOT:
             kill_inside_the_copy()
+        if beat.phase == "step" and self.kill["phase"] == IN_REDUCE:
+            kill_in_the_reduce()
 
 
 def kill_inside_the_copy() -> None:
@@ -89,6 +102,14 @@ def kill_inside_the_copy() -> None:
         return copy(part, destinations, sources)
 
     warm.copy_part = copying
+
+
+def kill_in_the_reduce() -> None:
+    """From now on, averaging the gradients kills this process (the step's gather is done)."""
+    def averaging(params, world_size):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    engine.average_gradients = averaging
 
 
 def main(spec_path: str, out_dir: str, role: str) -> None:

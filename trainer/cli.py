@@ -165,6 +165,11 @@ def run(argv: Sequence[str], out: Optional[TextIO] = None) -> int:
     config = trainer_config(compose(conf_name, to_hydra, conf_dir), to_schema)
     env = DistEnv.from_environ()
     check_config(config, env.world_size)
+    if config.checkpoint.memory_interval > 0:
+        # Warm state serves only a driver that re-forms the group; torchrun restarts every rank.
+        raise TrainerConfigError("checkpoint.memory_interval keeps state for warm restarts, which need a driver that "
+                                 "re-forms the group (runmgr launch ... controller.warm_spares=1): set "
+                                 "checkpoint.memory_interval=0 here")
     if config.checkpoint.save is None:
         config.checkpoint.save = str(Path("checkpoints") / conf_name)
     plan = _resume_plan(Path(config.checkpoint.save), env.rank, out)

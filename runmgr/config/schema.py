@@ -234,6 +234,10 @@ class RunConfig(TrainerConfig):
         if spares and not self.checkpoint.memory_interval:
             return [f"controller.warm_spares={spares} needs in-memory snapshots to restore from: set "
                     f"checkpoint.memory_interval (e.g. 1), or controller.warm_spares=0"]
+        if self.checkpoint.memory_interval > 0 and not spares:
+            # Without a spare there is no warm restart: the kept state would serve nothing.
+            return [f"checkpoint.memory_interval={self.checkpoint.memory_interval} keeps state for warm restarts, "
+                    f"which need a ready spare: set controller.warm_spares=1, or checkpoint.memory_interval=0"]
         if spares and self.drives_megatron:
             return ["controller.warm_spares is for the built-in trainer (a Megatron job restarts as a whole under "
                     "torchrun): set controller.warm_spares=0"]

@@ -74,6 +74,7 @@ class WarmRayWorkerGroup(RayWorkerGroup):
         self._probe = PeerProbe()
         self._snapshots: dict[int, int] = {}
         self._buddy_offset = 1
+        self._live = False
         self._refill: Optional[Refill] = None
         self._events: list[SpareEvent] = []
         """Spare events of the last recovery, for the next poll."""
@@ -82,6 +83,7 @@ class WarmRayWorkerGroup(RayWorkerGroup):
     def start(self, config: TrainerConfig, plan: ResumePlan) -> list[WorkerInfo]:
         self._config, self._plan = config, plan
         workers = self._start_ranks(config, plan, extra=self.warm_spares, warm=True)
+        self._live = config.layout(self._world).plain  # a replica's live state serves (trainer/live.py)
         self._buddy_offset = self.buddy_offset  # the ranks' buddies, as they started: replacements keep them
         actors, infos = self._spawn(self._extra_strategies, [SPARE_RANK] * len(self._extra_strategies),
                                     "warm spares")
@@ -99,7 +101,7 @@ class WarmRayWorkerGroup(RayWorkerGroup):
             held = self._held_step(beat)
             if held is not None:
                 self._snapshots[beat.rank] = max(held, self._snapshots.get(beat.rank, -1))
-        if poll.steps and self._config.layout(self._world).plain:  # rank 0 reports a step it committed
+        if poll.steps and self._live:  # rank 0 reports a step it committed
             self._snapshots[0] = max(poll.steps[-1].step, self._snapshots.get(0, -1))
         events, self._events = self._events, []
         if self._refill is not None and any(report.step > self._refill.after_step for report in poll.steps):
@@ -115,7 +117,7 @@ class WarmRayWorkerGroup(RayWorkerGroup):
         the one it begins."""
         if beat.phase == "snapshot":
             return beat.step
-        if beat.phase == "step" and self._config.layout(self._world).plain:
+        if beat.phase == "step" and self._live:
             return beat.step - 1
         return None
 

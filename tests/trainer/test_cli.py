@@ -68,6 +68,7 @@ def test_torchrun_trains_two_ranks_then_the_cli_resumes_from_the_newest_verified
     (["training.train_iters=5"], "error: no conf given: run `python -m trainer conf=demo"),
     (["conf=demo", "model.hidden_size=130"], "error: model.hidden_size (130) must be divisible"),
     (["conf=demo", "data.data_path=/nonexistent/corpus"], "error: data.data_path: /nonexistent/corpus.bin not found"),
+    (["conf=demo", "checkpoint.memory_interval=1"], "error: checkpoint.memory_interval keeps state for warm restarts"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(args, message, capsys, tmp_path):
     assert main([*args, f"checkpoint.save={tmp_path}"]) == exitcodes.BAD_INPUT

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -65,6 +66,9 @@ class FileLink:
 
 INSIDE_SNAPSHOT = "inside_snapshot"
 """A kill halfway through copying a snapshot: after the model's tensors, before AdamW's."""
+AT_RANDOM = "random"
+"""A kill ``delay_s`` (drawn by the test) after the step begins: wherever in the step, or in
+the snapshot after it, that lands."""
 IN_REDUCE = "reduce"
 """A kill as the step's gradient all-reduce begins (plain data parallel): after the step's
 gather of the losses, so that the survivors' last collective of the step is the one that fails."""
@@ -72,8 +76,9 @@ gather of the losses, so that the survivors' last collective of the step is the 
 
 class KillingReporter(FileReporter):
     """Kills this process at the heartbeat of ``phase`` for ``step`` or, for
-    :data:`INSIDE_SNAPSHOT`, in the middle of that step's snapshot copy, or for
-    :data:`IN_REDUCE`, as that step's gradients are averaged."""
+    :data:`INSIDE_SNAPSHOT`, in the middle of that step's snapshot copy, for
+    :data:`IN_REDUCE`, as that step's gradients are averaged, for :data:`AT_RANDOM`,
+    a drawn delay after that step begins."""
 
     def __init__(self, path: Path, kill: dict | None) -> None:
         super().__init__(path)
@@ -89,6 +94,8 @@ class KillingReporter(FileReporter):
             kill_inside_the_copy()
         if beat.phase == "step" and self.kill["phase"] == IN_REDUCE:
             kill_in_the_reduce()
+        if beat.phase == "step" and self.kill["phase"] == AT_RANDOM:
+            threading.Timer(self.kill["delay_s"], os.kill, (os.getpid(), signal.SIGKILL)).start()
 
 
 def kill_inside_the_copy() -> None:

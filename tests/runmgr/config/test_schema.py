@@ -100,6 +100,8 @@ def test_every_detector_s_range_check_runs_at_launch(override, message):
     (["controller.warm_spares=1", "checkpoint.memory_interval=1", "trainer.kind=megatron"],
      "controller.warm_spares is for the built-in trainer"),
     (["checkpoint.memory_interval=-2"], "checkpoint.memory_interval must be >= 0"),
+    (["checkpoint.memory_interval=1"], "checkpoint.memory_interval=1 keeps state for warm restarts, which need a "
+                                       "ready spare: set controller.warm_spares=1"),
 ])
 def test_warm_restart_settings_that_cannot_work_are_refused_in_one_line(overrides, says):
     with pytest.raises(ConfigError) as caught:

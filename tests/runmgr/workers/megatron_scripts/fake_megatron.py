@@ -98,7 +98,7 @@ def main() -> None:
         return
     if args.mode == "rerun":
         if RANK == 0:
-            print(MEGATRON_RERUN)
+            print(MEGATRON_RERUN, flush=True)  # Megatron logs it (a flushed record) before it exits
         sys.exit(16)
     elif args.mode == "validation":
         validation(args)

@@ -29,11 +29,12 @@ demo: $(STAMP)
 
 # Two pytest workers (pytest-xdist): most of the suite waits on real processes (Ray, ranks,
 # servers) rather than computing, so two of them share the two cores; a module's tests stay
-# on one worker (--dist loadscope), so its module-scoped runs happen once.
+# on one worker (--dist loadscope), so its module-scoped runs happen once, and modules go out
+# in the order collected (--no-loadscope-reorder: tests/conftest.py puts the slow ones first).
 TEST_WORKERS ?= 2
 
 test: $(STAMP) prometheus chromium
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope --timeout=600 --durations=30
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --timeout=600 --durations=30
 
 # The metrics test scrapes a real run with a real Prometheus: Debian's package
 # (about 8 s), installed when missing (as root, or through sudo).

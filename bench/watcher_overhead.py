@@ -88,6 +88,8 @@ def step_figures(run_dir: Path) -> dict:
 
 
 WARM = ["controller.warm_spares=1", "checkpoint.memory_interval=1"]
+LAYOUTS = {"dp": (), "zero1": ("parallel.use_distributed_optimizer=true",)}
+"""Both arms' layout: the demo's plain data parallel, or ZeRO-1 (whose warm state is a snapshot)."""
 STEADY_UNTIL = 10
 """The CPU window ends this many steps before the last one (the run's processes still live)."""
 ROLES = ("driver", "ranks", "spare", "ray")
@@ -132,10 +134,11 @@ def steady_cpu_per_step(run: Launch, iters: int) -> dict[str, float]:
     return {name: seconds / steps for name, seconds in spent.items()}
 
 
-def one_run(base: Path, name: str, enabled: bool, iters: int, snapshots: bool = False) -> dict:
+def one_run(base: Path, name: str, enabled: bool, iters: int, snapshots: bool = False,
+            common: tuple[str, ...] = ()) -> dict:
     run_dir = base / name
     profile = base / f"{name}.profile.json"
-    overrides = [f"training.train_iters={iters}", f"watcher.enabled={str(enabled).lower()}",
+    overrides = [*common, f"training.train_iters={iters}", f"watcher.enabled={str(enabled).lower()}",
                  *(WARM if enabled and snapshots else [])]
     run = Launch(run_dir, overrides, argv=[sys.executable, __file__, "--drive", str(profile)]).start()
     cpu = steady_cpu_per_step(run, iters)
@@ -157,13 +160,16 @@ def main() -> int:
     parser.add_argument("--iters", type=int, default=150, help="training.train_iters of each run")
     parser.add_argument("--snapshots", action="store_true",
                         help="the 'on' arm also keeps warm state (checkpoint.memory_interval=1) and a ready spare")
+    parser.add_argument("--layout", choices=sorted(LAYOUTS), default="dp",
+                        help="both arms' layout: dp (plain data parallel: no snapshot, the live state serves) or "
+                             "zero1 (a snapshot every step, sent to the rank's buddy)")
     parser.add_argument("--drive", type=Path, help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args()
     if args.drive:
         return drive(args.drive, rest)
     base = Path(tempfile.mkdtemp(prefix="watcher-overhead-"))
     print(f"demo, {args.iters} steps per run, {args.trials} pairs"
-          + (", warm state and a ready spare" if args.snapshots else "")
+          + (", warm state and a ready spare" if args.snapshots else "") + f", layout {args.layout}"
           + f"; runs in {base}", flush=True)
     results: dict[bool, list[dict]] = {True: [], False: []}
     rows = []
@@ -173,7 +179,7 @@ def main() -> int:
         # against one arm.
         for enabled in ((True, False) if trial % 2 == 0 else (False, True)):
             name = f"t{trial}-{'on' if enabled else 'off'}"
-            figures = one_run(base, name, enabled, args.iters, args.snapshots)
+            figures = one_run(base, name, enabled, args.iters, args.snapshots, LAYOUTS[args.layout])
             results[enabled].append(figures)
             rows.append([trial, "on" if enabled else "off", 1000 * figures["step_time"], 1000 * figures["interval"],
                          figures["span"], figures["steady_span"], *(figures[f"cpu_{r}_ms"] for r in ROLES),
@@ -192,11 +198,11 @@ def main() -> int:
           f"the drift of this machine between runs; "
           f"driver CPU in the watcher+policy {med[True]['judge_cpu_ms_per_step']:.3f} ms/step")
     if args.snapshots:
-        account(med)
+        account(med, args.layout)
     return 0
 
 
-def account(med: dict) -> None:
+def account(med: dict, layout: str) -> None:
     """What the watcher, the warm state and the spare cost a step, part by part, by each role's
     own CPU, where drift cannot reach them. On a machine whose cores the ranks fill (this one:
     two ranks, two cores), CPU taken by another process is time a rank loses; on a cluster the
@@ -207,8 +213,9 @@ def account(med: dict) -> None:
     print("CPU per step with/without, medians: " + ", ".join(
         f"{r} {med[True][f'cpu_{r}_ms']:.2f}/{med[False][f'cpu_{r}_ms']:.2f} ms ({extra[r]:+.2f})" for r in ROLES))
     watcher = extra["driver"] + extra["ray"]
+    where = "no snapshot in plain data parallel" if layout == "dp" else "the snapshots: in the ranks' CPU below"
     print(f"accounted overhead per step of a {step_ms:.1f} ms step: watcher and warm state (driver "
-          f"{extra['driver']:+.2f} ms + Ray {extra['ray']:+.2f} ms, no snapshot in plain data parallel) "
+          f"{extra['driver']:+.2f} ms + Ray {extra['ray']:+.2f} ms, {where}) "
           f"= {watcher:+.2f} ms, {100 * watcher / step_ms:.2f}%; the ready spare waiting on this machine's "
           f"cores {extra['spare']:+.2f} ms more: {100 * (watcher + extra['spare']) / step_ms:.2f}% in all; "
           f"the ranks' own CPU {extra['ranks']:+.2f} ms ({100 * extra['ranks'] / (2 * step_ms):+.2f}% of two ranks)")

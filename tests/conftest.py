@@ -7,6 +7,14 @@ import pytest
 from tests.e2e.harness import LaunchedRun, kept_losses
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules with slow tests first, in their own order: under pytest-xdist (``make test``: a
+    module's tests on one worker, in the order collected) the long ones start at once and the
+    many short ones fill in after them, so that the workers end together."""
+    slow = {item.module.__name__ for item in items if item.module is not None and item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.module is None or item.module.__name__ not in slow)
+
+
 @pytest.fixture(scope="session")
 def shared_ray():
     """One real local Ray of 2 CPUs (the 2 ranks of a run) for the session's runs that neither kill

@@ -31,11 +31,15 @@ def launched_overrides(runs, run_dir: Path, overrides: list[str], argv: list[str
     return args[len(argv):] if argv else args[args.index(runs.DEMO) + 1:]
 
 
-@pytest.mark.parametrize("case", ["restart_latency", "hang_latency", "watcher_on", "watcher_off"])
+@pytest.mark.parametrize("case", ["restart_latency", "restart_warm", "restart_warm_zero1", "hang_latency",
+                                  "watcher_on", "watcher_off"])
 def test_each_benchmark_run_composes_without_the_demo_chaos(bench_modules, tmp_path, case):
     runs = bench_modules["runs"]
     overrides = {
         "restart_latency": bench_modules["restart_latency"].overrides(40),
+        "restart_warm": [*bench_modules["restart_latency"].overrides(40), *bench_modules["restart_latency"].WARM],
+        "restart_warm_zero1": [*bench_modules["restart_latency"].overrides(40),
+                               *bench_modules["restart_latency"].WARM_ZERO1],
         "hang_latency": list(bench_modules["hang_latency"].OVERRIDES),
         "watcher_on": ["training.train_iters=150", "watcher.enabled=true"],
         "watcher_off": ["training.train_iters=150", "watcher.enabled=false"],

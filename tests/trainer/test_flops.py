@@ -51,7 +51,8 @@ def test_a_cpu_has_no_peak_so_no_mfu_and_measures_its_peak_rss():
     cpu = Device("cpu", torch.device("cpu"), "gloo")
     assert cpu.peak_flops("fp32") is None
     assert mfu(1e6, 1e9, cpu.peak_flops("fp32"), 4) is None
-    assert cpu.peak_memory_bytes() == peak_rss_bytes() > 10 * 2**20  # torch alone is tens of MiB
+    # Another thread of this process (a test runner's) may grow the peak between two reads.
+    assert 10 * 2**20 < cpu.peak_memory_bytes() <= peak_rss_bytes()  # torch alone is tens of MiB
 
 
 def test_mfu_is_model_flops_over_the_devices_peak():

@@ -23,6 +23,8 @@ from tests.trainer.conftest import REPO, free_port, rank_env
 from tests.trainer.parallel.conftest import tiny_config
 from tests.trainer.warm_worker import write_whole
 
+pytestmark = pytest.mark.slow  # several ranks training for minutes: run first under xdist
+
 STEPS = 30
 WORKER = Path(__file__).with_name("warm_worker.py")
 LAYOUTS = {

@@ -39,6 +39,8 @@ from trainer.shapes import parameter_count
 
 from tests.trainer.parallel.conftest import WORLD, tiny_config
 
+pytestmark = pytest.mark.slow  # several ranks training for minutes: run first under xdist
+
 STATES_FACTOR = 1.1
 """Measured parameters + gradients + optimizer bytes over the estimate's, and back."""
 RSS_FACTORS = {"dp4": 4.0, "zero1": 4.0, "fsdp2": 10.0, "tp2": 4.0, "pp2": 4.0}

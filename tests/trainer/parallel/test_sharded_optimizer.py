@@ -24,6 +24,8 @@ from tests.trainer.parallel.conftest import (
     PARALLEL_STEPS, RESUME_STEP, RESUMED_UNTIL, WORLD, checkpoint_of, max_relative,
 )
 
+pytestmark = pytest.mark.slow  # several ranks training for minutes: run first under xdist
+
 TOLERANCE = 1e-4
 """Max relative loss difference from data parallel over 50 steps (measured: see the module doc)."""
 

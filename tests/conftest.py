@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from filelock import FileLock
 
 from tests.e2e.harness import LaunchedRun, kept_losses
 
@@ -32,14 +35,24 @@ def shared_ray():
 
 
 @pytest.fixture(scope="session")
-def reference_losses(tmp_path_factory, shared_ray) -> dict[int, float]:
-    """Per-step losses of an uninterrupted run of the e2e config (one run for the whole session)."""
-    run = LaunchedRun(tmp_path_factory.mktemp("e2e") / "reference",
-                      extra=[f"cluster.address={shared_ray.address}"]).start()
-    assert run.wait() == 0, run.output()[-3000:]
-    losses = kept_losses(run.run_dir)
-    assert sorted(losses) == list(range(1, 41))
-    return losses
+def reference_losses(request, tmp_path_factory, worker_id) -> dict[int, float]:
+    """Per-step losses of an uninterrupted run of the e2e config: one run for the whole session,
+    shared by its pytest-xdist workers through a file (the first to need it runs it)."""
+    shared = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        shared = shared.parent  # every worker's base directory is in it
+    kept = shared / "reference_losses.json"
+    with FileLock(str(kept) + ".lock"):
+        if kept.exists():
+            return {int(step): loss for step, loss in json.loads(kept.read_text()).items()}
+        shared_ray = request.getfixturevalue("shared_ray")
+        run = LaunchedRun(tmp_path_factory.mktemp("e2e") / "reference",
+                          extra=[f"cluster.address={shared_ray.address}"]).start()
+        assert run.wait() == 0, run.output()[-3000:]
+        losses = kept_losses(run.run_dir)
+        assert sorted(losses) == list(range(1, 41))
+        kept.write_text(json.dumps(losses))  # floats as repr: read back bit for bit
+        return losses
 
 
 @pytest.fixture(scope="session", autouse=True)

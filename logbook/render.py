@@ -252,6 +252,9 @@ def happenings(events: Sequence[dict], width: int, tidy: Tidy = str, shown: Opti
             description = incident_description(event)
             shown += [description, event["summary"]]
             text = f"{at}  {incident_where(event, tidy)}: {description}"
+            lines += wrap(tidy(INDENT + text), width, EVENT_INDENT, max_lines)
+            lines += [tidy(line) for line in last_output_lines(event, max_lines)]
+            continue
         elif event["type"] == "decision":
             shown.append(event["reason"])
             if event["incident_id"] is not None and event["incident_id"] == last_incident:
@@ -267,6 +270,20 @@ def happenings(events: Sequence[dict], width: int, tidy: Tidy = str, shown: Opti
             continue
         lines += wrap(tidy(INDENT + text), width, EVENT_INDENT, max_lines)
     return lines
+
+
+def last_output_lines(event: dict, max_lines: Optional[int] = MAX_ENTRY_LINES) -> list[str]:
+    """The job's last lines an incident kept (evidence ``last_output``), under it: the last
+    ``max_lines`` of them (None: all), each cut to the page's width by the reader's terminal."""
+    outer = event.get("evidence")
+    evidence = outer.get("evidence") if isinstance(outer, Mapping) else None
+    kept = evidence.get("last_output") if isinstance(evidence, Mapping) else None
+    if not isinstance(kept, list) or not kept:
+        return []
+    shown = kept if max_lines is None else kept[-max_lines:]
+    more = f" (its last {len(shown)} of {len(kept)} kept lines; --full shows all)" if len(shown) < len(kept) else ""
+    header = f"{EVENT_INDENT}last output of the job{more}:"
+    return [header, *(f"{EVENT_INDENT}  | {line}" for line in shown)]
 
 
 def incident_where(event: dict, tidy: Tidy = str) -> str:

@@ -25,6 +25,9 @@ class IncidentKind(Choice):
     device_fault = "device_fault"
     worker_death = "worker_death"
     launch_failure = "launch_failure"
+    early_exit = "early_exit"
+    """Every rank ended with exit code 0 before the run's last step (``--train-iters``):
+    a job that stopped on its own, or never trained."""
     storage_outage = "storage_outage"
     """The durable tier (S3) fails every upload for longer than the watcher tolerates
     (OPT's "blob storage issues"); with ``recovered``, the end of one."""

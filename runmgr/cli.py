@@ -1,7 +1,9 @@
 """The ``runmgr`` command. Argparse takes the subcommand; Hydra's compose API
 takes ``conf=NAME key=value ...`` (``@hydra.main`` cannot take subcommands).
 
-Anything a user can fix is one line on stderr and exit code 2.
+Anything a user can fix is one line on stderr and exit code 2. A local Ray that
+runmgr starts and that does not come up in Ray's time, try after try (a busy
+machine), is one line and exit code 4: run the same command again later.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ import os
 import sys
 from pathlib import Path
 
-from runmgr.errors import UserError
+from runmgr.errors import RayStartTimeoutError, UserError
 
 EXIT_USER_ERROR = 2
+EXIT_RAY_START_TIMEOUT = 4
+"""The local Ray did not start within Ray's time, after runmgr's retries: nothing to fix, try again later."""
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE: what ``cat`` or ``git log`` exit with when ``head`` stops reading."""
 
@@ -353,6 +357,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return _reader_went_away()
+    except RayStartTimeoutError as exc:  # before the user errors: not the input's fault, a code of its own
+        print(f"runmgr: error: {exc}", file=sys.stderr)
+        return EXIT_RAY_START_TIMEOUT
     except user_error_types() as exc:
         print(f"runmgr: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR

@@ -1,6 +1,7 @@
 """Connecting to Ray: an existing cluster (``cluster.address``) or a local
-one started for the run. An unreachable address is one clear line, and so is a
-local Ray whose node does not start within Ray's own time (an overloaded machine).
+one started for the run. An unreachable address is one clear line. A local Ray
+that does not start within Ray's own time (a busy machine) is stopped and started
+again, a few times at most (:func:`start_local`), and then it is one line too.
 
 A local Ray comes with a reaper (runmgr/reaper.py): none of its processes
 outlives the driver. A launch also watches the cluster's head
@@ -10,7 +11,7 @@ so a head that is gone ends the sub-run before Ray ends the driver.
 
 from __future__ import annotations
 
-import contextlib
+import glob
 import logging
 import os
 import re
@@ -19,12 +20,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from runmgr.config.schema import ClusterConfig
-from runmgr.errors import ClusterError
+from runmgr.errors import ClusterError, RayStartTimeoutError
 from runmgr.headwatch import HeadExit, HeadWatch, no_local_head
-from runmgr.reaper import Reaper
+from runmgr.reaper import Reaper, reap
 
 CONNECT_TIMEOUT_S = 5.0
 LOCAL_RAY_SYSTEM_CONFIG = {
@@ -40,6 +41,8 @@ LOCAL_RAY_SYSTEM_CONFIG = {
     # a core from them, and the health check's benchmark measures the neighbour.
     "worker_niceness": 0,
 }
+DRIVER_INIT_KWARGS = {"logging_level": logging.ERROR, "log_to_driver": False}
+"""ray.init's settings for the driver, whichever cluster it joins or starts."""
 RAY_MESSAGES_FILE = "ray_messages.log"
 """In the run directory: what Ray's driver would have printed amid the run's output."""
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -102,19 +105,24 @@ class LocalCluster:
         from ray.cluster_utils import Cluster
 
         node_args = {"num_cpus": local_node_cpus(cluster)}
-        head_args = {**node_args, "include_dashboard": False, "_system_config": LOCAL_RAY_SYSTEM_CONFIG}
+        # A copy: Ray writes into the dict it is given (the spilling directory of that start's session).
+        head_args = {**node_args, "include_dashboard": False, "_system_config": dict(LOCAL_RAY_SYSTEM_CONFIG)}
         self._cluster = Cluster(initialize_head=True, head_node_args=head_args)
-        self.reaper = Reaper.start(self._cluster.head_node.get_session_dir_path())
-        self.head_node = self._cluster.head_node
-        for _ in range(cluster.local_nodes - 1):
-            self._cluster.add_node(**node_args)
-        self.address = self._cluster.address
         # Cluster() records itself as "the current cluster" of this machine
         # (/tmp/ray/ray_current_cluster), which a plain ray.init() elsewhere would
         # then join: this cluster is the run's alone.
         address_file = _ray_address_file()
         if os.path.exists(address_file):
             os.remove(address_file)
+        self.reaper = Reaper.start(self._cluster.head_node.get_session_dir_path())
+        self.head_node = self._cluster.head_node
+        try:
+            for _ in range(cluster.local_nodes - 1):
+                self._cluster.add_node(**node_args)
+        except BaseException:
+            self.reaper.reap()  # the head, the nodes added and what the failed one started
+            raise
+        self.address = self._cluster.address
 
     def shutdown(self) -> None:
         self._cluster.shutdown()
@@ -197,7 +205,8 @@ def connect(cluster: ClusterConfig, messages_to: Optional[Path] = None,
     """ray.init for the run; the caller passes what this returns to
     :func:`disconnect` at the end (None: Ray was already initialised here).
     Ray's own messages to the driver go to ``messages_to`` (stderr when None).
-    With ``head_lost_after_s`` the cluster's head is watched (:func:`check_head`)."""
+    With ``head_lost_after_s`` the cluster's head is watched (:func:`check_head`).
+    A local Ray whose start runs out of Ray's time is started again (:func:`start_local`)."""
     import ray
 
     global _connection
@@ -219,49 +228,118 @@ def connect(cluster: ClusterConfig, messages_to: Optional[Path] = None,
 def _init(cluster: ClusterConfig) -> RayConnection:
     import ray
 
-    kwargs: dict = {"logging_level": logging.ERROR, "log_to_driver": False}
     if cluster.address and cluster.address != "auto":
         check_reachable(cluster.address)
-        ray.init(address=cluster.address, **kwargs)
+        ray.init(address=cluster.address, **DRIVER_INIT_KWARGS)
         return RayConnection()
     if cluster.address == "auto":
-        ray.init(address="auto", **kwargs)
+        ray.init(address="auto", **DRIVER_INIT_KWARGS)
         return RayConnection()
+    # Only a Ray of this process's own is started again: never a connection to someone's cluster.
+    return start_local(lambda: start_own_ray(cluster))
+
+
+def start_own_ray(cluster: ClusterConfig) -> RayConnection:
+    """Start a local Ray of the run's own (one node, or :class:`LocalCluster`) and connect to it: one
+    try, which :func:`start_local` repeats while Ray's start-up runs out of time."""
+    import ray
+
     if cluster.local_nodes > 1:
         local = LocalCluster(cluster)
-        ray.init(address=local.address, **kwargs)
+        ray.init(address=local.address, **DRIVER_INIT_KWARGS)
         return RayConnection(local_nodes=local, reaper=local.reaper, local_head=local.head_node)
-    num_cpus = local_ray_cpus(cluster)
     # address="local": always a new Ray of our own, never whatever cluster
     # /tmp/ray/ray_current_cluster points at.
-    with _local_start(ray.shutdown):
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
-                 _system_config=LOCAL_RAY_SYSTEM_CONFIG, **kwargs)
+    ray.init(address="local", num_cpus=local_ray_cpus(cluster), include_dashboard=False,
+             _system_config=dict(LOCAL_RAY_SYSTEM_CONFIG), **DRIVER_INIT_KWARGS)  # a copy: Ray writes into it
     from ray._private import worker as ray_worker
 
     head = ray_worker._global_node  # the node ray.init started here
     return RayConnection(reaper=Reaper.start(head.get_session_dir_path()), local_head=head)
 
 
-RAY_START_TIMED_OUT = "timed out during startup"
-"""What Ray raises (a bare Exception) when its raylet does not register within its
-hard-coded 30 s: seen on this 2-core machine at load ~15."""
+LOCAL_START_TRIES = 3
+"""Starts of a local Ray, at most, while each runs out of Ray's own start-up time."""
+_RAYLET_TIMED_OUT = re.compile(r"The current node timed out during startup")
+"""ray/_private/node.py, a bare Exception: the raylet did not register with the GCS within a
+hard-coded 30 s (seen on a 2-core machine at load ~15)."""
+_GCS_PORT_TIMED_OUT = re.compile(r"Timed out waiting for file \S*gcs_server_port")
+"""ray._raylet.wait_for_persisted_port, a RuntimeError: the GCS did not write its port file within
+``RAY_gcs_server_port_wait_time_s`` (30 s unless set)."""
+_NODE_WAIT_TIMED_OUT = re.compile(r"Timed out after (\d+) seconds while waiting for node to startup")
+"""ray/_private/services.py ``wait_for_node``, a TimeoutError: ray.cluster_utils.Cluster's added
+node did not appear in the GCS's node table in time."""
+RAY_GCS_PORT_WAIT_VARIABLE = "RAY_gcs_server_port_wait_time_s"
 
 
-@contextlib.contextmanager
-def _local_start(stop: Callable[[], None]):
-    """Starting a local Ray: Ray's own start-up timeout becomes one line (after
-    ``stop`` clears what it started); any other error goes on as it is."""
-    try:
-        yield
-    except Exception as error:  # noqa: BLE001 - Ray raises a bare Exception for this; others re-raised
-        if RAY_START_TIMED_OUT not in str(error):
-            raise
-        stop()
-        load = os.getloadavg()[0]
-        raise ClusterError(f"the local Ray did not start: its node did not register within Ray's 30 s (this "
-                           f"machine's load is {load:.1f} on {os.cpu_count()} cores); launch again when it is "
-                           f"less busy") from None
+def ray_start_timed_out(error: BaseException) -> Optional[str]:
+    """What did not come up in time, when ``error`` is Ray saying that a start ran out of its
+    time (one of the three above); None for any other error."""
+    text = str(error)
+    if _RAYLET_TIMED_OUT.search(text):
+        return "its node did not register within Ray's 30 s"
+    if isinstance(error, RuntimeError) and _GCS_PORT_TIMED_OUT.search(text):
+        wait_s = os.environ.get(RAY_GCS_PORT_WAIT_VARIABLE, "30")
+        return f"its GCS did not start within {wait_s} s (Ray's {RAY_GCS_PORT_WAIT_VARIABLE})"
+    found = _NODE_WAIT_TIMED_OUT.search(text) if isinstance(error, TimeoutError) else None
+    if found:
+        return f"a node did not join within Ray's {found[1]} s"
+    return None
+
+
+def own_ray_sessions() -> set[str]:
+    """The session directories of the Rays this process started: Ray names a head's
+    ``session_<time>_<pid>`` under its temp directory, and every node of it writes there."""
+    from ray._common.utils import get_default_ray_temp_dir
+
+    return set(glob.glob(os.path.join(glob.escape(get_default_ray_temp_dir()), f"session_*_{os.getpid()}")))
+
+
+def stop_failed_start(sessions_before: set[str]) -> None:
+    """Stop what a failed start of a local Ray left running: Ray's driver state here, and every
+    process of the sessions begun since ``sessions_before`` (ray.shutdown() alone leaves the GCS
+    of a node that never came up running)."""
+    import ray
+
+    ray.shutdown()
+    for session_dir in sorted(own_ray_sessions() - sessions_before):
+        reap(session_dir)
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+Started = TypeVar("Started")
+
+
+def start_local(start: Callable[[], Started], tries: int = LOCAL_START_TRIES,
+                say: Callable[[str], None] = _to_stderr) -> Started:
+    """``start()`` (a local Ray of this process's own), again after what it started is stopped
+    while Ray says its start ran out of time, ``tries`` times at most, each retry said by
+    ``say``; then :class:`RayStartTimeoutError`, one line. Any other error goes on as it is."""
+    for attempt in range(1, tries + 1):
+        sessions = own_ray_sessions()
+        try:
+            return start()
+        except Exception as error:  # noqa: BLE001 - Ray raises a bare Exception for one of them; others re-raised
+            why = ray_start_timed_out(error)
+            if why is None:
+                raise
+            stop_failed_start(sessions)
+            if attempt == tries:
+                raise RayStartTimeoutError(_did_not_start(why, tries)) from None
+            say(f"runmgr: the local Ray did not start: {why}; stopped what it started, starting it again "
+                f"(try {attempt + 1} of {tries})")
+    raise ValueError(f"start_local needs at least one try, not {tries}")
+
+
+def _did_not_start(why: str, tries: int) -> str:
+    """The one line of :class:`RayStartTimeoutError`: what timed out, the machine's load, what to do."""
+    load = os.getloadavg()[0]
+    return (f"the local Ray did not start in {tries} {'try' if tries == 1 else 'tries'}: {why}, and this "
+            f"machine's load is {load:.1f} on {os.cpu_count()} cores: run the same command again when it is "
+            f"less busy")
 
 
 def gcs_exit(head_node) -> HeadExit:

@@ -14,6 +14,7 @@ from runmgr.config.compose import load_run_config
 from runmgr.config.rehearse import Mapping, load_rehearsal, refuse_rehearse_settings, render_mapping
 from runmgr.config.schema import RunConfig
 from runmgr.megatron.job import aligned
+from runmgr.megatron.model import describes_itself
 from runmgr.dryrun import build_plan, inspect_cluster, render_plan
 from runmgr.refusals import refuse_changed_model_shape, refuse_unrunnable_plan
 from runmgr.lint.gate import lint_before_launch, print_findings
@@ -47,14 +48,15 @@ def launch(conf_name: str, overrides: list[str], dry_run: bool = False, conf_dir
         print_findings(linted, out)
         if rehearsal is not None:
             out.write(render_mapping(rehearsal) + "\n\n")
-        out.write(render_plan(build_plan(config, inspect_cluster(config.cluster))) + "\n")
+        # No Ray: a local one is known from the config, a remote one only asked whether it answers.
+        out.write(render_plan(build_plan(config, inspect_cluster(config.cluster, connect=False))) + "\n")
         return 0
     # Before anything is written or started: a run that cannot start is one line, exit 2.
     ray_cluster.preflight(config.cluster)
-    runs_this_conf = not config.drives_megatron or not (config.megatron.script or config.megatron.args)
+    runs_this_conf = not describes_itself(config)
     note = refuse_changed_model_shape(config) if runs_this_conf else None  # else the job's own args describe it
-    if runs_this_conf:
-        refuse_unrunnable_plan(config, conf_name, [*overrides, *(["--rehearse"] if rehearse else [])])
+    # Every layout's capacity, node by node (a Megatron job's as its flags say); the built-in trainer's abilities.
+    refuse_unrunnable_plan(config, conf_name, [*overrides, *(["--rehearse"] if rehearse else [])])
     print_findings(linted, out)
     if note:
         out.write(note + "\n")

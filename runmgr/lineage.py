@@ -43,6 +43,7 @@ from runmgr.status import ENDED_STATES, mark_stopped, read_status
 from runmgr.stopping import StopRequest, stop_on_signals
 from runmgr.runners import builtin_runner, megatron_runner
 from runmgr.workers.group import node_slots
+from runmgr.workers.placing import refuse_unplaceable
 from trainer.manifest import read_manifest
 from trainer.plan import ResumePlan
 
@@ -175,6 +176,7 @@ def run_lineage(config: RunConfig, recompose: Recompose, book: Logbook,
     try:
         with stop_on_signals() as stop:  # Ctrl-C or SIGTERM: a clean stop, recorded as such
             gate = preflight_health(config, out)  # no admitted node: one line, exit 2
+            refuse_unplaceable(config, gate.admitted_node_ids)  # no node holds a bundle: one line, before placing
             linted = merged(linted or LintResult(()), lint_after_health(config, gate.report, out))
             # The sub-run's start records the health verdicts (excluded nodes, report path) and the
             # lint's warnings and ignored rules (the logbook writer turns them into events).

@@ -6,6 +6,8 @@ Ray places NVIDIA GPUs under its native ``GPU`` resource and Ascend NPUs under
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 RAY_ACCELERATOR_RESOURCE = {"cuda": "GPU", "npu": "NPU"}
 
 
@@ -20,6 +22,28 @@ def bundle_for(device_kind: str, cpus: float, devices: int) -> dict[str, float]:
 
 def accelerator_resource(device_kind: str) -> str | None:
     return RAY_ACCELERATOR_RESOURCE.get(device_kind)
+
+
+def node_bundle(device_kind: str, cpus_per_rank: float, devices_per_rank: int, ranks: int) -> dict[str, float]:
+    """The bundle of ``ranks`` ranks that must sit on one node (a Megatron node's torchrun)."""
+    return bundle_for(device_kind, cpus_per_rank * ranks, devices_per_rank * ranks)
+
+
+def lacking(bundle: Mapping[str, float], resources: Mapping[str, float]) -> float:
+    """How far a node is from holding one ``bundle``: the fraction of each resource it lacks,
+    summed (0: it holds one)."""
+    return sum(max(0.0, amount - resources.get(key, 0.0)) / amount for key, amount in bundle.items() if amount > 0)
+
+
+def closest_node(bundle: Mapping[str, float], nodes: Mapping[str, Mapping[str, float]]) -> str | None:
+    """The name of the node that comes closest to holding one ``bundle`` (the first on a tie);
+    None when there is no node."""
+    return min(nodes, key=lambda name: lacking(bundle, nodes[name]), default=None)
+
+
+def amounts(resources: Mapping[str, float], keys: Iterable[str]) -> str:
+    """``CPU 2, GPU 8``: the ``keys`` of ``resources`` (0 where it has none), as Ray names them."""
+    return ", ".join(f"{key} {resources.get(key, 0.0):g}" for key in keys)
 
 
 def actor_resources(device_kind: str, cpus: float, devices: int) -> dict:

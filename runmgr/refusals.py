@@ -27,9 +27,10 @@ def dry_run_command(conf_name: str, overrides: list[str]) -> str:
 
 
 def refuse_unrunnable_plan(config: RunConfig, conf_name: str, overrides: list[str]) -> None:
-    """Raise when the cluster in view cannot hold the run (ClusterError) or the
-    built-in trainer cannot execute it (ConfigError). For an existing cluster
-    this connects briefly to read its resources; a local Ray is not started."""
+    """Raise when the cluster in view cannot hold the run, in all or node by node
+    (ClusterError), or the built-in trainer cannot execute it (ConfigError). For an
+    existing cluster this connects briefly to read its nodes; a local Ray is not
+    started (its nodes are known from the config)."""
     plan = build_plan(config, inspect_cluster(config.cluster))
     reason = refusal(plan, dry_run_command(conf_name, overrides))
     if reason is not None:

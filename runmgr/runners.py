@@ -16,7 +16,7 @@ from runmgr.config.schema import RunConfig
 from runmgr.controller.group import WorkerGroup, WorkerInfo
 from runmgr.megatron.command import NodeCommand, node_command
 from runmgr.megatron.flags import checkpoint_step, script_args
-from runmgr.megatron.flavors import abilities_of
+from runmgr.megatron.flavors import job_abilities
 from runmgr.megatron.job import effective_args
 from runmgr.policy.abilities import BUILTIN_ABILITIES, TrainerAbilities
 from runmgr.stacks import dump_stacks, stacks_dir
@@ -110,6 +110,7 @@ def megatron_runner(config: RunConfig, device_kind: str, admitted_node_ids: Opti
         if groups:  # the nodes dump their own ranks (py-spy must run where the process is)
             groups[0].dump_stacks(stacks_dir(config.run_dir(), subrun))
 
-    return Runner(make_group=make_group, abilities=abilities_of(job.flavor), data_parallel_sizes=(job_data_parallel,),
+    return Runner(make_group=make_group, abilities=job_abilities(job.flavor, args),
+                  data_parallel_sizes=(job_data_parallel,),
                   ranks_per_replica=layout.model_parallel_size, dump_stacks=dump)
 

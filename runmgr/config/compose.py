@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -41,12 +42,25 @@ def split_overrides(overrides: list[str], conf_dir: Path) -> tuple[list[str], li
     any schema key can be set even when the YAML leaves it at its default,
     and an unknown key is named clearly."""
     groups, settings = [], []
-    for item in overrides:
+    for item in map(_without_plus, overrides):
         key, sep, _ = item.partition("=")
+        if sep and key.startswith("+") and len(key) > 1:
+            raise ConfigError(f"bad override {item!r}: write it without '+' ({item[1:]}): every key of the schema is "
+                              f"set as key=value, and '+' adds a key only under {', '.join(OPEN_MAPPINGS)}")
         if not sep or not key or key[0] in "+~":
             raise ConfigError(f"bad override {item!r}: write overrides as key=value, e.g. training.train_iters=100")
         (groups if "." not in key and (conf_dir / key).is_dir() else settings).append(item)
     return groups, settings
+
+
+def _without_plus(item: str) -> str:
+    """Hydra's ``+key=value`` (add a key the config lacks) as ``key=value`` for a key of an open
+    mapping (``+megatron.env.NAME=value``): runmgr adds such keys without the '+'. Any other item
+    is returned as it is."""
+    key = item.partition("=")[0]
+    if key.startswith("+") and any(key[1:].startswith(f"{mapping}.") for mapping in OPEN_MAPPINGS):
+        return item[1:]
+    return item
 
 
 def compose_dict(conf_name: str, group_overrides: list[str], conf_dir: Path) -> DictConfig:
@@ -81,10 +95,53 @@ def to_run_config(raw: DictConfig, settings: list[str] = ()) -> RunConfig:
     except OmegaConfBaseException as exc:
         raise ConfigError(_schema_message(exc)) from None
     try:
-        merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(settings)))
+        for batch in _setting_batches(list(settings)):
+            merged = OmegaConf.merge(merged, batch)
         return OmegaConf.to_object(merged)  # type: ignore[return-value]
     except OmegaConfBaseException as exc:
         raise ConfigError(_list_item_message(merged, settings) or _schema_message(exc)) from None
+
+
+def _setting_batches(settings: list[str]) -> list[DictConfig]:
+    """``key=value`` settings as configs to merge in order: runs of plain values through
+    OmegaConf's dotlist (YAML values), and each mapping value (``megatron.env={K:V}``) through
+    Hydra's override grammar, where ``{K:V}`` is the mapping K -> V (YAML would read the key
+    ``K:V`` with no value). A mapping merges into the one there, as Hydra merges it."""
+    batches: list[DictConfig] = []
+    plain: list[str] = []
+    for item in settings:
+        key, _, value = item.partition("=")
+        if not value.lstrip().startswith("{"):
+            plain.append(item)
+            continue
+        if plain:
+            batches.append(OmegaConf.from_dotlist(plain))
+            plain = []
+        batches.append(OmegaConf.create(_nested(key, _hydra_mapping(item))))
+    if plain:
+        batches.append(OmegaConf.from_dotlist(plain))
+    return batches
+
+
+def _hydra_mapping(item: str) -> dict:
+    """The mapping of ``key={K:V,...}`` as Hydra's override grammar reads it; one line when it cannot."""
+    try:
+        value = OverridesParser.create().parse_override(item).value()
+    except HydraException as exc:
+        key = item.partition("=")[0]
+        raise ConfigError(f"bad override {item!r}: {_first_line(exc)}; write a mapping as {key}={{K1:V1,K2:V2}} "
+                          f"(quote a value with commas or braces: {key}={{K:'a,b'}}) or one entry as {key}.K1=V1") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"bad override {item!r}: its value is not one mapping; write {item.partition('=')[0]}="
+                          f"{{K1:V1,K2:V2}}")
+    return value
+
+
+def _nested(key: str, value: object) -> dict:
+    """``a.b.c`` and a value as ``{a: {b: {c: value}}}``."""
+    for part in reversed(key.split(".")):
+        value = {part: value}
+    return value  # type: ignore[return-value]
 
 
 def _list_item_message(merged: DictConfig, settings: list[str]) -> str | None:

@@ -14,6 +14,7 @@ from trainer.config import Choice
 RULE_IDS: tuple[str, ...] = (
     "adam-beta2", "adam-eps", "dropout", "weight-decay-low", "decay-1d", "no-warmup", "peak-lr", "clip-off",
     "fp16-static-loss-scale", "tied-from-untied", "token-range", "label-shift", "software-versions",
+    "remedy-lr-cut",
 )
 """Every rule's id, in the order ``runmgr lint`` checks them."""
 

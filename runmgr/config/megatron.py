@@ -92,9 +92,15 @@ class MegatronConfig:
             out.append(f"cluster.num_workers ({world_size}) must be a multiple of megatron.nproc_per_node "
                        f"({self.nproc_per_node}): every node runs the same number of ranks")
         out += self._script_problems()
+        out += self._env_problems()
         if self.script is not None or self.args:
             out += args_problems(self.args)
         return out
+
+    def _env_problems(self) -> list[str]:
+        """An environment variable's value is one string (a number is taken as its digits)."""
+        return [f"megatron.env.{name} must be one value (a string), got {value!r}: write megatron.env.{name}=VALUE "
+                f"or megatron.env={{{name}:VALUE}}" for name, value in self.env.items() if not isinstance(value, str)][:1]
 
     def _script_problems(self) -> list[str]:
         if self.script is None:

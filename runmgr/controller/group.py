@@ -63,6 +63,11 @@ class WorkerFailure:
     text: str
     worker: WorkerInfo | None
     time: float
+    exit_code: int | None = None
+    """The failed process's exit status (negative: the signal that ended it), when known."""
+    output: tuple[str, ...] = ()
+    """The last lines its process printed (stdout and stderr), oldest first, when the group
+    reads them (a Megatron node: torchrun's stream, its ranks' lines as they came)."""
 
     @property
     def is_peer_echo(self) -> bool:
@@ -70,6 +75,14 @@ class WorkerFailure:
         broken gloo socket, an NCCL watchdog timeout or remote error, an HCCL
         notify wait or lost heartbeat. The real failure is elsewhere."""
         return self.kind == "error" and classify(self.text).name in PEER_ECHO_CAUSES
+
+
+@dataclass(frozen=True)
+class OutputLine:
+    """One line a node's command printed (a Megatron job's torchrun, stdout and stderr)."""
+
+    node: int
+    text: str
 
 
 @dataclass
@@ -95,6 +108,9 @@ class GroupPoll:
     """What happened to a warm group's spares since the last poll."""
     ready_spares: int | None = None
     """A warm group's ready spares now (None: a group that keeps no spares)."""
+    output: list[OutputLine] = field(default_factory=list)
+    """Every line the nodes' commands printed since the last poll, in arrival order (a group
+    that runs commands; the judge keeps the last of them for incidents that need them)."""
     waiting_ranks: list[int] = field(default_factory=list)
     """Ranks that, when drained, waited in their warm link for the group to re-form (a peer
     broke it): a warm group then probes the others (runmgr/workers/liveness.py)."""

@@ -9,10 +9,11 @@ replay`` drives the same judge over a recorded log.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Optional, Sequence
 
-from runmgr.controller.group import GroupPoll, WorkerFailure, WorkerInfo, root_cause
+from runmgr.controller.group import GroupPoll, OutputLine, WorkerFailure, WorkerInfo, root_cause
 from runmgr.policy.abilities import BUILTIN_ABILITIES, TrainerAbilities
 from runmgr.policy.capacity import Capacity
 from runmgr.policy.checkpoints import VerifiedCheckpoint
@@ -23,13 +24,18 @@ from runmgr.policy.ladder import decide
 from runmgr.policy.warm import WarmCover
 from runmgr.config.watcher import WatcherConfig
 from logbook.local_norms import analyse
-from runmgr.watch.incidents import INSTABILITY_KINDS, Incident
+from runmgr.watch.incidents import EARLY_EXIT, HANG, INSTABILITY_KINDS, WORKER_DEATH, Incident
 from runmgr.watch.observations import (
-    HeartbeatObservation, LaunchFailure, LocalNormsObservation, StepObservation, WorkerExit,
+    HeartbeatObservation, JobEnded, LaunchFailure, LocalNormsObservation, StepObservation, WorkerExit,
 )
 from runmgr.watch.watcher import Observation, Watcher
 
 NODE_NAME_CHARS = 12
+LAST_OUTPUT_LINES = 20
+"""Lines of each node's output the judge keeps for an incident that names none of its own
+(a hang, an early exit)."""
+OUTPUT_LINE_CHARS = 1000
+"""A kept line's length at most: a job may print anything, of any length."""
 
 
 def no_warm_cover() -> Optional[WarmCover]:
@@ -86,14 +92,20 @@ class Judge:
         self._nodes: dict[int, str] = {}
         self._data_parallel: Optional[int] = None
         self._warm_cover: Callable[[], Optional[WarmCover]] = no_warm_cover
+        self._subrun = SubrunMemory()
+        self._lineage_steps = 0
 
     def start_subrun(self, workers: Sequence[WorkerInfo],
-                     warm_cover: Callable[[], Optional[WarmCover]] | None = None) -> None:
+                     warm_cover: Callable[[], Optional[WarmCover]] | None = None,
+                     start_step: int = 0, final_step: Optional[int] = None) -> None:
         """New ranks: the per-rank detectors start afresh with their placement.
         ``warm_cover()``: what the sub-run's group could recover warm when a decision is
-        due (None: a group that keeps no warm state; every restart is cold)."""
+        due (None: a group that keeps no warm state; every restart is cold); ``start_step``:
+        where the sub-run starts; ``final_step``: the run's last step (None: not judged when
+        every rank exits 0)."""
         self._warm_cover = warm_cover or no_warm_cover
         self.restart_detectors({w.rank: node_name(w.node_id) for w in workers})
+        self._subrun = SubrunMemory(start_step, final_step, len(workers))
 
     def restart_detectors(self, rank_nodes: Mapping[int, str]) -> None:
         """A new sub-run of ``len(rank_nodes)`` ranks (a replay knows no nodes)."""
@@ -109,12 +121,37 @@ class Judge:
         With ``watcher.enabled`` false only worker deaths are judged."""
         detecting = self.watcher_config.enabled
         observations: list[Observation] = self._observations(subrun, poll, readings) if detecting else []
+        self._remember(poll)
         if poll.failures:
             observations.append(self._exit_of(root_cause(poll.failures), subrun))
         for rank in poll.finished_ranks:
-            self.watcher.hang.forget(rank)
+            self.watcher.hang.finish(rank)
+        ended = self._ended(subrun, poll, now, last_step)
+        if ended is not None:  # judged like a death: whether or not the watcher runs
+            observations.append(ended)
         return self.judge_observations(observations, now, last_step,
                                        check_silence=detecting and not poll.failures)
+
+    def _remember(self, poll: GroupPoll) -> None:
+        """Keep what an incident may need later: the last lines of each node's output, how many
+        steps the sub-run and the lineage reported, which ranks finished."""
+        self._subrun.keep_output(poll.output)
+        stepped = len(poll.steps) or sum(isinstance(o, StepObservation) for o in poll.observations)
+        self._subrun.steps_reported += stepped
+        self._lineage_steps += stepped
+        self._subrun.finished.update(poll.finished_ranks)
+
+    def _ended(self, subrun: str, poll: GroupPoll, now: float, last_step: int) -> Optional[JobEnded]:
+        """The end of the sub-run, once every rank exited 0 (once), when its last step is known."""
+        memory = self._subrun
+        if (memory.final_step is None or memory.ended or not poll.finished_ranks or poll.failures
+                or len(memory.finished) < memory.ranks):
+            return None
+        memory.ended = True
+        verified = self.checkpoints(last_step)
+        newest = max((c.step for c in verified), default=None)
+        return JobEnded(subrun, now, last_step, memory.final_step, memory.start_step, newest,
+                        memory.steps_reported, memory.last_output())
 
     def launch_failed(self, subrun: str, text: str, now: float, last_step: int,
                       data_parallel: Optional[int], warm: bool = False) -> Judgement:
@@ -138,13 +175,24 @@ class Judge:
     def _explained(self, incident: Incident) -> Incident:
         """An instability with the evidence ``local_norms`` (docs/local_norms.md): the weights whose
         gradient norm jumped first and most from its onset on, when the lineage recorded norms
-        before and at it; any other incident as it is."""
+        before and at it; a hang, a death or an early exit with what the lineage has reported so
+        far (``never_stepped``) and the nodes' last output where it carries none of its own."""
+        if incident.kind in (HANG, WORKER_DEATH, EARLY_EXIT):
+            return self._with_output(incident)
         if incident.kind not in INSTABILITY_KINDS or incident.onset_step is None:
             return incident
         moves = analyse(self.watcher.local_norms.series(), incident.onset_step)
         if moves is None:
             return incident
         return replace(incident, evidence={**incident.evidence, "local_norms": moves.evidence()})
+
+    def _with_output(self, incident: Incident) -> Incident:
+        extra: dict = {"never_stepped": self._lineage_steps == 0}
+        if "last_output" not in incident.evidence:
+            lines = self._subrun.last_output()
+            if lines:
+                extra["last_output"] = list(lines)
+        return replace(incident, evidence={**incident.evidence, **extra})
 
     def _observations(self, subrun: str, poll: GroupPoll,
                       readings: Sequence[Observation]) -> list[Observation]:
@@ -161,7 +209,9 @@ class Judge:
         worker = failure.worker
         node = node_name(worker.node_id) if worker else self._nodes.get(failure.rank, "")
         where = f"pid {worker.pid} on {worker.node_ip}" if worker else "pid unknown"
-        return WorkerExit(failure.rank, node, f"{failure.text} ({where})", failure.time, None, subrun)
+        output = tuple(map(printable, failure.output))
+        return WorkerExit(failure.rank, node, f"{failure.text} ({where})", failure.time, failure.exit_code, subrun,
+                          output)
 
     def _capacity(self) -> Optional[Capacity]:
         if self.cluster is None or self._data_parallel is None:
@@ -175,3 +225,35 @@ class Judge:
                           self.abilities, self._warm_cover())
         self.history = self.history.record(incident, decision, checkpoints)
         return Judgement(incident, decision)
+
+
+def printable(line: str) -> str:
+    """``line`` cut to OUTPUT_LINE_CHARS, its control characters (NUL, escape sequences) written as
+    ``\\xNN``: a job's bytes reach a terminal and the logbook as text, never as commands to them."""
+    cut = line[:OUTPUT_LINE_CHARS]
+    return "".join(c if c.isprintable() or c == "\t" else f"\\x{ord(c):02x}" for c in cut)
+
+
+class SubrunMemory:
+    """What the judge remembers of the running sub-run for the incidents that need it."""
+
+    def __init__(self, start_step: int = 0, final_step: Optional[int] = None, ranks: int = 0) -> None:
+        self.start_step = start_step
+        self.final_step = final_step
+        self.ranks = ranks
+        self.steps_reported = 0
+        self.finished: set[int] = set()
+        self.ended = False
+        self._output: dict[int, deque[str]] = {}
+
+    def keep_output(self, lines: Sequence[OutputLine]) -> None:
+        for line in lines:
+            kept = self._output.setdefault(line.node, deque(maxlen=LAST_OUTPUT_LINES))
+            kept.append(printable(line.text))
+
+    def last_output(self) -> tuple[str, ...]:
+        """Each node's last lines, oldest first, node by node (prefixed ``node N |`` when more
+        than one node printed)."""
+        several = len(self._output) > 1
+        return tuple(f"node {node} | {text}" if several else text
+                     for node, lines in sorted(self._output.items()) for text in lines)

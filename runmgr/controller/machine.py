@@ -21,7 +21,7 @@ from runmgr.controller.judge import Judge, Judgement
 from runmgr.controller.states import (
     ALLOWED, Failed, Finished, Launching, Restarting, Running, State, is_terminal,
 )
-from runmgr.errors import ClusterError, ClusterLostError
+from runmgr.errors import ClusterError, ClusterLostError, PlanRefusedError
 from runmgr.policy.decision import ABORT
 from runmgr.policy.plan_update import next_plan
 from runmgr.resume import ResumePoint
@@ -145,6 +145,10 @@ class Controller:
         except ClusterLostError as exc:  # no retry can place ranks on a cluster without its head
             self._stop_group()
             return Failed(state.subrun, str(exc), self.last_step)
+        except PlanRefusedError as exc:  # the same plan is refused the same way on any retry
+            self._stop_group()
+            return Failed(state.subrun, f"sub-run {state.subrun} cannot start: {exc}. A human must change the "
+                                        f"job's arguments or the policy", self.last_step)
         except ClusterError as exc:
             self._stop_group()
             return self._launch_failed(state, str(exc))
@@ -164,7 +168,8 @@ class Controller:
 
     def _running(self, state: Launching, workers: list[WorkerInfo]) -> Running:
         group = self._group
-        self.judge.start_subrun(workers, group.warm_cover if isinstance(group, WarmWorkerGroup) else None)
+        self.judge.start_subrun(workers, group.warm_cover if isinstance(group, WarmWorkerGroup) else None,
+                                start_step=state.start_step, final_step=self.trainer_config.training.train_iters)
         return Running(state.subrun, state.plan, state.start_step, tuple(workers))
 
     def _launch_failed(self, state: Launching, error: str, warm: bool = False) -> State:

@@ -7,7 +7,9 @@ Kubernetes nodes.
 Progress goes to stderr, the table or JSON to stdout. Exit codes: 0 every
 node admitted, 1 some node excluded, 2 bad input, 3 ``--k8s-label`` was
 asked and the Kubernetes API refused some of the calls (one line on stderr
-says how many and why; the report has each node's error).
+says how many and why; the report has each node's error), 4 the local Ray
+started for the check did not come up in Ray's time, try after try (a busy
+machine: runmgr/cli.py's EXIT_RAY_START_TIMEOUT).
 """
 
 from __future__ import annotations

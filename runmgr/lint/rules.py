@@ -11,6 +11,7 @@ from runmgr.lint.findings import Finding, Severity
 SEED_000 = "seed 000"
 SEED_004 = "seed 004"
 OPT = "OPT Run 11/12 lessons"
+REMEDIES = "runmgr's remedies as the job's flags (docs/megatron.md)"
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ _TABLE = (
          SEED_004),
     Rule("software-versions", "warning", "software versions that differ across the admitted nodes (health check)",
          SEED_000),
+    Rule("remedy-lr-cut", "error",
+         "a policy rung that lowers the LR, for a Megatron job whose arguments give no --lr to lower", REMEDIES),
 )
 RULES: dict[str, Rule] = {rule.id: rule for rule in _TABLE}
 """Every rule by id, in the order they are checked (the order of runmgr/config/lint.py's ids)."""

@@ -11,6 +11,7 @@ from runmgr.lint.config_rules import check_config
 from runmgr.lint.data import check_data, read_sample
 from runmgr.lint.effective import effective_config
 from runmgr.lint.findings import Finding, errors, warnings
+from runmgr.lint.remedies import check_remedies
 from runmgr.lint.versions import software_versions
 
 
@@ -60,7 +61,7 @@ def reads_config_data(config: RunConfig) -> bool:
 
 def lint_config(config: RunConfig) -> LintResult:
     """Every rule that needs no cluster: the config, the checkpoint it starts from, the data."""
-    findings = check_config(effective_config(config)) + check_checkpoint(config)
+    findings = check_config(effective_config(config)) + check_checkpoint(config) + check_remedies(config)
     if reads_config_data(config):
         findings += check_data(read_sample(config), config.model.vocab_size)
     return apply_ignore(findings, config.lint.ignored())

@@ -25,13 +25,14 @@ from trainer.plan import ResumePlan, SkipRange
 
 from runmgr.config.argv import flag_value, flag_values, without_flags
 from runmgr.config.megatron import MegatronFlavor
+from runmgr.errors import PlanRefusedError
 from runmgr.megatron.flavors import abilities_of
 
 OVERRIDE_SCHEDULER = "--override-opt_param-scheduler"
 _STEP_DIR = re.compile(r"(?:step|iter)_0*(\d+)")
 
 
-class PlanNotCarried(ValueError):
+class PlanNotCarried(PlanRefusedError, ValueError):
     """The plan asks for something the flavor cannot do (one line: what, and why)."""
 
 

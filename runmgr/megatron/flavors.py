@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
+
+from runmgr.config.argv import flag_value
 from runmgr.config.megatron import MegatronFlavor
 from runmgr.policy.abilities import TrainerAbilities
 
@@ -23,3 +27,16 @@ ABILITIES: dict[MegatronFlavor, TrainerAbilities] = {
 def abilities_of(flavor: MegatronFlavor) -> TrainerAbilities:
     """The remedies a job of ``flavor`` can carry out, and why not the others."""
     return ABILITIES[MegatronFlavor(flavor)]
+
+
+NO_LR = "the job's arguments give no --lr to scale (runmgr lowers the LR by rewriting --lr and --min-lr)"
+"""Why a job without ``--lr`` cannot have its LR lowered."""
+
+
+def job_abilities(flavor: MegatronFlavor, args: Sequence[str]) -> TrainerAbilities:
+    """The remedies a job of ``flavor`` with arguments ``args`` can carry out: its flavor's,
+    less what its arguments leave no flag for (no ``--lr``: no LR cut)."""
+    abilities = abilities_of(flavor)
+    if flag_value(args, "--lr") is None:
+        abilities = replace(abilities, lower_lr=False, lower_lr_why_not=NO_LR)
+    return abilities

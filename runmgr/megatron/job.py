@@ -1,9 +1,10 @@
 """The job's effective arguments, and the run config they describe.
 
 A user's Megatron script is driven by its own arguments: they, not this conf's
-trainer sections, say how many iterations the run has, its global batch and
-where it saves. :func:`aligned` puts those numbers into a copy of the config so
-that runmgr's progress, triggers and skip arithmetic read the job's truth.
+trainer sections, say its model, its batch, its layout, its precision, how many
+iterations the run has and where it saves. :func:`aligned` puts what they say into
+a copy of the config (runmgr/megatron/model.py reads them) so that runmgr's
+progress, triggers, skip arithmetic, lint and ``--dry-run`` read the job's truth.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import replace
 
 from runmgr.config.argv import flag_value
 from runmgr.config.schema import RunConfig
+from runmgr.megatron.model import describes_itself, read_job
 
 ALIGNED_FLAGS: dict[str, tuple[str, str]] = {
     "--train-iters": ("training", "train_iters"),
@@ -36,8 +38,13 @@ def effective_args(config: RunConfig) -> list[str]:
 
 
 def aligned(config: RunConfig) -> RunConfig:
-    """A copy of ``config`` whose iterations, batch sizes, sequence length and checkpoint
-    directory are the ones the job's arguments say."""
+    """A copy of ``config`` as the job runs it. A job with its own script or arguments: its
+    model, batch, parallel sizes, precision, LR and checkpoint directory as its flags say
+    (Megatron-LM's defaults for flags it leaves out; :func:`runmgr.megatron.model.read_job`).
+    Arguments derived from this conf: its iterations, batch sizes, sequence length and
+    checkpoint directory read back from them."""
+    if describes_itself(config):
+        return read_job(config).config
     args = effective_args(config)
     sections = {"training": config.training, "model": config.model}
     for flag, (section, name) in ALIGNED_FLAGS.items():

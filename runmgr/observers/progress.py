@@ -21,6 +21,10 @@ def format_duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
+CONSOLE_OUTPUT_LINES = 10
+"""Of the job's last lines an incident kept, how many the console shows under it."""
+
+
 class ProgressObserver:
     """Prints progress; never touches the run."""
 
@@ -64,6 +68,14 @@ class ProgressObserver:
         when = f"at step {incident.onset_step}" if incident.onset_step is not None else f"after step {self._step}"
         self.last_incident = f"{incident.kind} {when} -> {decision.action}"
         self._event(f"incident: {incident.summary()}")
+        output = incident.evidence.get("last_output") or ()
+        if output:
+            shown = list(output)[-CONSOLE_OUTPUT_LINES:]
+            more = (f"; `runmgr logbook show RUN --full` has all {len(output)} kept" if len(output) > len(shown)
+                    else "")
+            self._event(f"  last output of the job (its last {len(shown)} line(s){more}):")
+            for line in shown:
+                self.out.write(f"    | {line}\n")
         self._event(f"  decision: {decision.action}: {decision.reason}")
 
     def on_poll(self, state: Running, poll: GroupPoll) -> None:

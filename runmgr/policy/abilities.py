@@ -27,6 +27,10 @@ class TrainerAbilities:
     """Why not, for the decision's reason (empty when it can)."""
     local_norms: bool = True
     """It reports per-weight gradient norms on the steps a plan asks for."""
+    lower_lr: bool = True
+    """It can run the rest of the run at a lower LR (a rung's ``lr_factor``)."""
+    lower_lr_why_not: str = ""
+    """Why not, for the decision's reason (empty when it can)."""
 
 
 BUILTIN_ABILITIES = TrainerAbilities()

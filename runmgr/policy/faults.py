@@ -27,7 +27,9 @@ from runmgr.policy.decision import (
 from runmgr.policy.guards import storm_abort
 from runmgr.policy.history import History
 from runmgr.policy.warm import WarmCover, WarmVerdict, warm_verdict
-from runmgr.watch.incidents import DEVICE_FAULT, HANG, LAUNCH_FAILURE, SLOWDOWN, STRAGGLER, WORKER_DEATH, Incident
+from runmgr.watch.incidents import (
+    DEVICE_FAULT, EARLY_EXIT, HANG, LAUNCH_FAILURE, SLOWDOWN, STRAGGLER, WORKER_DEATH, Incident,
+)
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,8 @@ class FaultContext:
     """What the worker group could recover warm now; None: it keeps no warm state."""
 
 
+QUOTED_CHARS = 160
+"""A job's line quoted in a reason, at most (the incident's evidence keeps it whole)."""
 WARM_KINDS = frozenset({WORKER_DEATH, DEVICE_FAULT, STRAGGLER})
 """Faults whose restart may be warm: a dead or excluded rank is replaced and the others go on.
 A hang restarts cold (a hung rank cannot be joined, and gloo has no abort); so does a
@@ -56,7 +60,9 @@ def decide_fault(incident: Incident, history: History, config: PolicyConfig,
     recover warm now (None: nothing)."""
     ctx = FaultContext(history, config, checkpoints, capacity, warm)
     if incident.kind == HANG:
-        return _restart(incident, ctx, DUMP_AND_RESTART, "dump every rank's stack, kill the workers and restart")
+        return _hang(incident, ctx)
+    if incident.kind == EARLY_EXIT:
+        return _early_exit(incident, ctx)
     if incident.kind == WORKER_DEATH:
         return _death(incident, ctx)
     if incident.kind == DEVICE_FAULT:
@@ -72,13 +78,53 @@ def decide_fault(incident: Incident, history: History, config: PolicyConfig,
     raise ValueError(f"no policy rule for incident kind {incident.kind!r}")
 
 
+def _hang(incident: Incident, ctx: FaultContext) -> Decision:
+    """A hung sub-run restarts after its stacks are dumped; a job that never printed a step and
+    hangs at its start needs a person at once (a restart starts it the same way)."""
+    silent = incident.evidence.get("silent") or [{}]
+    if incident.evidence.get("never_stepped") and silent[0].get("phase") == "init":
+        return Decision(ABORT, (
+            f"{_context(incident)}: the job has not printed a single iteration line since it started, in this "
+            f"sub-run or any before it; a restart would start it the same way. A human must look at its "
+            f"start-up: {_output_note(incident)}; the stacks of every rank are dumped beside the logbook"),
+            dump_stacks=True)
+    return _restart(incident, ctx, DUMP_AND_RESTART, "dump every rank's stack, kill the workers and restart")
+
+
+def _early_exit(incident: Incident, ctx: FaultContext) -> Decision:
+    """Every rank exited 0 before the last step. A job that saved a newer checkpoint first
+    stopped by itself on purpose (Megatron's --exit-interval, --exit-duration-in-mins, its
+    signal handler): go on from what it saved. One that saved nothing new never trained, or
+    stopped without a trace: a person looks (restarting it repeats it)."""
+    evidence = incident.evidence
+    if evidence.get("saved_since_start"):
+        return _restart(incident, ctx, RESTART, f"start it again from what it saved (it stopped by itself, as "
+                                                f"Megatron's --exit-interval or --exit-duration-in-mins do)")
+    return Decision(ABORT, (
+        f"{_context(incident)}: it saved no checkpoint newer than step {evidence.get('start_step')} before it "
+        f"ended, so a restart would repeat it. A human must look at why the job stopped: "
+        f"{_output_note(incident)}"))
+
+
+def _output_note(incident: Incident) -> str:
+    """The job's last line, quoted (the logbook's incident keeps the last lines of each node)."""
+    lines = [line for line in incident.evidence.get("last_output", ()) if line.strip()]
+    if not lines:
+        return "it printed nothing"
+    last = lines[-1].strip()
+    quoted = last if len(last) <= QUOTED_CHARS else last[:QUOTED_CHARS] + "..."
+    return f"its last line was \"{quoted}\" (the incident keeps the last lines of each node)"
+
+
 def _death(incident: Incident, ctx: FaultContext) -> Decision:
     category = str(incident.evidence.get("category", "unknown"))
     action = ctx.config.death_actions.get(category, RESTART)  # type: ignore[call-overload]
     if action == ABORT:
         hint = incident.evidence.get("hint", "the worker's log")
+        line = incident.evidence.get("line")
+        said = f"; it said: \"{line}\"" if line else ""
         return Decision(ABORT, f"{_context(incident)}: a {category} failure does not go away by restarting "
-                               f"(policy.death_actions.{category} = abort); a human must look at {hint}")
+                               f"(policy.death_actions.{category} = abort); a human must look at {hint}{said}")
     if action == EXCLUDE_NODE and incident.nodes:
         return _exclude(incident, ctx, incident.nodes)
     if action == DeathAction.reject_checkpoint and incident.evidence.get("checkpoint_step", -1) >= 0:
@@ -253,4 +299,7 @@ def _context(incident: Incident) -> str:
     if incident.kind == SLOWDOWN:
         return (f"throughput {evidence.get('drop', 0):.0%} below the run's baseline "
                 f"(threshold {evidence.get('max_drop', 0):.0%})")
+    if incident.kind == EARLY_EXIT:
+        return (f"every rank exited 0 at step {evidence.get('last_step')} of {evidence.get('final_step')} "
+                f"({evidence.get('steps_reported', 0)} iteration line(s) in this sub-run)")
     return f"{incident.kind} of rank(s) {ranks}{nodes}"

@@ -56,12 +56,19 @@ def _climb(incident: Incident, history: History, config: PolicyConfig,
     ladder = config.instability.ladder
     chain = history.instability_streak(onset, config.instability.repeat_window_steps)
     level = len(chain) + 1
-    rung = ladder[min(level, len(ladder)) - 1]
     earlier = ", ".join(str(e.incident.onset_step) for e in reversed(chain)) or "none"
     grace = incident.evidence.get("grace_steps")
     persisted = f" did not recover within {grace} steps and" if grace is not None else ""
     why = (f"{incident.kind} from step {onset}{persisted} is instability {level} in a row (earlier onsets "
            f"within {config.instability.repeat_window_steps} steps: {earlier})")
+    index, passed = _carried_rung(ladder, min(level, len(ladder)) - 1, abilities)
+    if passed:
+        why += f"; {'; '.join(passed)}"
+    if index is None:
+        return Decision(ABORT, (
+            f"{why}, and no rung after it. A human must look at the data around step {onset} and the "
+            f"optimizer settings, or give the job what the rung needs"))
+    rung = ladder[index]
     used = history.uses(rung.action)
     if used >= rung.max_uses:
         return Decision(ABORT, (
@@ -81,6 +88,20 @@ def _climb(incident: Incident, history: History, config: PolicyConfig,
     if storm is not None:
         return storm
     return _rung_decision(incident, history, config, rung, start, why, used, abilities)
+
+
+def _carried_rung(ladder: Sequence[Rung], index: int,
+                  abilities: TrainerAbilities) -> tuple[Optional[int], list[str]]:
+    """The first rung from ``index`` on that the trainer can carry out (None: none is), and a
+    note for each rung passed over (a rung that lowers the LR, for a job that cannot)."""
+    passed = []
+    for at in range(index, len(ladder)):
+        rung = ladder[at]
+        if rung.lr_factor == 1.0 or abilities.lower_lr:
+            return at, passed
+        passed.append(f"rung {at + 1} ({rung.action}, LR x {rung.lr_factor:g}) passed over: "
+                      f"{abilities.lower_lr_why_not}")
+    return None, passed
 
 
 def _recovery(incident: Incident) -> str:

@@ -50,6 +50,8 @@ class _Signature:
     label: str
     hint: str
     patterns: tuple[str, ...]
+    also: str = ""
+    """A pattern the text must hold as well (where the matched line comes from), if any."""
 
 
 _SIGNATURES = (
@@ -106,6 +108,24 @@ _SIGNATURES = (
                "the error line: fix the config (or the plan's checkpoint) and launch again", (
                    r"\bTrainerConfigError\b", r"\bDataError\b", r"size mismatch for \S+: copying a param",
                    r"Size mismatch between saved", r"\bCheckpointError\b")),
+    # A job that stops at its start for what it was given: the same command fails the same way.
+    _Signature("usage_error", "config", "the job refused its command line (a usage error)",
+               "the job's own message: a flag its script does not accept, or a value it cannot read; fix "
+               "megatron.args (or the script) and launch again", (
+                   r"\berror: unrecognized arguments: ", r"\berror: the following arguments are required: ",
+                   r"\berror: argument [-\w/ ,]+: (?:invalid|expected|ambiguous|not allowed|conflicting)",
+                   r"\berror: ambiguous option: ")),
+    _Signature("import_error", "config", "the job could not import a module it needs",
+               "the Python environment of the nodes (torchrun runs with runmgr's interpreter): install what is "
+               "missing there, or set PYTHONPATH in megatron.env", (
+                   r"^\s*(?:ModuleNotFoundError|ImportError): .*$",)),
+    _Signature("argument_check", "config", "the job's own checks of its arguments failed",
+               "the assertion's message: an inconsistent setting in megatron.args (sizes that do not divide, "
+               "flags that exclude each other)", (
+                   r"^\s*AssertionError\b.*$",), also=r"arguments\.py\", line \d+, in |\bin \w*validate\w*args\w*\b"),
+    _Signature("missing_file", "config", "a file the job needs does not exist",
+               "the path in the message: spelled right in megatron.args, on storage every node mounts?", (
+                   r"^\s*FileNotFoundError: .*$", r"^\s*\w*Error: .*\[Errno 2\] No such file or directory")),
     _Signature("oom", "memory", "out of memory",
                "memory per device: micro batch, recompute, or the host's RAM", (
                    r"CUDA out of memory", r"NPU out of memory", r"\bOutOfMemoryError\b", r"\bout of memory\b",
@@ -163,6 +183,7 @@ to a dead process or a real error (FORMATS.md 1.6 and 2.4; MEGATRON.md)."""
 _BAD_CHECKPOINT = re.compile(r"BadCheckpointError: checkpoint (\S.*?)(?: \(step (\d+)\))? is unusable: ")
 """trainer.errors.BadCheckpointError's message: the checkpoint's path and step come first."""
 _COMPILED = tuple((sig, tuple(re.compile(p, re.MULTILINE) for p in sig.patterns)) for sig in _SIGNATURES)
+_ALSO = {sig.name: re.compile(sig.also, re.MULTILINE) for sig in _SIGNATURES if sig.also}
 _EXIT_CODE_CAUSES = {16: "megatron_rerun", 17: "megatron_validation"}
 """Exit codes that say the cause themselves (Megatron's EXIT_CODE_RESUME_TO_DISAMBIGUATE and
 EXIT_CODE_FAILED_ON_RESULT_VALIDATION)."""
@@ -184,6 +205,8 @@ def classify(text: str, exit_code: Optional[int] = None,
         return DeathCause(f"xid_{code}", "hardware" if fatal else "device", f"GPU Xid {code}",
                           "the Xid catalog; nvidia-smi -q on the node", _line_at(text, xid.start()))
     for sig, patterns in _COMPILED:
+        if sig.name in _ALSO and not _ALSO[sig.name].search(text):
+            continue
         for pattern in patterns:
             match = pattern.search(text)
             if match:
@@ -226,7 +249,8 @@ class DeathDetector:
         where = f"rank {exit.rank}" + (f" on {exit.node}" if exit.node else "")
         quoted = f': "{cause.line}"' if cause.line else ""
         evidence = {"cause": cause.name, "category": cause.category, "hint": cause.hint, "line": cause.line,
-                    "exit_code": exit.exit_code, **named_checkpoint(cause, exit.text)}
+                    "exit_code": exit.exit_code, **named_checkpoint(cause, exit.text),
+                    **({"last_output": list(exit.output)} if exit.output else {})}
         return [Incident(
             kind=WORKER_DEATH, time=now, subrun=exit.subrun, description=f"{where} died: {cause.label}{quoted}",
             # A bad checkpoint's trouble starts at its step (the policy restarts before it).

@@ -3,28 +3,50 @@
 Each rank's heartbeats say which phase it is in (init, step, checkpoint,
 eval). The gap between two beats of a rank is a duration of the earlier beat's
 phase; a phase's timeout is ``safety_factor`` x the longest recent duration,
-clamped to the phase's bounds (the initial value until one is seen). A hang
-is reported once per silence, for all ranks silent at that moment together,
-so that the remedy (dump every stack, kill, restart) happens once.
+clamped to the phase's bounds (the initial value until one is seen). The
+durations are the lineage's: a new sub-run keeps what the earlier ones
+measured (the same job, the same iteration times). A hang is reported once per
+silence, for all ranks silent at that moment together, so that the remedy
+(dump every stack, kill, restart) happens once.
+
+A silence the sub-run's plan makes (:class:`runmgr.watch.silences.PlannedSilences`:
+skipped iterations, evaluations, saves, the final save and teardown) widens
+the window after the beat it follows, by what the measured times say it takes;
+such a gap is not learned as a duration of its phase. A rank that finished
+(exit 0) is never waited for again in its sub-run.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from typing import Optional
 
 from runmgr.config.watcher import HangConfig
 from runmgr.watch.incidents import HANG, Incident
 from runmgr.watch.observations import HeartbeatObservation
+from runmgr.watch.silences import PlannedSilences
+
+STEP, CHECKPOINT = "step", "checkpoint"
 
 
 class HangDetector:
     """Learns phase durations from heartbeats and reports silent ranks."""
 
-    def __init__(self, config: HangConfig) -> None:
+    def __init__(self, config: HangConfig, durations: Optional[dict[str, deque[float]]] = None) -> None:
         self.config = config
-        self._durations: dict[str, deque[float]] = {}
+        self._durations: dict[str, deque[float]] = durations if durations is not None else {}
         self._last: dict[int, HeartbeatObservation] = {}
         self._reported: set[int] = set()
+        self._finished: set[int] = set()
+        self._plan: Optional[PlannedSilences] = None
+
+    def for_new_subrun(self) -> "HangDetector":
+        """A detector for the next sub-run's ranks that keeps the durations measured so far."""
+        return HangDetector(self.config, self._durations)
+
+    def expect(self, plan: PlannedSilences) -> None:
+        """The silences the sub-run ``plan.subrun`` makes by plan."""
+        self._plan = plan
 
     def update(self, beat: HeartbeatObservation, now: float) -> list[Incident]:
         """Feed one heartbeat, then check every rank against ``now``."""
@@ -32,8 +54,11 @@ class HangDetector:
             # A new sub-run: ranks of the old one will never beat again.
             self._last = {r: b for r, b in self._last.items() if b.subrun == beat.subrun}
             self._reported.clear()
+            self._finished.clear()
+        if beat.rank in self._finished:
+            return self.check(now)
         previous = self._last.get(beat.rank)
-        if previous is not None and beat.time >= previous.time:
+        if previous is not None and beat.time >= previous.time and not self._planned_s(previous)[0]:
             seen = self._durations.setdefault(previous.phase, deque(maxlen=self.config.history))
             seen.append(beat.time - previous.time)
         self._last[beat.rank] = beat
@@ -45,6 +70,11 @@ class HangDetector:
         self._last.pop(rank, None)
         self._reported.discard(rank)
 
+    def finish(self, rank: int) -> None:
+        """``rank`` ended with exit 0: never wait for it again in this sub-run."""
+        self.forget(rank)
+        self._finished.add(rank)
+
     def timeout(self, phase: str) -> float:
         """Seconds of silence tolerated in ``phase``, learned and clamped."""
         bounds = self.config.bounds(phase)
@@ -53,28 +83,65 @@ class HangDetector:
             return bounds.initial_s
         return min(max(self.config.safety_factor * max(seen), bounds.min_s), bounds.max_s)
 
+    def limit(self, beat: HeartbeatObservation) -> float:
+        """Seconds of silence tolerated after ``beat``: its phase's timeout, widened by the
+        silences the plan makes after it."""
+        return self.timeout(beat.phase) + self._planned_s(beat)[0]
+
+    def _planned_s(self, beat: HeartbeatObservation) -> tuple[float, list[str]]:
+        """Extra seconds the plan's silences after ``beat`` take, and what they are."""
+        plan = self._plan
+        if plan is None or plan.subrun != beat.subrun:
+            return 0.0, []
+        extra, what = 0.0, []
+        skipped = plan.skipped_after(beat.step)
+        if skipped:
+            extra += skipped * self._per_iteration_s()
+            what.append(f"{skipped} skipped iteration(s)")
+        if beat.phase == STEP and plan.evaluates_after(beat.step):
+            extra += plan.eval_iters * self._per_iteration_s()
+            what.append(f"an evaluation of {plan.eval_iters} iteration(s)")
+        if beat.phase == STEP and plan.saves_after(beat.step):
+            # The save's own line may come late or not at all: cover a save as measured.
+            extra += self.timeout(CHECKPOINT)
+            what.append("the final save and the job's teardown" if plan.is_final(beat.step) else "a save")
+        return extra, what
+
+    def _per_iteration_s(self) -> float:
+        """A silent iteration's allowance: ``safety_factor`` x the longest step measured (the
+        step's timeout until one is)."""
+        seen = self._durations.get(STEP)
+        return self.config.safety_factor * max(seen) if seen else self.timeout(STEP)
+
     def check(self, now: float) -> list[Incident]:
         """Report the ranks silent past their phase's timeout, once per silence."""
         silent = []
         for rank, beat in sorted(self._last.items()):
-            limit = self.timeout(beat.phase)
+            limit = self.limit(beat)
             if rank not in self._reported and now - beat.time > limit:
                 silent.append((beat, limit))
         if not silent:
             return []
         self._reported.update(beat.rank for beat, _ in silent)
+        return [self._incident(silent, now)]
+
+    def _incident(self, silent: list[tuple[HeartbeatObservation, float]], now: float) -> Incident:
         first, limit = silent[0]
         learned = self._durations.get(first.phase, ())
         basis = (f"{self.config.safety_factor:g} x longest of {len(learned)} observed {first.phase} "
                  f"durations ({max(learned):.1f} s), clamped" if learned else "initial value, nothing observed yet")
+        planned_s, planned = self._planned_s(first)
+        if planned:
+            basis += f", + {planned_s:.1f} s for {' and '.join(planned)} the plan makes"
         ranks = tuple(beat.rank for beat, _ in silent)
         description = (f"{len(ranks)} rank(s) silent in phase {first.phase}: rank {first.rank} for "
                        f"{now - first.time:.1f} s at step {first.step}, timeout {limit:.1f} s ({basis})")
-        return [Incident(
+        return Incident(
             kind=HANG, time=now, subrun=first.subrun, description=description,
             onset_step=min(beat.step for beat, _ in silent),
             ranks=ranks, nodes=tuple(sorted({beat.node for beat, _ in silent if beat.node})),
             evidence={"silent": [{"rank": b.rank, "node": b.node, "phase": b.phase, "step": b.step,
                                   "silent_s": now - b.time, "timeout_s": lim} for b, lim in silent],
-                      "observed_durations": len(learned)},
-        )]
+                      "observed_durations": len(learned), "planned_silence_s": planned_s,
+                      "planned_silences": planned},
+        )

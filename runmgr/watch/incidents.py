@@ -18,6 +18,7 @@ DEVICE_FAULT: Final = IncidentKind.device_fault
 WORKER_DEATH: Final = IncidentKind.worker_death
 LAUNCH_FAILURE: Final = IncidentKind.launch_failure
 STORAGE_OUTAGE: Final = IncidentKind.storage_outage
+EARLY_EXIT: Final = IncidentKind.early_exit
 
 INCIDENT_KINDS: tuple[str, ...] = IncidentKind.values()
 INSTABILITY_KINDS = frozenset(InstabilityKind.values())

@@ -187,6 +187,29 @@ class WorkerExit:
     exit_code: Optional[int] = None
     """Process exit status; negative for a signal (-9 is SIGKILL)."""
     subrun: str = ""
+    output: tuple[str, ...] = ()
+    """The last lines the worker printed (stdout and stderr), oldest first; empty when
+    its output is not at hand (a rank of the built-in trainer: ``text`` is its traceback)."""
+
+
+@dataclass(frozen=True)
+class JobEnded:
+    """Every rank of a sub-run ended with exit code 0."""
+
+    subrun: str
+    time: float
+    last_step: int
+    """The furthest step the sub-run reached (its iteration lines and its saves)."""
+    final_step: int
+    """The step the run trains to (``training.train_iters``, a Megatron job's ``--train-iters``)."""
+    start_step: int = 0
+    """The step the sub-run started from."""
+    newest_checkpoint: Optional[int] = None
+    """The newest verified checkpoint's step when it ended (None: none yet)."""
+    steps_reported: int = 0
+    """Steps the sub-run reported (a Megatron job: its iteration lines)."""
+    output: tuple[str, ...] = ()
+    """The last lines its ranks printed, oldest first."""
 
 
 @dataclass(frozen=True)

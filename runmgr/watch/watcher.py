@@ -13,15 +13,17 @@ from typing import Optional, Union
 from runmgr.config.watcher import WatcherConfig
 from runmgr.watch.deaths import DeathDetector
 from runmgr.watch.devices import DeviceDetector
+from runmgr.watch.ending import EndDetector
 from runmgr.watch.hang import HangDetector
 from runmgr.watch.local_norms import LocalNormsMemory
 from runmgr.watch.incidents import GRAD_SPIKE, LAUNCH_FAILURE, LOSS_SPIKE, Incident
 from runmgr.watch.nonfinite import NonFiniteDetector, RaisedNonFiniteDetector
 from runmgr.watch.observations import (
-    CheckpointObservation, DeviceObservation, HeartbeatObservation, LaunchFailure, LoadedCheckpoint,
+    CheckpointObservation, DeviceObservation, HeartbeatObservation, JobEnded, LaunchFailure, LoadedCheckpoint,
     LocalNormsObservation, RankTimings, SaveStarted, StepObservation, UploadObservation, WorkerExit,
 )
 from runmgr.watch.scale import LossScaleDetector
+from runmgr.watch.silences import PlannedSilences
 from runmgr.watch.slowdown import SlowdownDetector
 from runmgr.watch.spikes import SpikeDetector
 from runmgr.watch.storage import StorageOutageDetector
@@ -29,7 +31,7 @@ from runmgr.watch.stragglers import StragglerDetector
 
 Observation = Union[StepObservation, HeartbeatObservation, DeviceObservation, WorkerExit, CheckpointObservation,
                     LaunchFailure, UploadObservation, RankTimings, SaveStarted, LoadedCheckpoint,
-                    LocalNormsObservation]
+                    LocalNormsObservation, PlannedSilences, JobEnded]
 
 
 class Watcher:
@@ -56,6 +58,7 @@ class Watcher:
         self.raised_nonfinite = RaisedNonFiniteDetector()
         self.storage = StorageOutageDetector(config.storage)
         self.local_norms = LocalNormsMemory()
+        self.ending = EndDetector()
 
     def for_new_subrun(self, rank_nodes: Optional[Mapping[int, str]] = None) -> "Watcher":
         """A watcher for the ranks of a new sub-run: the per-rank and per-sub-run
@@ -63,8 +66,10 @@ class Watcher:
         device that stays faulty is reported once, not once per sub-run; the
         spike detectors keep the lineage's curve up to the resume step; an S3
         outage outlives sub-runs (the driver's uploads go on across them); the local
-        norms are the lineage's, up to the resume step."""
+        norms are the lineage's, up to the resume step; the hang watch keeps the phase
+        durations it measured (the same job's iteration and save times)."""
         fresh = Watcher(self.config, rank_nodes)
+        fresh.hang = self.hang.for_new_subrun()
         fresh.devices = self.devices
         fresh.storage = self.storage
         fresh.spikes = self.spikes
@@ -94,6 +99,11 @@ class Watcher:
             return self.stragglers.update(obs, now)
         if isinstance(obs, (CheckpointObservation, SaveStarted, LoadedCheckpoint)):
             return []  # checkpoints inform the policy (where to restart), not the detectors
+        if isinstance(obs, PlannedSilences):
+            self.hang.expect(obs)
+            return []
+        if isinstance(obs, JobEnded):
+            return self.ending.update(obs, now)
         if isinstance(obs, LaunchFailure):
             what = "the warm restart failed" if obs.warm else "the workers could not be started"
             return [Incident(LAUNCH_FAILURE, now, f"{what}: {obs.text}", subrun=obs.subrun,

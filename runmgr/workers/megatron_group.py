@@ -20,8 +20,10 @@ from ray.exceptions import GetTimeoutError, RayActorError
 
 from runmgr import cluster as ray_cluster
 from runmgr.config.schema import ClusterConfig
-from runmgr.controller.group import GroupPoll, WorkerFailure, WorkerInfo
+from runmgr.config.argv import flag_value
+from runmgr.controller.group import GroupPoll, OutputLine, WorkerFailure, WorkerInfo
 from runmgr.errors import ClusterError
+from runmgr.megatron.silences import planned_silences
 from runmgr.placement import actor_resources, bundle_for
 from runmgr.stacks import DUMP_TIMEOUT_S
 from runmgr.watch.megatron_log import MegatronLogReader
@@ -114,9 +116,13 @@ class MegatronWorkerGroup:
             self.shutdown()  # no node left running a half-started sub-run
             raise
         self._running = set(range(nnodes))
+        now = time.time()
+        argv = self._first_poll.commands[0]["argv"] if self._first_poll.commands else []
+        silences = planned_silences(argv, plan.subrun, now)
         self._translator = OutputTranslator(plan, range(world), self.make_reader(), self.checkpoint_dir,
-                                            self.seq_length)
-        self._translator.started(self._first_poll, time.time())
+                                            self.seq_length, start_step=int(flag_value(argv, "--ckpt-step") or 0),
+                                            silences=silences)
+        self._translator.started(self._first_poll, now)
         return self.workers
 
     def _launch(self, plan: ResumePlan, nnodes: int) -> list[WorkerInfo]:
@@ -162,7 +168,8 @@ class MegatronWorkerGroup:
         pending for the next poll, so one wedged node never stalls the driver."""
         refs = list(self._drains.values())
         ready_set = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0]) if refs else set()
-        lines, ended = [], []
+        lines: list[tuple[float, int, str]] = []
+        ended = []
         for node, ref in list(self._drains.items()):
             if ref not in ready_set:
                 continue
@@ -175,11 +182,13 @@ class MegatronWorkerGroup:
                 result.failures.append(WorkerFailure(rank, "died", f"the actor of node {node} died: "
                                                      f"{str(exc).strip()[:500]}", self._info(rank), time.time()))
                 continue
-            lines += drained["lines"]
+            lines += [(at, node, text) for at, text in drained["lines"]]
             if drained["exit"] is not None:
                 ended.append((node, drained))
         assert self._translator is not None
-        self._translator.lines(lines, result)
+        lines.sort(key=lambda line: line[0])
+        self._translator.lines([(at, text) for at, _, text in lines], result)
+        result.output += [OutputLine(node, text) for _, node, text in lines]
         for node, drained in ended:
             self._ended(node, drained, result)
 
@@ -187,6 +196,8 @@ class MegatronWorkerGroup:
         self._running.discard(node)
         if drained["exit"] == 0:
             result.finished_ranks += self._ranks_of(node)
+            assert self._translator is not None
+            self._translator.finished(self._ranks_of(node))
             return
         result.failures.append(node_failure(self._ranks_of(node), drained["exit"], drained["tail"],
                                             drained["tracker"], self.torchrun, self._info, time.time()))

@@ -18,7 +18,8 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 
 from runmgr.controller.group import GroupPoll, WorkerFailure, WorkerInfo
 from runmgr.watch.megatron_log import LogEvent, MegatronLogReader
-from runmgr.watch.observations import CheckpointObservation, SaveStarted, StepObservation, WorkerExit
+from runmgr.watch.observations import CheckpointObservation, LoadedCheckpoint, SaveStarted, StepObservation, WorkerExit
+from runmgr.watch.silences import PlannedSilences
 from trainer.plan import ResumePlan
 from trainer.report import CheckpointReport, Heartbeat, StepReport
 
@@ -46,17 +47,35 @@ class OutputTranslator:
     parser's state (the previous step, save starts) for this sub-run only."""
 
     def __init__(self, plan: ResumePlan, ranks: Sequence[int], reader: MegatronLogReader,
-                 checkpoint_dir: Optional[Path], seq_length: Optional[int]) -> None:
+                 checkpoint_dir: Optional[Path], seq_length: Optional[int], start_step: int = 0,
+                 silences: Optional[PlannedSilences] = None) -> None:
+        """``start_step``: the iteration the sub-run starts from; ``silences``: where its own
+        command line makes it silent (told to the watcher when it starts)."""
         self.plan = plan
         self.ranks = tuple(ranks)
         self.reader = reader
         self.checkpoint_dir = checkpoint_dir
         self.seq_length = seq_length
+        self.start_step = start_step
+        self.silences = silences
         self._save_started: dict[int, float] = {}
+        self._finished: set[int] = set()
 
     def started(self, poll: GroupPoll, at: float) -> None:
-        """Every rank beats ``init`` when its node's command starts."""
-        poll.heartbeats += [Heartbeat(rank, "init", 0, at) for rank in self.ranks]
+        """Every rank beats ``init`` at the start step when its node's command starts; the
+        watcher learns the sub-run's planned silences."""
+        if self.silences is not None:
+            poll.observations.append(self.silences)
+        self._beat(poll, "init", self.start_step, at)
+
+    def finished(self, ranks: Sequence[int]) -> None:
+        """``ranks`` exited 0: no line of another node speaks for them any more."""
+        self._finished.update(ranks)
+
+    def _beat(self, poll: GroupPoll, phase: str, step: int, at: float) -> None:
+        """A heartbeat of every rank still running: a line of one rank shows the others alive
+        too, as they step together (Megatron prints on the last rank and rank 0 only)."""
+        poll.heartbeats += [Heartbeat(rank, phase, step, at) for rank in self.ranks if rank not in self._finished]
 
     def lines(self, lines: Sequence[tuple[float, str]], poll: GroupPoll) -> None:
         """Parse ``(arrival time, line)`` pairs, in arrival order, into ``poll``."""
@@ -78,10 +97,12 @@ class OutputTranslator:
         poll.observations.append(event)
         if isinstance(event, StepObservation):
             poll.steps.append(self._step_report(event))
-            poll.heartbeats += [Heartbeat(rank, "step", event.step, event.time) for rank in self.ranks]
+            self._beat(poll, "step", event.step, event.time)
         elif isinstance(event, SaveStarted):
             self._save_started[event.step] = event.time
-            poll.heartbeats += [Heartbeat(rank, "checkpoint", event.step, event.time) for rank in self.ranks]
+            self._beat(poll, "checkpoint", event.step, event.time)
+        elif isinstance(event, LoadedCheckpoint):
+            self._beat(poll, "init", event.step, event.time)  # loaded: still starting, further along
         elif isinstance(event, CheckpointObservation):
             poll.checkpoints.append(self._checkpoint_report(event))
 
@@ -125,7 +146,8 @@ def node_failure(node_ranks: Sequence[int], exit_code: int, tail: Sequence[str],
         rank = node_ranks[0]
     block, rest = split_root_cause(lines)
     parts = [f"rank {rank} exited with code {code}", *block, *rest[-FAILURE_TAIL_LINES:], *tracker]
-    return WorkerFailure(rank, "error", "\n".join(parts), worker_of(rank), at)
+    return WorkerFailure(rank, "error", "\n".join(parts), worker_of(rank), at, exit_code=code,
+                         output=tuple(rest[-FAILURE_TAIL_LINES:]))
 
 
 def split_root_cause(lines: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -16,11 +16,15 @@ from ray.util.placement_group import PlacementGroup, placement_group, remove_pla
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from runmgr import cluster as ray_cluster
-from runmgr.config.schema import ClusterConfig
+from runmgr.config.schema import ClusterConfig, RunConfig
 from runmgr.controller.judge import node_name
+from runmgr.dryrun import node_label, node_shortfall
 from runmgr.errors import ClusterError
-from runmgr.placement import bundle_for
+from runmgr.placement import amounts, bundle_for, closest_node, lacking, resolve_device_kind
 from runmgr.policy.capacity import slots_of
+
+FREE_NODES_SHOWN = 8
+"""Nodes a placement timeout lists with their free resources (the closest to a bundle first)."""
 
 
 def usable_nodes(admitted_node_ids: Optional[list[str]]) -> dict[str, Mapping[str, float]]:
@@ -38,6 +42,46 @@ def node_slots(cluster: ClusterConfig, device_kind: str, admitted_node_ids: Opti
     return slots_of({node_name(node_id): resources for node_id, resources in nodes.items()}, bundle)
 
 
+def refuse_unplaceable(config: RunConfig, admitted_node_ids: Optional[list[str]]) -> None:
+    """Before the first placement: raise :class:`ClusterError` (one line) when the usable nodes
+    cannot hold the run's bundles, each on one node (a rank's, or a Megatron node's
+    ``nproc_per_node`` ranks), naming the node that comes closest and what to change."""
+    device_kind = resolve_device_kind(config.device, ray.cluster_resources())
+    admitted = set(admitted_node_ids) if admitted_node_ids is not None else None
+    nodes = {node_label(row): row["Resources"] for row in ray.nodes()
+             if row["Alive"] and (admitted is None or row["NodeID"] in admitted)}
+    line = node_shortfall(config, nodes, device_kind)
+    if line is not None:
+        where = "the nodes the health check admitted" if admitted is not None else "the cluster's alive nodes"
+        raise ClusterError(f"{config.run.name} cannot be placed on {where}: {line}")
+
+
+def free_per_node(bundle: Mapping[str, float]) -> str:
+    """What each alive node has free of the ``bundle``'s resources, the closest to holding one first."""
+    from ray._private.state import available_resources_per_node  # Ray's public API sums over the nodes
+
+    free = available_resources_per_node()
+    names = {row["NodeID"]: node_label(row) for row in ray.nodes() if row["Alive"]}
+    nodes = {names.get(node_id, node_id[:12]): resources for node_id, resources in free.items()}
+    ordered = sorted(nodes, key=lambda name: lacking(bundle, nodes[name]))
+    shown = [f"{name}: {amounts(nodes[name], bundle)}" for name in ordered[:FREE_NODES_SHOWN]]
+    more = f"; and {len(ordered) - FREE_NODES_SHOWN} more" if len(ordered) > FREE_NODES_SHOWN else ""
+    return "; ".join(shown) + more if shown else "no alive node"
+
+
+def _refuse_if_no_node_holds_one(bundle: Mapping[str, float], count: int, what: str,
+                                 nodes: Mapping[str, Mapping[str, float]]) -> None:
+    """A :class:`ClusterError` at once, rather than a placement that waits for nothing, when no
+    usable node (``nodes``: name -> total resources) can hold one ``bundle``."""
+    if any(slots_of(nodes, bundle).values()):
+        return
+    closest = closest_node(bundle, nodes)
+    has = f"the closest, {closest}, has {amounts(nodes[closest], bundle)}" if closest else "there is none"
+    raise ClusterError(f"no usable node can hold one of the {count} {what} of {amounts(bundle, bundle)} (each on one "
+                       f"node): {has}; lower cluster.cpus_per_worker / cluster.devices_per_worker (or "
+                       f"megatron.nproc_per_node), or add such nodes")
+
+
 def release(pg: Optional[PlacementGroup]) -> None:
     """Remove a placement group, unless the head is gone (asking it would wait for Ray's 60 s)."""
     if pg is not None and not ray_cluster.head_lost():
@@ -52,14 +96,16 @@ def place(bundle: Mapping[str, float], count: int, what: str, strategy: str, tim
     avoids nodes; otherwise a placement group over the whole cluster."""
     if admitted_node_ids is not None or avoid:
         return None, pinned(bundle, count, what, admitted_node_ids, avoid)
+    _refuse_if_no_node_holds_one(bundle, count, what, {node_name(node_id): resources for node_id, resources
+                                                       in usable_nodes(None).items()})
     pg = placement_group([dict(bundle) for _ in range(count)], strategy=strategy)
     try:
         ray_cluster.get_while_head_lives([pg.ready()], timeout_s)
     except GetTimeoutError:
         release(pg)
         raise ClusterError(
-            f"the cluster could not place {count} {what} of {dict(bundle)} within {timeout_s:.0f} s: "
-            f"free resources are {ray.available_resources()}; lower cluster.num_workers or add nodes"
+            f"the cluster could not place {count} {what} of {amounts(bundle, bundle)} (each on one node) within "
+            f"{timeout_s:.0f} s; free per node: {free_per_node(bundle)}; lower cluster.num_workers or add nodes"
         ) from None
     return pg, [PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=index) for index in range(count)]
 
@@ -70,6 +116,8 @@ def pinned(bundle: Mapping[str, float], count: int, what: str, admitted_node_ids
     order by capacity; a :class:`ClusterError` when they cannot hold them."""
     nodes = {node_id: resources for node_id, resources in usable_nodes(admitted_node_ids).items()
              if node_name(node_id) not in avoid}
+    _refuse_if_no_node_holds_one(bundle, count, what, {node_name(node_id): resources
+                                                       for node_id, resources in nodes.items()})
     slots = [node_id for node_id, fits in slots_of(nodes, bundle).items() for _ in range(min(fits, count))]
     if len(slots) < count:
         raise ClusterError(

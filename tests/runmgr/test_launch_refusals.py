@@ -30,6 +30,7 @@ from runmgr.errors import ConfigError
 from runmgr.launch import launch
 from runmgr.refusals import refuse_changed_model_shape
 from tests import cli
+from tests.runmgr.without_ray import RAY_IMPORTED_EXIT, runmgr_without_ray
 from trainer.manifest import MANIFEST_NAME, PARAMETERS_FIELD, list_checkpoints
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,6 +62,22 @@ def test_run12_on_this_machine_names_the_992_devices_it_lacks_and_how_to_see_the
                                "needs 992 GPUs (992 workers x 1 cuda device), the cluster has ",
                                f"`runmgr launch --dry-run conf=run12 run.dir={run_dir}` shows the plan")
     assert "cannot execute" not in line  # the built-in trainer runs TP 8 with FSDP2: only the devices lack
+    assert not run_dir.exists()
+
+
+def test_a_megatron_node_no_local_node_can_hold_is_refused_before_ray_and_names_the_closest(tmp_path):
+    """Issue 26 case 6: two ranks per node on the demo's local nodes of one CPU each. Refused from
+    the config, before Ray is imported (no placement wait), naming a node and what to change."""
+    run_dir = tmp_path / "run"
+    done, wall_s = runmgr_without_ray(tmp_path, "launch", "conf=demo", f"run.dir={run_dir}", "chaos=none",
+                                      "trainer.kind=megatron", "megatron.nproc_per_node=2")
+    print(f"refused in {wall_s:.2f} s wall")
+    assert done.returncode != RAY_IMPORTED_EXIT, done.stderr
+    line = refused_in_one_line(done, "demo cannot run on the cluster in view, a local Ray of 3 nodes of 1 CPU",
+                               "no node can hold one node of megatron.nproc_per_node=2 ranks (CPU 2 on one node",
+                               "the closest, local node 1 of 3, has CPU 1",
+                               "set megatron.nproc_per_node=1, or set cluster.local_nodes=1")
+    assert line.endswith("megatron.nproc_per_node=2` shows the plan")
     assert not run_dir.exists()
 
 
@@ -102,6 +119,24 @@ def test_an_existing_cluster_too_small_for_the_plan_is_named_by_its_address(tmp_
                    "cluster.num_workers=2", "health.skip=true"),
             f"cannot run on the cluster in view, Ray cluster at {head.address}: needs 2 CPUs for 2 workers, "
             "the cluster has 1")
+        assert not run_dir.exists()
+    finally:
+        head.shutdown()
+
+
+def test_a_real_cluster_whose_nodes_cannot_hold_a_megatron_node_is_refused_from_its_node_list(tmp_path):
+    """Two Ray nodes of one CPU each, as Ray lists them once connected: no placement is tried."""
+    head = ray_cluster.LocalCluster(ClusterConfig(local_nodes=2, cpus_per_worker=1))
+    try:
+        run_dir = tmp_path / "run"
+        line = refused_in_one_line(
+            runmgr("launch", "conf=demo", f"run.dir={run_dir}", f"cluster.address={head.address}", "chaos=none",
+                   "health.skip=true", "trainer.kind=megatron", "megatron.nproc_per_node=2"),
+            f"cannot run on the cluster in view, Ray cluster at {head.address}: no node can hold one node of "
+            "megatron.nproc_per_node=2 ranks (CPU 2 on one node = 2 x cluster.cpus_per_worker 1): the closest, ",
+            "has CPU 1; set megatron.nproc_per_node=1, or lower cluster.cpus_per_worker / cluster.devices_per_worker, "
+            "or add nodes that have CPU 2")
+        assert head.head_node.node_ip_address in line  # the node named by its address
         assert not run_dir.exists()
     finally:
         head.shutdown()

@@ -161,3 +161,33 @@ def test_a_local_norms_interval_override_is_refused_for_a_megatron_job(tmp_path)
     assert load_run_config("demo", [f"run.dir={tmp_path}", "chaos=none", "trainer.kind=megatron"])
     builtin = load_run_config("demo", [f"run.dir={tmp_path}", "chaos=none", "training.local_norms_interval=10"])
     assert builtin.training.local_norms_interval == 10
+
+
+@pytest.mark.parametrize("override", ["megatron.env={NCCL_DEBUG:WARN,HCCL_CONNECT_TIMEOUT:3600}",
+                                      "megatron.env={NCCL_DEBUG: WARN, HCCL_CONNECT_TIMEOUT: '3600'}"])
+def test_megatron_env_as_a_mapping_composes_as_hydra_reads_it(tmp_path, override):
+    """Issue 26 case 7: ``{K:V}`` is Hydra's mapping K -> V (YAML alone read a key 'K:V' without a value)."""
+    config = megatron_conf(tmp_path, override, job_args(tmp_path / "c"))
+    assert config.megatron.env == {"NCCL_DEBUG": "WARN", "HCCL_CONNECT_TIMEOUT": "3600"}
+
+
+def test_a_mapping_merges_into_the_confs_env_and_plus_adds_one_entry(tmp_path):
+    script = tmp_path / "pretrain_gpt.py"
+    script.write_text("")
+    base = [f"megatron.script={script}", f"run.dir={tmp_path}"]
+    config = load_run_config("llama2_70b_mindspeed", [*base, "megatron.env={NCCL_DEBUG:WARN}",
+                                                      "+megatron.env.TASK_QUEUE_ENABLE=1"])
+    assert config.megatron.env["NCCL_DEBUG"] == "WARN" and config.megatron.env["TASK_QUEUE_ENABLE"] == "1"
+    assert config.megatron.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"  # the conf's entries stay
+
+
+@pytest.mark.parametrize("override, said", [
+    ("megatron.env={NCCL_DEBUG:", "bad override 'megatron.env={NCCL_DEBUG:': "),
+    ("megatron.env={A:[1,2]}", "megatron.env.A must be one value (a string), got [1, 2]"),
+    ("+training.seed=3", "bad override '+training.seed=3': write it without '+' (training.seed=3)"),
+])
+def test_a_mapping_override_that_cannot_compose_is_one_line_naming_the_spelling(tmp_path, override, said):
+    line = refusal(tmp_path, override, job_args(tmp_path / "c"))
+    assert said in line and "\n" not in line
+    if override.startswith("megatron.env={NCCL"):
+        assert "write a mapping as megatron.env={K1:V1,K2:V2}" in line and "megatron.env.K1=V1" in line

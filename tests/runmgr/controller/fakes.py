@@ -65,11 +65,20 @@ class Recorder:
         self.judgements.append(judgement)
 
 
+def reported_steps(groups: list[FakeGroup]) -> int:
+    """The furthest step the queued polls report: where a run of these groups ends."""
+    return max((report.step for group in groups for poll in group.polls for report in poll.steps), default=0)
+
+
 def make_controller(groups: list[FakeGroup], points: dict | None = None, plan: ResumePlan | None = None,
                     policy: PolicyConfig | None = None, slots: dict[str, int] | None = None,
-                    observers: tuple = ()) -> tuple[Controller, Recorder]:
+                    observers: tuple = (), train_iters: int | None = None) -> tuple[Controller, Recorder]:
     """A controller over ``groups`` (one per sub-run). ``points``: what ``resume_at(step)``
-    finds; ``slots``: the ranks each node can hold (None: no cluster in view)."""
+    finds; ``slots``: the ranks each node can hold (None: no cluster in view); ``train_iters``:
+    the run's last step (default: the furthest step the polls report, so that ranks that all
+    end there finish the run)."""
+    trainer_config = TrainerConfig()
+    trainer_config.training.train_iters = train_iters if train_iters is not None else reported_steps(groups)
     queue = deque(groups)
     recorder = Recorder()
     points = points or {20: ResumePoint("/ck/step_00000020", 20), 10: ResumePoint("/ck/step_00000010", 10)}
@@ -77,7 +86,7 @@ def make_controller(groups: list[FakeGroup], points: dict | None = None, plan: R
     judge = Judge(WatcherConfig(), policy or PolicyConfig(), lambda max_step: [c for c in CHECKPOINTS if c.step <= max_step],
                   cluster)
     controller = Controller(
-        Launching("1.00", plan or ResumePlan(subrun="1.00", data_parallel_size=2), 0, "launch"), TrainerConfig(),
+        Launching("1.00", plan or ResumePlan(subrun="1.00", data_parallel_size=2), 0, "launch"), trainer_config,
         make_group=queue.popleft, resume_at=lambda step, why: points.get(step, ResumePoint(None, 0)), judge=judge,
         subrun_ids=SubrunIds(1, 1), poll_interval_s=0.0, observers=[recorder, *observers], clock=lambda: 2000.0,
         sleep=recorder.slept.append,

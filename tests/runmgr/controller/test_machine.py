@@ -38,7 +38,7 @@ def test_finishing_needs_every_rank():
 def test_a_killed_worker_restarts_from_the_newest_checkpoint_keeping_the_plan():
     skip = (SkipRange(100, 200),)
     first = FakeGroup([GroupPoll(steps=[step_report(27)], failures=[died(1)])])
-    second = FakeGroup([GroupPoll(finished_ranks=[0, 1])])
+    second = FakeGroup([GroupPoll(steps=[step_report(27, subrun="1.01")], finished_ranks=[0, 1])])
     # a fault restarts from the newest verified checkpoint up to the last step recorded (27)
     points = {27: ResumePoint("/ck/step_00000020", 20, (("/ck/step_00000025", "manifest missing"),))}
     controller, recorder = make_controller([first, second], points,

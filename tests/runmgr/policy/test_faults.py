@@ -7,7 +7,7 @@ from runmgr.config.policy import HardwareConfig, PolicyConfig, RestartConfig, Ro
 from runmgr.policy.decision import ABORT, DUMP_AND_RESTART, EXCLUDE_NODE, IGNORE, RESTART
 from runmgr.policy.history import History
 from runmgr.policy.ladder import decide
-from runmgr.watch.incidents import DEVICE_FAULT, HANG, SLOWDOWN, STRAGGLER, WORKER_DEATH, Incident
+from runmgr.watch.incidents import DEVICE_FAULT, EARLY_EXIT, HANG, SLOWDOWN, STRAGGLER, WORKER_DEATH, Incident
 
 CHECKPOINTS = (VerifiedCheckpoint(400, 400 * 64), VerifiedCheckpoint(600, 600 * 64))
 
@@ -173,3 +173,40 @@ def test_a_rejection_spends_the_restart_budget():
     config = PolicyConfig(restarts=RestartConfig(max_restarts=1))
     decisions = run([death("killed", "killed"), bad_checkpoint(600)], config=config)
     assert decisions[1].action == ABORT and "restart budget is spent" in decisions[1].reason
+
+
+def silent_at_start(never_stepped: bool) -> Incident:
+    return Incident(kind=HANG, time=0.0, description="silent", subrun="1.00", onset_step=0, ranks=(0, 1),
+                    evidence={"silent": [{"rank": 0, "node": "n", "phase": "init", "step": 0, "silent_s": 31.0,
+                                          "timeout_s": 30.0}], "never_stepped": never_stepped,
+                              "last_output": ["> building GPT model ..."]})
+
+
+def test_a_job_that_never_printed_an_iteration_line_and_hangs_at_its_start_needs_a_person_at_once():
+    decision = decide(silent_at_start(never_stepped=True), History(), PolicyConfig(), ())
+    assert decision.action == ABORT and decision.dump_stacks
+    assert "not printed a single iteration line" in decision.reason
+    assert '"> building GPT model ..."' in decision.reason
+
+
+def test_a_hang_at_the_start_of_a_job_that_trained_before_restarts():
+    decision = decide(silent_at_start(never_stepped=False), History(), PolicyConfig(), CHECKPOINTS)
+    assert decision.action == DUMP_AND_RESTART and decision.restart_from_step == 600
+
+
+def early_exit(saved: bool, start: int = 400) -> Incident:
+    return Incident(kind=EARLY_EXIT, time=0.0, description="exited 0", subrun="12.01", onset_step=612,
+                    evidence={"last_step": 612, "final_step": 5000, "start_step": start, "saved_since_start": saved,
+                              "steps_reported": 212, "last_output": ["iteration 612/5000 |"]})
+
+
+def test_an_early_exit_after_a_save_goes_on_from_what_it_saved():
+    decision = decide(early_exit(saved=True), History(), PolicyConfig(), CHECKPOINTS)
+    assert (decision.action, decision.restart_from_step) == (RESTART, 600)
+    assert "--exit-duration-in-mins" in decision.reason
+
+
+def test_an_early_exit_that_saved_nothing_new_needs_a_person():
+    decision = decide(early_exit(saved=False, start=600), History(), PolicyConfig(), CHECKPOINTS)
+    assert decision.action == ABORT
+    assert "saved no checkpoint newer than step 600" in decision.reason and "iteration 612/5000" in decision.reason

@@ -9,6 +9,7 @@ from trainer.plan import SkipRange
 from runmgr.policy.checkpoints import VerifiedCheckpoint
 from runmgr.config.policy import InstabilityConfig, PolicyConfig, RollbackConfig, Rung
 from runmgr.policy.decision import ABORT, IGNORE, LOWER_CLIP, LOWER_LR, RESET_OPTIMIZER, ROLLBACK_SKIP
+from runmgr.policy.abilities import BUILTIN_ABILITIES
 from runmgr.policy.history import History
 from runmgr.policy.ladder import decide
 from runmgr.watch.incidents import LOSS_SPIKE, NONFINITE, Incident
@@ -159,3 +160,25 @@ def test_a_trainer_without_local_norms_is_asked_for_none():
 
     decision = decide(spike(3050), History(), PolicyConfig(), CHECKPOINTS, None, abilities_of(MegatronFlavor.megatron_lm))
     assert decision.restarts and decision.local_norms_steps == () and "local norms" not in decision.reason
+
+
+NO_LR = dataclasses.replace(BUILTIN_ABILITIES, name="Megatron-LM", lower_lr=False,
+                            lower_lr_why_not="the job's arguments give no --lr to scale")
+
+
+def test_a_rung_that_lowers_the_lr_is_passed_over_for_a_job_that_cannot_and_the_reason_says_why():
+    history, decisions = History(), []
+    for number, onset in enumerate((2000, 2100)):
+        incident = spike(onset, subrun=f"12.{number:02d}")
+        decisions.append(decide(incident, history, PolicyConfig(), CHECKPOINTS, abilities=NO_LR))
+        history = history.record(incident, decisions[-1], CHECKPOINTS)
+    assert [d.action for d in decisions] == [ROLLBACK_SKIP, RESET_OPTIMIZER]
+    assert decisions[1].lr_factor == 1.0
+    assert "rung 2 (lower_lr, LR x 0.67) passed over: the job's arguments give no --lr to scale" in decisions[1].reason
+
+
+def test_with_no_rung_left_that_the_job_can_carry_a_person_is_needed():
+    only_cuts = PolicyConfig(instability=InstabilityConfig(ladder=(
+        Rung(action="lower_lr", max_uses=5, skip_data=True, lr_factor=0.5),)))
+    decision = decide(spike(2000), History(), only_cuts, CHECKPOINTS, abilities=NO_LR)
+    assert decision.action == ABORT and "passed over" in decision.reason and "no rung after it" in decision.reason

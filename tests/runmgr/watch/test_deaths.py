@@ -232,3 +232,55 @@ def test_a_rerun_restarts_and_a_rejected_result_takes_its_node_out():
         (incident,) = DeathDetector().update(WorkerExit(3, "node-1", text, 1.0, subrun="1.00"), 1.0)
         actions.append(decide(incident, History(), PolicyConfig(), []).action)
     assert actions == [RESTART, EXCLUDE_NODE]
+
+
+# --- A job that stops at its start for what it was given: deterministic, a person's to fix ---------
+
+USAGE_ERRORS = [
+    ("usage_error", "usage: pretrain_gpt.py [-h] [--num-layers NUM_LAYERS]\n"
+                    "pretrain_gpt.py: error: unrecognized arguments: --bogus-flag 3",
+     "pretrain_gpt.py: error: unrecognized arguments: --bogus-flag 3"),
+    ("usage_error", "usage: pretrain_gpt.py [-h]\npretrain_gpt.py: error: the following arguments are required: "
+                    "--train-iters", "pretrain_gpt.py: error: the following arguments are required: --train-iters"),
+    ("usage_error", "pretrain_gpt.py: error: argument --hidden-size: invalid int value: '4k'",
+     "pretrain_gpt.py: error: argument --hidden-size: invalid int value: '4k'"),
+    ("import_error", "Traceback (most recent call last):\n  File \"pretrain_gpt.py\", line 12, in <module>\n"
+                     "    from megatron.core import mpu\nModuleNotFoundError: No module named 'megatron'",
+     "ModuleNotFoundError: No module named 'megatron'"),
+    ("import_error", "Traceback (most recent call last):\n  File \"pretrain_gpt.py\", line 3, in <module>\n"
+                     "ImportError: cannot import name 'get_args' from 'megatron.training'",
+     "ImportError: cannot import name 'get_args' from 'megatron.training'"),
+    # Megatron-LM's validate_args (megatron/training/arguments.py) asserts on inconsistent sizes.
+    ("argument_check", "Traceback (most recent call last):\n  File \"/m/pretrain_gpt.py\", line 300, in <module>\n"
+                       "  File \"/m/megatron/training/arguments.py\", line 441, in validate_args\n"
+                       "    assert args.num_layers % args.transformer_pipeline_model_parallel_size == 0, \\\n"
+                       "AssertionError: Number of layers should be divisible by the pipeline-model-parallel size",
+     "AssertionError: Number of layers should be divisible by the pipeline-model-parallel size"),
+    ("missing_file", "Traceback (most recent call last):\n  File \"/m/megatron/core/datasets/indexed_dataset.py\", "
+                     "line 40\nFileNotFoundError: [Errno 2] No such file or directory: '/data/corpus_text_document.idx'",
+     "FileNotFoundError: [Errno 2] No such file or directory: '/data/corpus_text_document.idx'"),
+]
+
+
+@pytest.mark.parametrize("name,text,line", USAGE_ERRORS, ids=[f"{c[0]}-{i}" for i, c in enumerate(USAGE_ERRORS)])
+def test_a_job_that_refuses_what_it_was_given_is_a_config_failure_in_its_own_words(name, text, line):
+    cause = classify(text, exit_code=2 if name == "usage_error" else 1)
+    assert (cause.name, cause.category, cause.line) == (name, "config", line)
+    decision = decide(DeathDetector().update(WorkerExit(0, "n", text, 0.0, 2, "1.00"), 0.0)[0], History(),
+                      PolicyConfig(), [])
+    assert decision.action == "abort" and line in decision.reason
+
+
+def test_an_assertion_outside_the_argument_checks_is_a_bug_not_a_config_failure():
+    text = ("Traceback (most recent call last):\n  File \"/m/megatron/core/optimizer.py\", line 9, in step\n"
+            "AssertionError: grads are not contiguous")
+    assert classify(text).category == "bug"
+
+
+def test_the_death_s_evidence_keeps_its_exit_code_and_last_output():
+    exit = WorkerExit(1, "n", "rank 1 exited with code 2\nerror: unrecognized arguments: --x", 0.0, 2, "1.00",
+                      output=("usage: pretrain_gpt.py", "pretrain_gpt.py: error: unrecognized arguments: --x"))
+    (incident,) = DeathDetector().update(exit, 0.0)
+    assert incident.evidence["exit_code"] == 2
+    assert incident.evidence["last_output"] == ["usage: pretrain_gpt.py",
+                                                "pretrain_gpt.py: error: unrecognized arguments: --x"]

@@ -82,3 +82,92 @@ def test_forget_stops_watching_a_finished_rank():
     detector.update(HeartbeatObservation(0, "step", 1, 0.0), 0.0)
     detector.forget(0)
     assert detector.check(60.0) == []
+
+
+# --- Planned silences: what the sub-run's own plan makes is not a hang ------------------------------
+
+from runmgr.watch.silences import PlannedSilences  # noqa: E402
+
+DEFAULT_BOUNDS = HangConfig()  # the shipped bounds: step 60-1800 s, checkpoint 120-3600 s
+
+
+def megatron_like(detector: HangDetector, iteration_s: float, steps: range, subrun: str = "1.01") -> float:
+    """Every rank beats ``step`` once per iteration (a Megatron job's line); the last beat's time."""
+    t = 0.0
+    for step in steps:
+        t = step * iteration_s
+        for rank in (0, 1):
+            detector.update(HeartbeatObservation(rank, "step", step, t, "n", subrun), t)
+    return t
+
+
+def test_300_skipped_iterations_at_1_s_each_are_not_a_hang():
+    # A rollback asked the job to skip iterations 41-340; Megatron runs each as a silent dummy step.
+    detector = HangDetector(DEFAULT_BOUNDS)
+    plan = PlannedSilences("1.01", 0.0, skipped=tuple(range(41, 341)), save_interval=1000, final_step=5000)
+    detector.expect(plan)
+    last = megatron_like(detector, 1.0, range(1, 41))
+    assert detector.timeout("step") == 60.0  # without the plan, 60 s of silence would be a hang
+    assert detector.check(last + 300.0 + 1.0) == []  # the 300 skips took 300 s: the job is on time
+    # The allowance is the plan's, not infinite: silence well past 300 skipped iterations is a hang.
+    (hang,) = detector.check(last + detector.limit(HeartbeatObservation(0, "step", 40, last, "n", "1.01")) + 1.0)
+    assert hang.kind == HANG and hang.onset_step == 40
+    assert "300 skipped iteration(s) the plan makes" in hang.description
+    assert hang.evidence["planned_silences"] == ["300 skipped iteration(s)"]
+
+
+def test_the_same_silence_without_the_plan_is_a_hang():
+    detector = HangDetector(DEFAULT_BOUNDS)
+    last = megatron_like(detector, 1.0, range(1, 41))
+    (hang,) = detector.check(last + 300.0)
+    assert hang.kind == HANG
+
+
+def test_a_silent_stretch_of_skips_is_not_learned_as_a_step_duration():
+    detector = HangDetector(DEFAULT_BOUNDS)
+    detector.expect(PlannedSilences("1.01", 0.0, skipped=tuple(range(11, 41))))
+    megatron_like(detector, 1.0, range(1, 11))
+    for rank in (0, 1):  # iteration 41, 31 s after iteration 10
+        detector.update(HeartbeatObservation(rank, "step", 41, 41.0, "n", "1.01"), 41.0)
+    assert detector.timeout("step") == 60.0  # 5 x 1 s, clamped up; not 5 x 31 s
+
+
+def test_skips_right_after_the_start_checkpoint_widen_the_init_window():
+    detector = HangDetector(DEFAULT_BOUNDS)
+    megatron_like(detector, 1.0, range(1, 30), subrun="1.00")  # the lineage's measured iteration: 1 s
+    fresh = detector.for_new_subrun()
+    fresh.expect(PlannedSilences("1.01", 100.0, skipped=tuple(range(31, 61))))
+    for rank in (0, 1):  # loaded checkpoint 30: the next 30 iterations are skipped
+        fresh.update(HeartbeatObservation(rank, "init", 30, 100.0, "n", "1.01"), 100.0)
+    init = fresh.timeout("init")
+    assert fresh.check(100.0 + init + 30 * 1.0) == []
+    assert fresh.check(100.0 + init + 30 * 5.0 + 1.0) != []
+
+
+def test_a_finished_rank_is_never_waited_for_again_and_the_final_save_is_expected():
+    detector = HangDetector(DEFAULT_BOUNDS)
+    detector.expect(PlannedSilences("1.00", 0.0, final_step=40, save_interval=10))
+    last = megatron_like(detector, 1.0, range(1, 41), subrun="1.00")
+    detector.finish(1)  # rank 1 exited 0 after the last iteration
+    # A line of rank 0's node would beat rank 1 too (it speaks for the ranks still running): ignored.
+    detector.update(HeartbeatObservation(1, "step", 40, last + 1, "n", "1.00"), last + 1)
+    # Rank 0 saves and tears down: the final save's allowance covers it ...
+    assert detector.check(last + 60.0 + 100.0) == []
+    # ... and when rank 0 is silent past it, only rank 0 is named.
+    (hang,) = detector.check(last + 60.0 + detector.timeout("checkpoint") + 1.0)
+    assert hang.ranks == (0,) and "the final save and the job's teardown" in hang.description
+
+
+def test_an_evaluation_every_eval_interval_is_expected():
+    detector = HangDetector(DEFAULT_BOUNDS)
+    detector.expect(PlannedSilences("1.00", 0.0, eval_interval=20, eval_iters=100, final_step=1000))
+    last = megatron_like(detector, 1.0, range(1, 21), subrun="1.00")
+    assert detector.check(last + 100.0) == []  # 100 forward passes after iteration 20
+    last = megatron_like(detector, 1.0, range(21, 22), subrun="1.00")
+    assert detector.check(last + 100.0) != []  # after iteration 21 there is no evaluation
+
+
+def test_durations_are_the_lineage_s_across_sub_runs():
+    detector = HangDetector(HangConfig(safety_factor=5.0, step=PhaseTimeout(600.0, 1.0, 1800.0)))
+    beats(detector, 0, "step", [0.0, 2.0, 4.0])
+    assert detector.for_new_subrun().timeout("step") == 10.0

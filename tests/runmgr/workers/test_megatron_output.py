@@ -88,3 +88,39 @@ def test_a_failed_node_blames_the_root_cause_rank_and_keeps_its_block_without_to
 def test_a_node_without_torchruns_report_blames_its_first_rank_with_torchruns_own_code():
     failure = node_failure([4, 5], -9, ["Killed"], [], torchrun, lambda rank: None, 1.0)
     assert (failure.rank, failure.text) == (4, "rank 4 exited with code -9\nKilled")
+
+
+def test_a_sub_run_starts_at_its_checkpoint_with_its_planned_silences_and_a_load_beats_init():
+    from runmgr.watch.silences import PlannedSilences
+
+    silences = PlannedSilences("7.02", 5.0, skipped=(41, 42))
+    translator = OutputTranslator(PLAN, [0, 1], MegatronLogReader(), None, seq_length=None, start_step=40,
+                                  silences=silences)
+    poll = GroupPoll()
+    translator.started(poll, 5.0)
+    assert poll.observations == [silences]
+    assert {(b.rank, b.phase, b.step) for b in poll.heartbeats} == {(0, "init", 40), (1, "init", 40)}
+    loaded = GroupPoll()
+    translator.lines([(9.0, "  successfully loaded checkpoint from /ck [ t 1/1, p 1/1 ] at iteration 40")], loaded)
+    assert {(b.rank, b.phase, b.step, b.time) for b in loaded.heartbeats} == {(0, "init", 40, 9.0),
+                                                                              (1, "init", 40, 9.0)}
+
+
+def test_a_rank_that_finished_is_not_beaten_by_another_node_s_lines():
+    translator = OutputTranslator(PLAN, [0, 1], MegatronLogReader(), None, seq_length=None)
+    translator.finished([1])  # node 1 (rank 1) exited 0 after the last iteration
+    poll = GroupPoll()
+    translator.lines([(1000.0, LINE)], poll)
+    assert [b.rank for b in poll.heartbeats] == [0]
+
+
+def test_a_failed_node_keeps_its_exit_code_and_its_own_last_lines():
+    job = ["usage: pretrain_gpt.py [-h]", "pretrain_gpt.py: error: unrecognized arguments: --bogus-flag"]
+    root_cause = ["=" * 60, "pretrain_gpt.py FAILED", "-" * 60, "Failures:", "  <NO_OTHER_FAILURES>", "-" * 60,
+                  "Root Cause (first observed failure):", "[0]:", "  time      : 2026-11-28_06:44:15",
+                  "  host      : box", "  rank      : 0 (local_rank: 0)", "  exitcode  : 2 (pid: 7635)",
+                  "  error_file: <N/A>", "  traceback : To enable traceback see: https://pytorch.org/docs/stable/"
+                  "elastic/errors.html", "=" * 60]
+    failure = node_failure([0], 1, [*job, *root_cause], [], torchrun, lambda rank: None, 3.0)
+    assert failure.exit_code == 2  # the rank's own code (argparse's), not torchrun's 1
+    assert failure.output == tuple(job)  # the job's lines, without torchrun's report

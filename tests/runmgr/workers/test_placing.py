@@ -1,0 +1,35 @@
+"""Placing a sub-run's actors: a bundle no usable node can hold is a ClusterError at once
+(naming the node that comes closest), not a placement group that waits for nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from runmgr.errors import ClusterError
+from runmgr.workers.placing import _refuse_if_no_node_holds_one
+
+
+def test_a_bundle_no_node_holds_is_refused_at_once_naming_the_closest():
+    nodes = {"3f2a9c1b0d4e": {"CPU": 1.0}, "9b8c7d6e5f4a": {"CPU": 1.5}}
+    with pytest.raises(ClusterError) as caught:
+        _refuse_if_no_node_holds_one({"CPU": 2.0}, 1, "nodes", nodes)
+    said = str(caught.value)
+    assert said.startswith("no usable node can hold one of the 1 nodes of CPU 2 (each on one node): the closest, "
+                           "9b8c7d6e5f4a, has CPU 1.5")
+    assert "\n" not in said
+
+
+def test_a_bundle_one_node_holds_goes_on_to_placement():
+    _refuse_if_no_node_holds_one({"CPU": 2.0}, 2, "nodes", {"a": {"CPU": 1.0}, "b": {"CPU": 2.0}})
+
+
+def test_a_placement_that_times_out_says_what_each_node_has_free(local_ray):
+    from runmgr.workers.placing import place
+
+    free = local_ray.available_resources().get("CPU", 0.0)
+    with pytest.raises(ClusterError) as caught:  # one bundle fits a node, all of them do not
+        place({"CPU": 1.0}, int(free) + 1, "ranks", "PACK", 2.0, None, ())
+    said = str(caught.value)
+    assert f"could not place {int(free) + 1} ranks of CPU 1 (each on one node) within 2 s; free per node: " in said
+    node = local_ray.nodes()[0]
+    assert f"{node['NodeManagerAddress']} ({node['NodeID'][:12]}): CPU " in said  # per node, not summed

@@ -19,6 +19,13 @@ METRIC_FIELDS = ("step",) + METRIC_FLOATS + METRIC_INTS + ("skipped",)
 """Columns of one metrics row, besides its sub-run."""
 METRIC_COLUMNS = ("subrun_id",) + METRIC_FIELDS + ("recorded_at",)
 """Columns of the metrics table, in the order of :func:`metric_values`."""
+SQLITE_INTEGER = (-(2**63), 2**63 - 1)
+"""What an INTEGER column holds; Python's ints go further (a job may print any number)."""
+
+
+def storable(value: int) -> bool:
+    """True when SQLite can hold ``value`` in an INTEGER column."""
+    return SQLITE_INTEGER[0] <= value <= SQLITE_INTEGER[1]
 
 
 @dataclass(frozen=True)
@@ -122,12 +129,15 @@ def normalise_metric_row(subrun_id: str, row: dict) -> dict:
     clean = {name: row.get(name) for name in METRIC_FIELDS}
     try:
         clean["step"] = int(row["step"])
-        for name in METRIC_INTS:
-            clean[name] = None if clean[name] is None else int(clean[name])
+        for name in METRIC_INTS:  # a count past what a column holds is no count: none recorded
+            clean[name] = None if clean[name] is None or not storable(int(clean[name])) else int(clean[name])
         for name in METRIC_FLOATS:
             clean[name] = None if clean[name] is None else float(clean[name])
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, OverflowError) as err:
         raise LogbookError(f"metrics row for step {row.get('step')!r} has a non-number: {err}") from None
+    if not storable(clean["step"]):
+        raise LogbookError(f"metrics row for sub-run {subrun_id} has step {clean['step']}, past what the logbook "
+                           f"holds (2^63 - 1): the row is not recorded")
     clean["skipped"] = bool(row.get("skipped", False))
     if clean["tokens_per_s"] is None and clean["tokens"] is not None and clean["step_time"]:
         clean["tokens_per_s"] = clean["tokens"] / clean["step_time"]

@@ -23,7 +23,7 @@ from logbook.configdiff import config_diff
 from logbook.errors import LogbookError
 from logbook.ids import check_next, format_subrun_id, next_index, parse_subrun_id
 from logbook.norms_queries import insert_local_norms
-from logbook.records import METRIC_COLUMNS, SubRun, metric_values, normalise_metric_row, to_json
+from logbook.records import METRIC_COLUMNS, SubRun, metric_values, normalise_metric_row, storable, to_json
 from logbook.schema import LOGBOOK_FILENAME, connect, damage, damaged_message, ensure_schema
 
 _INSERT_METRICS = (
@@ -206,9 +206,11 @@ class Logbook:
     def record_metrics(self, subrun_id: str, rows: Sequence[dict]) -> int:
         """Record per-step metrics in one transaction; returns how many were new.
 
-        A step already recorded for this sub-run is kept as first written.
+        A step already recorded for this sub-run is kept as first written. A row whose step is
+        past what SQLite holds is left out (the others are kept); a count past it is recorded
+        as none (NULL): a job's absurd number never costs the sub-run its record.
         """
-        clean = [normalise_metric_row(subrun_id, row) for row in rows]
+        clean = [normalise_metric_row(subrun_id, row) for row in rows if not _step_past_storage(row)]
         with self._lock:
             self._check_started(subrun_id)
             now = self._clock()
@@ -409,3 +411,11 @@ class Logbook:
         except ValueError:
             # Elsewhere: absolute, so that a relative stored path always means the run dir.
             return str(absolute)
+
+
+def _step_past_storage(row: object) -> bool:
+    """True for a metrics row whose step is a whole number SQLite cannot hold (anything else
+    malformed is the normaliser's to refuse, with its message)."""
+    step = row.get("step") if isinstance(row, dict) else None
+    return isinstance(step, int) and not storable(step)
+

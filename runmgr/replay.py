@@ -29,7 +29,7 @@ from runmgr.config.watcher import WatcherConfig
 from runmgr.watch.errors import ReplayInputError
 from runmgr.watch.megatron_log import LogEvent, MegatronLogReader
 from runmgr.watch.metrics_jsonl import read_jsonl
-from runmgr.watch.observations import CheckpointObservation, StepObservation
+from runmgr.watch.observations import CheckpointObservation, RefusedValue, StepObservation
 
 FORMAT_HELP = ("expected `runmgr logbook metrics` JSONL or a Megatron-LM/MindSpeed-LLM training log "
                "with `iteration N/ M | ...` lines")
@@ -49,6 +49,8 @@ class ReplayResult:
     checkpoints: tuple[VerifiedCheckpoint, ...]
     outcomes: tuple[Judgement, ...] = field(default=())
     """Each incident and what the policy decided about it, in order."""
+    refused: tuple[RefusedValue, ...] = field(default=())
+    """Every value of the log the reader refused (an absurd number), in order."""
 
 
 def replay(events: Iterable[LogEvent], source_format: str, watcher_config: Optional[WatcherConfig] = None,
@@ -64,7 +66,11 @@ def replay(events: Iterable[LogEvent], source_format: str, watcher_config: Optio
     subruns = _SubrunLabels()
     outcomes: list[Judgement] = []
     steps: list[StepObservation] = []
+    refused: list[RefusedValue] = []
     for event in events:
+        if isinstance(event, RefusedValue):
+            refused.append(event)
+            continue
         if isinstance(event, CheckpointObservation):
             checkpoints[event.step] = VerifiedCheckpoint(event.step, event.consumed_samples)
             continue
@@ -85,6 +91,7 @@ def replay(events: Iterable[LogEvent], source_format: str, watcher_config: Optio
         first_step=min((s.step for s in steps), default=None), last_step=max((s.step for s in steps), default=None),
         subruns=subruns.from_log(),
         checkpoints=tuple(sorted(checkpoints.values(), key=lambda c: c.step)), outcomes=tuple(outcomes),
+        refused=tuple(refused),
     )
 
 
@@ -142,6 +149,7 @@ def render_text(result: ReplayResult, source: str) -> str:
     span = f"steps {result.first_step}-{result.last_step}" if result.steps else "no steps"
     lines = [f"replay of {source} ({result.source_format}): {result.steps} step records, {span}, "
              f"{len(result.subruns)} sub-run(s), {len(result.checkpoints)} checkpoint(s) recorded"]
+    lines += refused_lines(result.refused)
     if not result.outcomes:
         lines.append("no incidents")
         return "\n".join(lines) + "\n"
@@ -154,6 +162,21 @@ def render_text(result: ReplayResult, source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def refused_lines(refused: Sequence[RefusedValue], shown: int = 5) -> list[str]:
+    """How many values the reader refused, by field, and the first few of them."""
+    if not refused:
+        return []
+    counts: dict[str, int] = {}
+    for value in refused:
+        counts[value.field] = counts.get(value.field, 0) + 1
+    tally = ", ".join(f"{name} x{count}" for name, count in counts.items())
+    lines = [f"{len(refused)} value(s) refused as impossible ({tally}):"]
+    lines += [f"  {value.field} {value.raw!r}: {value.reason}" for value in refused[:shown]]
+    if len(refused) > shown:
+        lines.append(f"  ... and {len(refused) - shown} more (--json lists them all)")
+    return lines
+
+
 def render_json(result: ReplayResult, source: str) -> str:
     """The replay as one JSON document."""
     return json.dumps({
@@ -162,6 +185,7 @@ def render_json(result: ReplayResult, source: str) -> str:
         "checkpoints": [{"step": c.step, "consumed_samples": c.consumed_samples} for c in result.checkpoints],
         "incidents": [{"incident": o.incident.to_dict(), "decision": o.decision.to_dict()}
                       for o in result.outcomes],
+        "refused": [{"field": r.field, "raw": r.raw, "reason": r.reason, "line": r.line} for r in result.refused],
     }, indent=2, default=str) + "\n"
 
 

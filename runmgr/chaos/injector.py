@@ -190,6 +190,8 @@ class ChaosInjector:
     # --- input faults (written before launch) ------------------------------
 
     def _watch_inputs(self, state: Running, report) -> None:
+        if report.consumed_samples is None:
+            return  # a job's line without a believable position: no window can be placed on it
         positions = batch_positions(report.consumed_samples, self.schedule.global_batch_size,
                                     SkipSchedule(state.plan.skip_ranges))
         for item in self.schedule.windows:

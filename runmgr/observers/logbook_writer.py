@@ -11,6 +11,12 @@ from runmgr.controller.judge import Judgement
 from runmgr.controller.states import Failed, Finished, Launching, Restarting, Running, State
 from runmgr.controller.group import GroupPoll
 from runmgr.stacks import stacks_dir
+from runmgr.watch.observations import RefusedValue
+
+REFUSALS_PER_FIELD = 5
+"""Refused values of one field recorded one by one in a sub-run; past them they are counted, and
+the count recorded when the sub-run ends (a job that prints nothing but garbage would otherwise
+write an event per line)."""
 
 
 def metric_row(report) -> dict:
@@ -101,14 +107,44 @@ def record_rehearsal(book: Logbook, subrun: str, mapping: dict | None) -> None:
                       mapping)
 
 
+class RefusalLog:
+    """The values a job printed that the reader refused (runmgr/watch/megatron_log.py), as
+    ``refused_value`` events: the first REFUSALS_PER_FIELD of each field per sub-run, then one
+    ``refused_values`` event with how many more there were."""
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, str], int] = {}
+
+    def record(self, book: Logbook, refused: RefusedValue) -> None:
+        key = (refused.subrun, refused.field)
+        self._counts[key] = count = self._counts.get(key, 0) + 1
+        if count <= REFUSALS_PER_FIELD:
+            book.record_event(refused.subrun, "refused_value",
+                              f"refused {refused.field} {refused.raw!r} ({refused.reason}) in: {refused.line}",
+                              {"field": refused.field, "raw": refused.raw, "reason": refused.reason,
+                               "line": refused.line})
+
+    def close(self, book: Logbook, subrun: str) -> None:
+        """Record how many refusals of each field went uncounted in ``subrun``."""
+        for (seen_in, name), count in sorted(self._counts.items()):
+            if seen_in == subrun and count > REFUSALS_PER_FIELD:
+                book.record_event(subrun, "refused_values",
+                                  f"{count - REFUSALS_PER_FIELD} more values of {name} refused (not recorded one "
+                                  f"by one; {count} in all)", {"field": name, "count": count})
+        self._counts = {key: n for key, n in self._counts.items() if key[0] != subrun}
+
+
 class LogbookObserver:
     """Turns transitions and judgements into logbook rows."""
 
     def __init__(self, book: Logbook, config: dict) -> None:
         self.book = book
         self.config = config
+        self.refusals = RefusalLog()
 
     def on_transition(self, old: State | None, new: State) -> None:
+        if isinstance(new, (Restarting, Finished, Failed)):
+            self.refusals.close(self.book, new.subrun)
         if isinstance(new, Launching):
             self._start(new)
         elif isinstance(new, Running):
@@ -162,3 +198,6 @@ class LogbookObserver:
             self.book.record_checkpoint(state.subrun, ckpt.step, ckpt.path, ckpt.seconds)
         for event in poll.spare_events:
             self.book.record_event(state.subrun, event.kind, event.text, event.to_dict())
+        for observation in poll.observations:
+            if isinstance(observation, RefusedValue):
+                self.refusals.record(self.book, observation)

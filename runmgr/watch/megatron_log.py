@@ -27,6 +27,26 @@ UCE, the rerun machine's exits...) become worker exits.
 One reader serves ``runmgr watch replay`` (each line's time is its stamp) and a
 live Megatron job (``received_at``: when the line arrived; ``subrun``: the
 sub-run the job is).
+
+A job may print anything, so every number is checked before it is believed
+(:class:`~runmgr.watch.observations.RefusedValue` says what was left out, and
+why; nothing here raises on what a line holds):
+
+- the iteration must be a whole number from 1 to its line's own total (when the
+  total is above 0) and below 2^63; otherwise the whole line is refused, as are
+  save, load and straggler lines with an iteration, a time or a rank past what
+  can be (a step beyond 2^63 - 1 cannot even be stored);
+- consumed samples and the skipped and NaN iteration counts must be whole numbers
+  from 0, the global batch from 1, all below 2^63 (the counts at most the
+  iterations the line covers, or its iteration for the first line);
+- the LM loss and the grad norm may be NaN or infinite (that is what the
+  non-finite detector is for) but not negative; the loss scale must be finite
+  and above 0; the learning rate, the throughput and the elapsed time per
+  iteration finite and not negative, the time at most a day;
+- a refused field is left out (None), the step stays.
+
+:meth:`MegatronLogReader.take_refused` hands over what a line had refused;
+:meth:`MegatronLogReader.events` yields them after the line's observation.
 """
 
 from __future__ import annotations
@@ -39,10 +59,18 @@ from typing import Optional, Union
 
 from runmgr.watch.deaths import classify
 from runmgr.watch.observations import (
-    CheckpointObservation, LoadedCheckpoint, RankTimings, SaveStarted, StepObservation, WorkerExit,
+    CheckpointObservation, LoadedCheckpoint, RankTimings, RefusedValue, SaveStarted, StepObservation, WorkerExit,
 )
 
-LogEvent = Union[StepObservation, CheckpointObservation, WorkerExit, RankTimings, SaveStarted, LoadedCheckpoint]
+LogEvent = Union[StepObservation, CheckpointObservation, WorkerExit, RankTimings, SaveStarted, LoadedCheckpoint,
+                 RefusedValue]
+
+INT64_MAX = 2**63 - 1
+"""The largest whole number a step, a sample count or a batch can be (SQLite's INTEGER)."""
+MAX_ITERATION_S = 86_400.0
+"""An iteration (or a straggler's mean iteration) longer than a day is not a time the job measured."""
+MAX_RANK = 2**31 - 1
+RAW_CHARS, LINE_CHARS = 100, 300
 
 _ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)$")
 _STAMP = re.compile(r"\[(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\]")
@@ -53,6 +81,7 @@ _STRAGGLER = re.compile(r"MnRtt/Rnk:\s*([\d.]+)ms/(\d+)\s*\|\s*MxRtt/Rnk:\s*([\d
 _RANK = re.compile(r"\[[Rr]ank\s*(\d+)\]|\[rank(\d+)\]:")
 _NUMBER = re.compile(r"[-+]?(?:nan|inf(?:inity)?|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)",
                      re.IGNORECASE)
+_WHOLE = re.compile(r"[-+]?\d+")
 
 
 def parse_fields(rest: str) -> dict[str, str]:
@@ -71,6 +100,49 @@ def number(text: Optional[str]) -> Optional[float]:
         return None
     match = _NUMBER.search(text)
     return float(match.group(0)) if match else None
+
+
+def whole_number(text: Optional[str]) -> Optional[Union[int, float]]:
+    """The first number in ``text``, exact when it is written as a whole number (a float's 53
+    bits would round a large count); None when there is none."""
+    if text is None:
+        return None
+    match = _NUMBER.search(text)
+    if match is None:
+        return None
+    token = match.group(0)
+    return int(token) if _WHOLE.fullmatch(token) else float(token)
+
+
+def whole_problem(value: Optional[Union[int, float]], minimum: int, maximum: int = INT64_MAX) -> Optional[str]:
+    """Why ``value`` cannot be a count from ``minimum`` to ``maximum`` (None: it can)."""
+    if value is None:
+        return "not a number"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "not finite"
+        if value != math.floor(value):
+            return "not a whole number"
+    if value < minimum:
+        return f"below {minimum}"
+    if value > maximum:
+        return "past 2^63 - 1" if maximum == INT64_MAX else f"above {maximum}"
+    return None
+
+
+def real_problem(value: Optional[float], lowest: float = 0.0, above_lowest: bool = False,
+                 nonfinite_ok: bool = False, highest: float = math.inf) -> Optional[str]:
+    """Why ``value`` cannot be such a measurement (None: it can). NaN and infinities pass
+    only with ``nonfinite_ok`` (a loss or a grad norm that really blew up)."""
+    if value is None:
+        return "not a number"
+    if not math.isfinite(value):
+        return None if nonfinite_ok and (math.isnan(value) or value > 0) else "not finite"
+    if value < lowest or (above_lowest and value == lowest):
+        return f"{'not above' if above_lowest else 'below'} {lowest:g}"
+    if value > highest:
+        return f"above {highest:g}"
+    return None
 
 
 def stamp_seconds(line: str) -> Optional[float]:
@@ -99,36 +171,77 @@ class MegatronLogReader:
         self._subrun_id = subrun
         self._consumed_at: dict[int, Optional[int]] = {}
         self._received_at: Optional[float] = None
+        self._refused: list[RefusedValue] = []
 
     def events(self, lines: Iterable[str]) -> Iterator[LogEvent]:
-        """Every observation the lines hold, in order."""
+        """Every observation the lines hold, in order (a line's refused values after it)."""
         for line in lines:
             event = self.parse(line)
             if event is not None:
                 yield event
+            yield from self.take_refused()
+
+    def take_refused(self) -> list[RefusedValue]:
+        """The values refused since the last call (the lines parsed since)."""
+        refused, self._refused = self._refused, []
+        return refused
 
     def parse(self, line: str, received_at: Optional[float] = None) -> Optional[LogEvent]:
         """The observation one line holds, if any. ``received_at`` (a live job: when the line
-        arrived) is the observation's time; without it, the line's own stamp or the log's clock."""
+        arrived) is the observation's time; without it, the line's own stamp or the log's clock.
+        What the line holds that cannot be is refused (:meth:`take_refused`)."""
         self._received_at = received_at
         match = _ITERATION.search(line)
         if match:
-            return self._iteration(line, int(match.group(1)), parse_fields(match.group(3)))
+            return self._checked_iteration(line, match)
         saved = _SAVED.search(line)
         if saved:
-            step = int(saved.group(1))
+            step = self._line_step(saved.group(1), "saved iteration", line)
+            if step is None:
+                return None
             return CheckpointObservation(step=step, time=self._now(), consumed_samples=self._consumed_at.get(step),
                                          subrun=self._subrun())
         return self._checkpoint_event(line) or self._rank_timings(line) or self._death(line)
 
+    def _refuse(self, field_name: str, raw: str, reason: str, line: str) -> None:
+        self._refused.append(RefusedValue(self._subrun(), self._now(), field_name, raw.strip()[:RAW_CHARS], reason,
+                                          line.strip()[:LINE_CHARS]))
+
+    def _line_step(self, text: str, what: str, line: str) -> Optional[int]:
+        """The iteration a save, load or iteration line names; None (refused) past 2^63 - 1."""
+        value = int(text)
+        problem = whole_problem(value, 0)
+        if problem is not None:
+            self._refuse(what, text, problem, line)
+            return None
+        return value
+
+    def _checked_iteration(self, line: str, match: re.Match) -> Optional[StepObservation]:
+        """An iteration line whose iteration can be: 1 to its own total, below 2^63."""
+        raw, total_text = match.group(1), match.group(2)
+        step = self._line_step(raw, "iteration", line)
+        total = whole_number(total_text)
+        if step is None:
+            return None
+        if whole_problem(total, 0) is not None:
+            self._refuse("iteration", f"{raw}/{total_text}", "its total is past 2^63 - 1", line)
+            return None
+        if step < 1 or (total and step > total):
+            self._refuse("iteration", f"{raw}/{total_text}", "outside 1 to its own total", line)
+            return None
+        return self._iteration(line, step, parse_fields(match.group(3)))
+
     def _checkpoint_event(self, line: str) -> Optional[Union[SaveStarted, LoadedCheckpoint]]:
         saving = _SAVING.search(line)
         if saving:
-            return SaveStarted(step=int(saving.group(1)), time=self._now(), subrun=self._subrun())
+            step = self._line_step(saving.group(1), "saving iteration", line)
+            return SaveStarted(step=step, time=self._now(), subrun=self._subrun()) if step is not None else None
         loaded = _LOADED.search(line)
         if loaded:
-            return LoadedCheckpoint(step=int(loaded.group(2)), path=loaded.group(1), time=self._now(),
-                                    subrun=self._subrun())
+            step = self._line_step(loaded.group(2), "loaded iteration", line)
+            if step is None:
+                return None
+            return LoadedCheckpoint(step=step, path=loaded.group(1), time=self._now(), subrun=self._subrun())
         return None
 
     def _rank_timings(self, line: str) -> Optional[RankTimings]:
@@ -137,7 +250,14 @@ class MegatronLogReader:
         if not found:
             return None
         fastest_ms, fastest, slowest_ms, slowest = found.groups()
-        seconds = {int(fastest): float(fastest_ms) / 1000.0, int(slowest): float(slowest_ms) / 1000.0}
+        times = [float(fastest_ms) / 1000.0, float(slowest_ms) / 1000.0]
+        ranks = [int(fastest), int(slowest)]
+        problems = [p for p in [*(real_problem(t, highest=MAX_ITERATION_S) for t in times),
+                                *(whole_problem(r, 0, MAX_RANK) for r in ranks)] if p is not None]
+        if problems:
+            self._refuse("straggler report", found.group(0), problems[0], line)
+            return None
+        seconds = {ranks[0]: times[0], ranks[1]: times[1]}
         step = self._previous.step if self._previous is not None else 0
         return RankTimings(step=step, time=self._now(), subrun=self._subrun(), seconds=seconds)
 
@@ -155,23 +275,24 @@ class MegatronLogReader:
             self._subrun_index += 1  # the job restarted from a checkpoint
             previous = None
         iterations = step - previous.step if previous is not None else 1
-        step_time = _step_seconds(fields)
-        consumed = number(fields.get("consumed samples"))
+        check = _FieldCheck(fields, line, self._refuse)
+        step_time = check.seconds()
         obs = StepObservation(
             step=step,
             time=self._time(line, fields, step_time, iterations),
             subrun=self._subrun(),
-            loss=number(fields.get("lm loss", fields.get("loss"))),
-            grad_norm=number(fields.get("grad norm")),
-            lr=number(fields.get("learning rate")),
-            loss_scale=number(fields.get("loss scale")),
-            consumed_samples=int(consumed) if consumed is not None else None,
-            global_batch=_int(fields.get("global batch size")),
+            loss=check.real("lm loss" if "lm loss" in fields else "loss", nonfinite_ok=True),
+            grad_norm=check.real("grad norm", nonfinite_ok=True),
+            lr=check.real("learning rate"),
+            loss_scale=check.real("loss scale", above_lowest=True),
+            consumed_samples=check.whole("consumed samples", 0),
+            global_batch=check.whole("global batch size", 1),
             step_time=step_time,
-            tokens_per_s=_tokens_per_s(fields),
+            tokens_per_s=check.tokens_per_s(),
             iterations=iterations,
-            skipped_iterations=_int(fields.get("number of skipped iterations")) or 0,
-            nan_iterations=_int(fields.get("number of nan iterations")) or 0,
+            # A line covers its log interval: the first one after a restart may cover more than one.
+            skipped_iterations=check.whole("number of skipped iterations", 0, iterations if previous else step) or 0,
+            nan_iterations=check.whole("number of nan iterations", 0, iterations if previous else step) or 0,
         )
         self._consumed_at[step] = obs.consumed_samples
         self._previous = obs
@@ -184,7 +305,7 @@ class MegatronLogReader:
         if stamped is not None:
             return stamped
         unix = number(fields.get("current time"))
-        if unix is not None:
+        if unix is not None and real_problem(unix) is None:
             return unix
         return self._now() + (step_time or 0.0) * iterations
 
@@ -198,23 +319,45 @@ class MegatronLogReader:
                           time=self._now(), subrun=self._subrun())
 
 
-def _step_seconds(fields: dict[str, str]) -> Optional[float]:
-    for key, value in fields.items():
-        if key.startswith("elapsed time per iteration"):
-            seconds = number(value)
-            if seconds is None:
-                return None
-            return seconds / 1000.0 if "(ms)" in key else seconds
-    return None
+class _FieldCheck:
+    """The fields of one iteration line, each read and checked (a refused one is None)."""
 
+    def __init__(self, fields: dict[str, str], line: str, refuse) -> None:
+        self.fields, self.line, self.refuse = fields, line, refuse
 
-def _tokens_per_s(fields: dict[str, str]) -> Optional[float]:
-    for key, value in fields.items():
-        if "token" in key and ("/s" in key or "sec" in key or key.startswith("tgs")):
-            return number(value)
-    return None
+    def whole(self, key: str, minimum: int, maximum: int = INT64_MAX) -> Optional[int]:
+        raw = self.fields.get(key)
+        if raw is None:
+            return None
+        value = whole_number(raw)
+        problem = whole_problem(value, minimum, maximum)
+        if problem is not None:
+            self.refuse(key, raw, problem, self.line)
+            return None
+        return int(value)  # type: ignore[arg-type]
 
+    def real(self, key: str, above_lowest: bool = False, nonfinite_ok: bool = False,
+             scale: float = 1.0, highest: float = math.inf) -> Optional[float]:
+        raw = self.fields.get(key)
+        if raw is None:
+            return None
+        value = number(raw)
+        value = value * scale if value is not None else None
+        problem = real_problem(value, above_lowest=above_lowest, nonfinite_ok=nonfinite_ok, highest=highest)
+        if problem is not None:
+            self.refuse(key, raw, problem, self.line)
+            return None
+        return value
 
-def _int(text: Optional[str]) -> Optional[int]:
-    value = number(text)
-    return int(value) if value is not None and math.isfinite(value) else None
+    def seconds(self) -> Optional[float]:
+        """The elapsed time per iteration in seconds (its key says ms or s)."""
+        for key in self.fields:
+            if key.startswith("elapsed time per iteration"):
+                return self.real(key, scale=0.001 if "(ms)" in key else 1.0, highest=MAX_ITERATION_S)
+        return None
+
+    def tokens_per_s(self) -> Optional[float]:
+        for key in self.fields:
+            if "token" in key and ("/s" in key or "sec" in key or key.startswith("tgs")):
+                return self.real(key)
+        return None

@@ -267,3 +267,23 @@ class LoadedCheckpoint:
     path: str
     time: float
     subrun: str = ""
+
+
+@dataclass(frozen=True)
+class RefusedValue:
+    """A number the job printed that cannot be what it claims (an iteration past 2^63 or past
+    its own total, a negative loss, a loss scale of 0, a time of 1e308 ms, text where a number
+    belongs): the reader left it out (the field, or the whole line when it is the iteration) and
+    says so here, for the logbook. It feeds no detector."""
+
+    subrun: str
+    time: float
+    field: str
+    """The field as the job wrote it (``consumed samples``), or ``iteration``, ``saved iteration``, ..."""
+    raw: str
+    """Its text, cut to a hundred characters."""
+    reason: str
+    """Why it was refused, in a few words (``negative``, ``past 2^63 - 1``, ``not a number``)."""
+    line: str = ""
+    """The line it came from, cut to three hundred characters."""
+

@@ -20,7 +20,7 @@ from runmgr.watch.incidents import GRAD_SPIKE, LAUNCH_FAILURE, LOSS_SPIKE, Incid
 from runmgr.watch.nonfinite import NonFiniteDetector, RaisedNonFiniteDetector
 from runmgr.watch.observations import (
     CheckpointObservation, DeviceObservation, HeartbeatObservation, JobEnded, LaunchFailure, LoadedCheckpoint,
-    LocalNormsObservation, RankTimings, SaveStarted, StepObservation, UploadObservation, WorkerExit,
+    LocalNormsObservation, RankTimings, RefusedValue, SaveStarted, StepObservation, UploadObservation, WorkerExit,
 )
 from runmgr.watch.scale import LossScaleDetector
 from runmgr.watch.silences import PlannedSilences
@@ -31,7 +31,7 @@ from runmgr.watch.stragglers import StragglerDetector
 
 Observation = Union[StepObservation, HeartbeatObservation, DeviceObservation, WorkerExit, CheckpointObservation,
                     LaunchFailure, UploadObservation, RankTimings, SaveStarted, LoadedCheckpoint,
-                    LocalNormsObservation, PlannedSilences, JobEnded]
+                    LocalNormsObservation, PlannedSilences, JobEnded, RefusedValue]
 
 
 class Watcher:
@@ -99,6 +99,8 @@ class Watcher:
             return self.stragglers.update(obs, now)
         if isinstance(obs, (CheckpointObservation, SaveStarted, LoadedCheckpoint)):
             return []  # checkpoints inform the policy (where to restart), not the detectors
+        if isinstance(obs, RefusedValue):
+            return []  # what the job printed and cannot be feeds no detector (the logbook records it)
         if isinstance(obs, PlannedSilences):
             self.hang.expect(obs)
             return []

@@ -83,6 +83,9 @@ class OutputTranslator:
             event = self._parse(line, at)
             if event is not None:
                 self._handle(event, poll)
+            # What the line held that cannot be: for the logbook, under this sub-run's id.
+            poll.observations += [dataclasses.replace(refused, subrun=self.plan.subrun)
+                                  for refused in self.reader.take_refused()]
         poll.steps.sort(key=lambda report: report.step)
 
     def _parse(self, line: str, at: float) -> Optional[LogEvent]:
@@ -107,12 +110,15 @@ class OutputTranslator:
             poll.checkpoints.append(self._checkpoint_report(event))
 
     def _step_report(self, obs: StepObservation) -> StepReport:
+        """The step as the logbook records it: what the line did not give (or gave absurdly, and
+        the reader refused) is NaN, or None for its position, never a value made up."""
         known = lambda value, default: default if value is None else value  # noqa: E731
         tokens = obs.global_batch * self.seq_length if obs.global_batch and self.seq_length else 0
         return StepReport(
             subrun=self.plan.subrun, step=obs.step, loss=known(obs.loss, math.nan),
             grad_norm=known(obs.grad_norm, math.nan), lr=known(obs.lr, math.nan),
-            loss_scale=known(obs.loss_scale, 1.0), tokens=tokens, consumed_samples=known(obs.consumed_samples, 0),
+            loss_scale=known(obs.loss_scale, math.nan), tokens=tokens,
+            consumed_samples=obs.consumed_samples,  # type: ignore[arg-type]  # None: not known
             step_time=known(obs.step_time, 0.0), compute_times=(), skipped=obs.skipped, time=obs.time)
 
     def _checkpoint_report(self, obs: CheckpointObservation) -> CheckpointReport:

@@ -14,6 +14,8 @@ Two nodes of one rank each on the session's shared Ray; each case is one short l
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import pytest
@@ -165,3 +167,33 @@ def test_a_forced_lr_cut_on_a_job_without_lr_is_passed_over_with_its_reason(tmp_
         if event["kind"] == "command":
             assert "--lr" not in event["data"]["argv"]  # no sub-run was ever asked to scale one
     assert of_type(run["events"], "subrun_end")[-1]["end_state"] == "finished"
+
+
+def test_absurd_numbers_in_every_field_never_crash_the_driver_and_are_recorded(tmp_path, shared_ray):
+    # The table of tests/runmgr/watch/absurd_lines.py: 19 iterations whose own line holds an absurd
+    # field, and 8 lines refused whole (an iteration past 2^63 or past its total, a save, a load and a
+    # straggler report past what can be) among the job's ordinary lines.
+    from tests.runmgr.watch.absurd_lines import FIELD_CASES, LINE_CASES
+
+    total = 30
+    script = tmp_path / "absurd.json"
+    script.write_text(json.dumps({
+        "instead": {str(case.step): case.line(total) for case in FIELD_CASES},
+        "before": {str(case.step): [case.line(total)] for case in LINE_CASES}}))
+    run = launch(tmp_path, shared_ray, "absurd", total, f"megatron.env.STANDIN_LINES={script}")
+    assert run["code"] == 0 and no_traceback(run["output"]), run["output"][-3000:]
+    (end,) = of_type(run["events"], "subrun_end")
+    assert (end["end_state"], end["last_step"]) == ("finished", total)
+    rows = runmgr_json_lines("logbook", "metrics", str(run["run"].run_dir), "--json")
+    assert [row["step"] for row in rows] == list(range(1, total + 1))  # each step once, no absurd one
+    by_step = {row["step"]: row for row in rows}
+    unknown = lambda value: value is None or math.isnan(value)  # noqa: E731  # how the logbook keeps "not known"
+    assert unknown(by_step[5]["loss"]) and unknown(by_step[7]["grad_norm"]) and unknown(by_step[8]["loss_scale"])
+    assert by_step[4]["loss"] == pytest.approx(5.0 - 4 * 0.01)  # the rest of an absurd field's line is kept
+    assert by_step[3]["consumed_samples"] is None and by_step[30]["consumed_samples"] == total * BATCH
+    refused = [(e["data"]["field"], e["data"]["raw"]) for e in of_type(run["events"], "event")
+               if e["kind"] == "refused_value"]
+    expected = [(case.name, case.raw) for case in FIELD_CASES] + [(case.field, None) for case in LINE_CASES]
+    assert len(refused) == len(expected) >= 20
+    assert [r for r in refused if r[0] != "iteration"][:3] == expected[:3]
+    assert {name for name, _ in refused} == {name for name, _ in expected}

@@ -29,6 +29,9 @@ through flags, so that its command line stays Megatron's:
 - ``STANDIN_SLOW_FINISH_RANK`` / ``STANDIN_SLOW_FINISH_S``: that rank stays
   this long after the last iteration (its save and teardown), printing one
   line at the end, while the others have exited.
+- ``STANDIN_LINES``: a JSON file ``{"before": {"N": [lines]}, "instead": {"N": line}}``: the last
+  rank prints those lines before iteration N's line, or that line instead of it (a job whose
+  output holds absurd numbers).
 - ``STANDIN_MARKS``: a directory where each rank writes ``started-SUBRUN-RANK``
   (SUBRUN: ``RUNMGR_STANDIN_SUBRUN`` if set, else the start iteration).
 
@@ -88,6 +91,11 @@ def stamp() -> str:
 
 def say(line: str) -> None:
     print(line, flush=True)
+
+
+def scripted_lines() -> dict:
+    path = os.environ.get("STANDIN_LINES")
+    return json.loads(Path(path).read_text()) if path else {}
 
 
 def bad_samples() -> list[tuple[int, int]]:
@@ -217,7 +225,11 @@ def one_iteration(args: argparse.Namespace, state: State, lr_scale: float) -> No
     state.consumed += args.global_batch_size
     bad = trains_on_garbage(state.iteration, args.global_batch_size)
     if RANK == LAST and state.iteration % args.log_interval == 0:
-        say(iteration_line(args, state.iteration, state.consumed, state.skipped, time.time() - started,
+        scripted = scripted_lines()
+        for line in scripted.get("before", {}).get(str(state.iteration), []):
+            say(line)
+        say(scripted.get("instead", {}).get(str(state.iteration)) or
+            iteration_line(args, state.iteration, state.consumed, state.skipped, time.time() - started,
                            learning_rate(args, state.iteration, state.schedule_since),
                            loss_of(state.iteration, lr_scale, bad), 6.0 if bad else 0.5))
     if RANK == 0 and times and state.iteration % args.log_interval == 0:

@@ -39,6 +39,9 @@ class SavingReader:
             return SaveStarted(step=4, time=received_at, subrun="00")
         return CheckpointObservation(step=4, time=received_at, consumed_samples=32, subrun="00")
 
+    def take_refused(self) -> list:
+        return []
+
 
 def test_a_save_beats_checkpoint_on_every_rank_and_its_report_times_it(tmp_path: Path):
     (tmp_path / "step_00000004").mkdir()  # the built-in trainer's layout wins when it is there

@@ -103,11 +103,14 @@ def test_thirty_skipped_iterations_after_a_rollback_are_not_a_hang(tmp_path, sha
 
 def test_a_job_that_finishes_is_finished_though_one_node_ends_long_before_the_other(tmp_path, shared_ray):
     # Rank 1 (node 1) exits right after the last iteration; rank 0 stays 8 s more (its teardown),
-    # longer than the demo's hang window, printing one line at its end.
-    run = launch(tmp_path, shared_ray, "finish", 40, "megatron.env.STANDIN_SLOW_FINISH_RANK=0",
-                 "megatron.env.STANDIN_SLOW_FINISH_S=8")
+    # longer than the demo's hang window, printing one line at its end. (The environment is given
+    # as one mapping, megatron.env={K: V, ...}, as a user would write it.)
+    run = launch(tmp_path, shared_ray, "finish", 40,
+                 "megatron.env={STANDIN_SLOW_FINISH_RANK: 0, STANDIN_SLOW_FINISH_S: 8}")
     assert run["code"] == 0 and no_traceback(run["output"]), run["output"][-3000:]
     assert incidents(run["events"]) == []
+    envs = [e["data"]["env"] for e in of_type(run["events"], "event") if e["kind"] == "command"]
+    assert envs and all(env["STANDIN_SLOW_FINISH_S"] == "8" for env in envs)  # the mapping reached every node
     (end,) = of_type(run["events"], "subrun_end")
     assert (end["subrun"], end["end_state"], end["last_step"]) == ("1.00", "finished", 40)
 

@@ -28,6 +28,33 @@ def storable(value: int) -> bool:
     return SQLITE_INTEGER[0] <= value <= SQLITE_INTEGER[1]
 
 
+def unholdable(value: Any) -> bool:
+    """True for a number no INTEGER column holds: a whole number past what SQLite holds, a float
+    that is NaN, infinite or past it (a job may print any number)."""
+    if isinstance(value, float):
+        return not math.isfinite(value) or not storable(int(value))
+    return isinstance(value, int) and not storable(value)
+
+
+def out_of_range(row: Any) -> list[str]:
+    """The whole-number fields of a metrics row (its step, its counts) that no column holds: the
+    logbook leaves out a row whose step is one of them, and records such a count as none."""
+    if not isinstance(row, dict):
+        return []
+    return [name for name in ("step",) + METRIC_INTS if unholdable(row.get(name))]
+
+
+def real(value: Any) -> Optional[float]:
+    """``value`` as a REAL column holds it: a whole number past a double's range is infinite on its
+    side (as ``float("1e400")`` is), not an error."""
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 @dataclass(frozen=True)
 class SubRun:
     """One launch or relaunch of a run, as the logbook knows it."""
@@ -127,17 +154,17 @@ def normalise_metric_row(subrun_id: str, row: dict) -> dict:
             f"{subrun_id!r}: record it under its own sub-run"
         )
     clean = {name: row.get(name) for name in METRIC_FIELDS}
+    if unholdable(row["step"]):
+        raise LogbookError(f"metrics row for sub-run {subrun_id} has step {row['step']!r}, not a step the logbook "
+                           f"holds (a whole number from -2^63 to 2^63 - 1): the row is not recorded")
     try:
         clean["step"] = int(row["step"])
-        for name in METRIC_INTS:  # a count past what a column holds is no count: none recorded
-            clean[name] = None if clean[name] is None or not storable(int(clean[name])) else int(clean[name])
+        for name in METRIC_INTS:  # a count no column holds is no count: none recorded (out_of_range names it)
+            clean[name] = None if clean[name] is None or unholdable(clean[name]) else int(clean[name])
         for name in METRIC_FLOATS:
-            clean[name] = None if clean[name] is None else float(clean[name])
-    except (TypeError, ValueError, OverflowError) as err:
+            clean[name] = real(clean[name])
+    except (TypeError, ValueError) as err:
         raise LogbookError(f"metrics row for step {row.get('step')!r} has a non-number: {err}") from None
-    if not storable(clean["step"]):
-        raise LogbookError(f"metrics row for sub-run {subrun_id} has step {clean['step']}, past what the logbook "
-                           f"holds (2^63 - 1): the row is not recorded")
     clean["skipped"] = bool(row.get("skipped", False))
     if clean["tokens_per_s"] is None and clean["tokens"] is not None and clean["step_time"]:
         clean["tokens_per_s"] = clean["tokens"] / clean["step_time"]

@@ -9,6 +9,7 @@ Nothing is ever updated or deleted: a sub-run's end is a row of its own.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import threading
 import time
@@ -23,7 +24,8 @@ from logbook.configdiff import config_diff
 from logbook.errors import LogbookError
 from logbook.ids import check_next, format_subrun_id, next_index, parse_subrun_id
 from logbook.norms_queries import insert_local_norms
-from logbook.records import METRIC_COLUMNS, SubRun, metric_values, normalise_metric_row, storable, to_json
+from logbook.records import (METRIC_COLUMNS, SubRun, metric_values, normalise_metric_row, out_of_range,
+                             to_json, unholdable)
 from logbook.schema import LOGBOOK_FILENAME, connect, damage, damaged_message, ensure_schema
 
 _INSERT_METRICS = (
@@ -52,6 +54,7 @@ class Logbook:
         self._clock = clock
         # One connection shared by the driver's threads: SQLite needs them in turn.
         self._lock = threading.RLock()
+        self._out_of_range_noted: set[tuple[str, str]] = set()
 
     @classmethod
     def open(cls, run_dir: str | Path, clock: Callable[[], float] = time.time, create: bool = True) -> "Logbook":
@@ -158,14 +161,14 @@ class Logbook:
                     f"sub-run {subrun_id} already ended ({subrun.end_state} at step {subrun.last_step}): "
                     "a sub-run ends once; start the next one instead"
                 )
-            self._insert_end(subrun_id, end_state, last_step, reason, self._clock())
+            self._insert_end(subrun_id, end_state, held_step(last_step), reason, self._clock())
 
     def record_incident(
         self, subrun_id: str, kind: str, summary: str, evidence: dict,
         step: Optional[int] = None, ranks: Sequence[int] = (), nodes: Sequence[str] = (),
     ) -> int:
         """Record an incident with its evidence; returns its id for decisions."""
-        values = (kind, summary, to_json(evidence, "incident evidence"), step,
+        values = (kind, summary, to_json(evidence, "incident evidence"), held_step(step),
                   to_json(list(ranks), "ranks"), to_json(list(nodes), "nodes"))
         return self._insert_journaled(
             "incident", subrun_id,
@@ -194,7 +197,7 @@ class Logbook:
         return self._insert_journaled(
             "event", subrun_id,
             "INSERT INTO events (seq, kind, message, data, step) VALUES (?, ?, ?, ?, ?)",
-            (kind, message, encoded, step))
+            (kind, message, encoded, held_step(step)))
 
     def record_checkpoint(self, subrun_id: str, step: int, path: str, seconds: Optional[float]) -> int:
         """Record a verified checkpoint of ``step`` at ``path``."""
@@ -206,18 +209,39 @@ class Logbook:
     def record_metrics(self, subrun_id: str, rows: Sequence[dict]) -> int:
         """Record per-step metrics in one transaction; returns how many were new.
 
-        A step already recorded for this sub-run is kept as first written. A row whose step is
-        past what SQLite holds is left out (the others are kept); a count past it is recorded
-        as none (NULL): a job's absurd number never costs the sub-run its record.
+        A step already recorded for this sub-run is kept as first written. A number no column
+        holds never costs the sub-run its record: a row whose step is one (past 2^63 - 1, NaN,
+        infinite) is left out and the others kept, such a count (tokens, consumed samples) is
+        recorded as none (NULL), a whole number past a double's range in a REAL column as
+        infinite; the first of each field in a sub-run is said in a ``metrics_out_of_range`` event.
         """
-        clean = [normalise_metric_row(subrun_id, row) for row in rows if not _step_past_storage(row)]
+        unheld = [(row, fields) for row in rows if (fields := out_of_range(row))]
+        clean = [normalise_metric_row(subrun_id, row) for row in rows
+                 if not (isinstance(row, dict) and unholdable(row.get("step")))]
         with self._lock:
             self._check_started(subrun_id)
             now = self._clock()
             with self._transaction():
                 before = self._connection.total_changes
                 self._connection.executemany(_INSERT_METRICS, [metric_values(subrun_id, row, now) for row in clean])
-                return self._connection.total_changes - before
+                added = self._connection.total_changes - before
+            for row, fields in unheld:
+                self._note_out_of_range(subrun_id, row, fields)
+            return added
+
+    def _note_out_of_range(self, subrun_id: str, row: dict, fields: Sequence[str]) -> None:
+        """One ``metrics_out_of_range`` event for the first number of each field in the sub-run
+        that no column holds (a job printing nothing else would otherwise write one per step)."""
+        for name in fields:
+            if (subrun_id, name) in self._out_of_range_noted:
+                continue
+            self._out_of_range_noted.add((subrun_id, name))
+            shown = shown_number(row.get(name))
+            done = "the row is left out" if name == "step" else "recorded as none"
+            self.record_event(subrun_id, "metrics_out_of_range",
+                              f"{name} {shown} at step {shown_number(row.get('step'))} is no whole number the logbook "
+                              f"holds (from -2^63 to 2^63 - 1): {done}; later ones of this sub-run are not noted "
+                              f"again", {"field": name, "value": shown})
 
     def record_local_norms(self, subrun_id: str, step: int, norms: dict[str, float]) -> int:
         """Record every weight's gradient norm at ``step`` in one transaction (the
@@ -413,9 +437,15 @@ class Logbook:
             return str(absolute)
 
 
-def _step_past_storage(row: object) -> bool:
-    """True for a metrics row whose step is a whole number SQLite cannot hold (anything else
-    malformed is the normaliser's to refuse, with its message)."""
-    step = row.get("step") if isinstance(row, dict) else None
-    return isinstance(step, int) and not storable(step)
+def shown_number(value: object) -> str:
+    """A number for a message: a whole number of more than 30 digits by its magnitude (``str()``
+    refuses thousands of digits, and nobody reads them)."""
+    if isinstance(value, int) and value.bit_length() > 100:
+        return f"{'-' if value < 0 else ''}~10^{int((value.bit_length() - 1) * math.log10(2))}"
+    return str(value)[:100]
 
+
+def held_step(step: Optional[int]) -> Optional[int]:
+    """The step of an event, an incident or a sub-run's end as its column holds it: none (NULL)
+    for one no column can hold (the record itself is kept; its message says the rest)."""
+    return None if unholdable(step) else step

@@ -15,7 +15,6 @@ its own, so a flag is never given twice with two values:
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -103,15 +102,20 @@ def _learning_rate(args: list[str], plan: ResumePlan) -> list[str]:
     return without_flags(args, ["--lr", "--min-lr", OVERRIDE_SCHEDULER]) + scaled + [OVERRIDE_SCHEDULER]
 
 
-def iterations_to_skip(ranges: Sequence[SkipRange], global_batch: int, after: int = 0) -> list[int]:
+def iterations_to_skip(ranges: Sequence[SkipRange], global_batch: int, after: int = 0,
+                       until: Optional[int] = None) -> list[int]:
     """The 1-indexed iterations whose batches hold the samples of ``ranges``: iteration J
     trains on stream positions [(J-1)*B, J*B), so [a, b) is iterations a//B+1 .. ceil(b/B).
-    Iterations at or before ``after`` (already trained past by the start checkpoint) are left out."""
+    Iterations at or before ``after`` (already trained past by the start checkpoint) are left out,
+    and past ``until`` (the job's ``--train-iters``: it never runs them), so that a window drawn
+    from a number the job printed, however wide, is never more iterations than the run has."""
     found: set[int] = set()
     for skip in ranges:
-        first = skip.start // global_batch + 1
-        last = math.ceil(skip.end / global_batch)
-        found.update(i for i in range(first, last + 1) if i > after)
+        first = max(skip.start // global_batch + 1, after + 1)
+        last = -(-skip.end // global_batch)  # ceil, exact for any whole number
+        if until is not None:
+            last = min(last, until)
+        found.update(range(first, last + 1))
     return sorted(found)
 
 
@@ -121,7 +125,9 @@ def _skips(args: list[str], ranges: Sequence[SkipRange], step: Optional[int]) ->
     batch = flag_value(args, "--global-batch-size")
     if batch is None or not batch.isdigit() or int(batch) <= 0:
         raise PlanNotCarried("skipped samples need the job's --global-batch-size to find their iterations")
-    ours = iterations_to_skip(ranges, int(batch), after=step or 0)
+    train_iters = flag_value(args, "--train-iters")
+    until = int(train_iters) if train_iters is not None and train_iters.isdigit() else None
+    ours = iterations_to_skip(ranges, int(batch), after=step or 0, until=until)
     theirs = [int(value) for value in flag_values(args, "--iterations-to-skip") or ()]
     merged = sorted(set(ours) | set(theirs))
     if not merged:

@@ -180,14 +180,15 @@ PEER_ECHO_CAUSES = frozenset({
 side of a collective. When ranks fail together, these lose the root-cause ranking
 to a dead process or a real error (FORMATS.md 1.6 and 2.4; MEGATRON.md)."""
 
-_BAD_CHECKPOINT = re.compile(r"BadCheckpointError: checkpoint (\S.*?)(?: \(step (\d+)\))? is unusable: ")
+_BAD_CHECKPOINT = re.compile(r"BadCheckpointError: checkpoint (\S.*?)(?: \(step (\d{1,18})\))? is unusable: ")
 """trainer.errors.BadCheckpointError's message: the checkpoint's path and step come first."""
 _COMPILED = tuple((sig, tuple(re.compile(p, re.MULTILINE) for p in sig.patterns)) for sig in _SIGNATURES)
 _ALSO = {sig.name: re.compile(sig.also, re.MULTILINE) for sig in _SIGNATURES if sig.also}
 _EXIT_CODE_CAUSES = {16: "megatron_rerun", 17: "megatron_validation"}
 """Exit codes that say the cause themselves (Megatron's EXIT_CODE_RESUME_TO_DISAMBIGUATE and
 EXIT_CODE_FAILED_ON_RESULT_VALIDATION)."""
-_XID = re.compile(r"NVRM: Xid \((?:PCI:)?[0-9A-Fa-f:.]+\): (\d+),")
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?[0-9A-Fa-f:.]+\): (\d{1,9}),")
+"""(Numbers here are bounded: a job may print thousands of digits, which ``int()`` refuses.)"""
 _EXCEPTION_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*)$", re.MULTILINE)
 
 

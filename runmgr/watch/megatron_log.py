@@ -32,18 +32,29 @@ A job may print anything, so every number is checked before it is believed
 (:class:`~runmgr.watch.observations.RefusedValue` says what was left out, and
 why; nothing here raises on what a line holds):
 
+- a value is a number only when it is one in full (``nan`` and ``inf`` included;
+  for Megatron's ``avg/max`` pairs, the first): ``12ab``, ``0x1F``, ``1_000``,
+  ``1.2.3`` or ``information`` are not numbers, not 12, 0, 1, 1.2 or infinity;
 - the iteration must be a whole number from 1 to its line's own total (when the
-  total is above 0) and below 2^63; otherwise the whole line is refused, as are
-  save, load and straggler lines with an iteration, a time or a rank past what
-  can be (a step beyond 2^63 - 1 cannot even be stored);
+  total is above 0) and below 2^63, the total a whole number below 2^63;
+  otherwise the whole line is refused (``iteration nan/ 30 |``,
+  ``iteration -5/ 30 |`` included), as are save, load and straggler lines whose
+  iteration is not a whole number from 0 below 2^63, whose times are not
+  finite, not negative and at most a day, or whose ranks are not from 0 below
+  2^31 (a step beyond 2^63 - 1 cannot even be stored);
 - consumed samples and the skipped and NaN iteration counts must be whole numbers
   from 0, the global batch from 1, all below 2^63 (the counts at most the
   iterations the line covers, or its iteration for the first line);
-- the LM loss and the grad norm may be NaN or infinite (that is what the
-  non-finite detector is for) but not negative; the loss scale must be finite
-  and above 0; the learning rate, the throughput and the elapsed time per
-  iteration finite and not negative, the time at most a day;
-- a refused field is left out (None), the step stays.
+- the LM loss and the grad norm may be NaN or +infinity (that is what the
+  non-finite detector is for; ``1e400`` is infinity) but not negative; the loss
+  scale must be finite and above 0; the learning rate, the throughput and the
+  elapsed time per iteration finite and not negative, the time at most a day
+  and its key saying its unit, ``(ms)`` or ``(s)``;
+- a refused field is left out (None; the skipped and NaN counts 0), the step
+  stays; nothing is clamped into range or made up;
+- a refusal names its field (the variants of the elapsed-time and throughput
+  keys under one name each, so that they are few), its text and its line, cut
+  short, with control characters written as ``\\xNN``.
 
 :meth:`MegatronLogReader.take_refused` hands over what a line had refused;
 :meth:`MegatronLogReader.events` yields them after the line's observation.
@@ -67,20 +78,29 @@ LogEvent = Union[StepObservation, CheckpointObservation, WorkerExit, RankTimings
 
 INT64_MAX = 2**63 - 1
 """The largest whole number a step, a sample count or a batch can be (SQLite's INTEGER)."""
+INT64_DIGITS = 19
+"""Digits of INT64_MAX: a whole number written with more is past it (and Python refuses ``int()``
+of a few thousand digits, which a job may print)."""
 MAX_ITERATION_S = 86_400.0
 """An iteration (or a straggler's mean iteration) longer than a day is not a time the job measured."""
 MAX_RANK = 2**31 - 1
+ELAPSED = "elapsed time per iteration"
+TOKENS_PER_S = "tokens per second"
+"""The name a refused throughput goes by, whichever key (``tokens/sec/gpu``, ``tokens per sec``...) held it."""
 RAW_CHARS, LINE_CHARS = 100, 300
 
-_ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)$")
+_ITERATION = re.compile(r"\biteration\s+([^\s/|]+)\s*/\s*([^\s|]*)\s*\|(.*)$")
+"""Megatron's iteration line, its iteration and total as printed (checked as whole numbers after)."""
 _STAMP = re.compile(r"\[(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\]")
-_SAVED = re.compile(r"successfully saved checkpoint (?:at|from) iteration\s+(\d+)")
-_SAVING = re.compile(r"saving checkpoint at iteration\s+(\d+) to ")
-_LOADED = re.compile(r"successfully loaded checkpoint from (\S+).*?\bat iteration\s+(\d+)")
-_STRAGGLER = re.compile(r"MnRtt/Rnk:\s*([\d.]+)ms/(\d+)\s*\|\s*MxRtt/Rnk:\s*([\d.]+)ms/(\d+)")
-_RANK = re.compile(r"\[[Rr]ank\s*(\d+)\]|\[rank(\d+)\]:")
-_NUMBER = re.compile(r"[-+]?(?:nan|inf(?:inity)?|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)",
-                     re.IGNORECASE)
+_TOKEN = r"([^\s|\[\],]+)"
+_SAVED = re.compile(r"successfully saved checkpoint (?:at|from) iteration\s+" + _TOKEN)
+_SAVING = re.compile(r"saving checkpoint at iteration\s+" + _TOKEN + " to ")
+_LOADED = re.compile(r"successfully loaded checkpoint from (\S+).*?\bat iteration\s+" + _TOKEN)
+_STRAGGLER = re.compile(r"MnRtt/Rnk:\s*([^\s|/]+?)ms/([^\s|]+)\s*\|\s*MxRtt/Rnk:\s*([^\s|/]+?)ms/([^\s|]+)")
+_RANK = re.compile(r"\[[Rr]ank\s*(\d{1,9})\]|\[rank(\d{1,9})\]:")
+_NUMBER_TEXT = r"[-+]?(?:nan|inf(?:inity)?|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)"
+_VALUE = re.compile(rf"\s*({_NUMBER_TEXT})(?:\s*/\s*{_NUMBER_TEXT})?\s*", re.IGNORECASE)
+"""A value in full: one number, or Megatron's ``avg/max`` pair (the first is the value)."""
 _WHOLE = re.compile(r"[-+]?\d+")
 
 
@@ -95,23 +115,43 @@ def parse_fields(rest: str) -> dict[str, str]:
 
 
 def number(text: Optional[str]) -> Optional[float]:
-    """The first number in ``text`` (``nan``/``inf`` included); None when there is none."""
-    if text is None:
-        return None
-    match = _NUMBER.search(text)
-    return float(match.group(0)) if match else None
+    """The number ``text`` is in full (``nan``/``inf`` included; of an ``avg/max`` pair, the
+    first); None when it is not one (``12ab``, ``0x1F``, ``abc``, nothing)."""
+    token = _number_token(text)
+    return float(token) if token is not None else None
 
 
 def whole_number(text: Optional[str]) -> Optional[Union[int, float]]:
-    """The first number in ``text``, exact when it is written as a whole number (a float's 53
-    bits would round a large count); None when there is none."""
+    """The number ``text`` is, exact when it is written as a whole number (a float's 53 bits
+    would round a large count); None when it is not one."""
+    token = _number_token(text)
+    if token is None:
+        return None
+    return exact_int(token) if _WHOLE.fullmatch(token) else float(token)
+
+
+def exact_int(token: str) -> int:
+    """A whole number's digits (maybe signed) as an int; with more than INT64_DIGITS significant
+    digits, one past the int64 range on its side instead (no count can be that large, and
+    ``int()`` refuses thousands of digits)."""
+    digits = token.lstrip("+-").lstrip("0")
+    if len(digits) > INT64_DIGITS:
+        return -INT64_MAX - 2 if token.startswith("-") else INT64_MAX + 1
+    return int(token)
+
+
+def _number_token(text: Optional[str]) -> Optional[str]:
     if text is None:
         return None
-    match = _NUMBER.search(text)
-    if match is None:
-        return None
-    token = match.group(0)
-    return int(token) if _WHOLE.fullmatch(token) else float(token)
+    match = _VALUE.fullmatch(text)
+    return match.group(1) if match else None
+
+
+def printable(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, its control characters (NUL, escape sequences)
+    written as ``\\xNN``: what a job printed reaches the logbook and a terminal as text."""
+    cut = text.strip()[:limit]
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in cut)
 
 
 def whole_problem(value: Optional[Union[int, float]], minimum: int, maximum: int = INT64_MAX) -> Optional[str]:
@@ -204,32 +244,31 @@ class MegatronLogReader:
         return self._checkpoint_event(line) or self._rank_timings(line) or self._death(line)
 
     def _refuse(self, field_name: str, raw: str, reason: str, line: str) -> None:
-        self._refused.append(RefusedValue(self._subrun(), self._now(), field_name, raw.strip()[:RAW_CHARS], reason,
-                                          line.strip()[:LINE_CHARS]))
+        self._refused.append(RefusedValue(self._subrun(), self._now(), field_name, printable(raw, RAW_CHARS), reason,
+                                          printable(line, LINE_CHARS)))
 
     def _line_step(self, text: str, what: str, line: str) -> Optional[int]:
-        """The iteration a save, load or iteration line names; None (refused) past 2^63 - 1."""
-        value = int(text)
+        """The iteration a save or load line names: a whole number from 0 below 2^63; else None,
+        refused as ``what``."""
+        value = whole_number(text)
         problem = whole_problem(value, 0)
         if problem is not None:
             self._refuse(what, text, problem, line)
             return None
-        return value
+        return int(value)  # type: ignore[arg-type]
 
     def _checked_iteration(self, line: str, match: re.Match) -> Optional[StepObservation]:
         """An iteration line whose iteration can be: 1 to its own total, below 2^63."""
         raw, total_text = match.group(1), match.group(2)
-        step = self._line_step(raw, "iteration", line)
-        total = whole_number(total_text)
-        if step is None:
+        step, total = whole_number(raw), whole_number(total_text)
+        total_problem = whole_problem(total, 0)
+        problem = f"its total is {total_problem}" if total_problem is not None else whole_problem(step, 1)
+        if problem is None and total and step > total:  # type: ignore[operator]
+            problem = f"past its own total {total}"
+        if problem is not None:
+            self._refuse("iteration", f"{raw}/{total_text}", problem, line)
             return None
-        if whole_problem(total, 0) is not None:
-            self._refuse("iteration", f"{raw}/{total_text}", "its total is past 2^63 - 1", line)
-            return None
-        if step < 1 or (total and step > total):
-            self._refuse("iteration", f"{raw}/{total_text}", "outside 1 to its own total", line)
-            return None
-        return self._iteration(line, step, parse_fields(match.group(3)))
+        return self._iteration(line, int(step), parse_fields(match.group(3)))  # type: ignore[arg-type]
 
     def _checkpoint_event(self, line: str) -> Optional[Union[SaveStarted, LoadedCheckpoint]]:
         saving = _SAVING.search(line)
@@ -250,14 +289,14 @@ class MegatronLogReader:
         if not found:
             return None
         fastest_ms, fastest, slowest_ms, slowest = found.groups()
-        times = [float(fastest_ms) / 1000.0, float(slowest_ms) / 1000.0]
-        ranks = [int(fastest), int(slowest)]
+        times = [_seconds_of_ms(number(fastest_ms)), _seconds_of_ms(number(slowest_ms))]
+        ranks = [whole_number(fastest), whole_number(slowest)]
         problems = [p for p in [*(real_problem(t, highest=MAX_ITERATION_S) for t in times),
                                 *(whole_problem(r, 0, MAX_RANK) for r in ranks)] if p is not None]
         if problems:
             self._refuse("straggler report", found.group(0), problems[0], line)
             return None
-        seconds = {ranks[0]: times[0], ranks[1]: times[1]}
+        seconds = {int(ranks[0]): times[0], int(ranks[1]): times[1]}  # type: ignore[arg-type]
         step = self._previous.step if self._previous is not None else 0
         return RankTimings(step=step, time=self._now(), subrun=self._subrun(), seconds=seconds)
 
@@ -319,6 +358,10 @@ class MegatronLogReader:
                           time=self._now(), subrun=self._subrun())
 
 
+def _seconds_of_ms(ms: Optional[float]) -> Optional[float]:
+    return ms / 1000.0 if ms is not None else None
+
+
 class _FieldCheck:
     """The fields of one iteration line, each read and checked (a refused one is None)."""
 
@@ -337,7 +380,8 @@ class _FieldCheck:
         return int(value)  # type: ignore[arg-type]
 
     def real(self, key: str, above_lowest: bool = False, nonfinite_ok: bool = False,
-             scale: float = 1.0, highest: float = math.inf) -> Optional[float]:
+             scale: float = 1.0, highest: float = math.inf, name: Optional[str] = None) -> Optional[float]:
+        """Field ``key`` as a measurement (None when absent or refused, as ``name`` or ``key``)."""
         raw = self.fields.get(key)
         if raw is None:
             return None
@@ -345,19 +389,26 @@ class _FieldCheck:
         value = value * scale if value is not None else None
         problem = real_problem(value, above_lowest=above_lowest, nonfinite_ok=nonfinite_ok, highest=highest)
         if problem is not None:
-            self.refuse(key, raw, problem, self.line)
+            self.refuse(name or key, raw, problem, self.line)
             return None
         return value
 
     def seconds(self) -> Optional[float]:
-        """The elapsed time per iteration in seconds (its key says ms or s)."""
+        """The elapsed time per iteration in seconds (its key says ms or s; a key that says
+        neither is refused: its number could be either)."""
         for key in self.fields:
-            if key.startswith("elapsed time per iteration"):
-                return self.real(key, scale=0.001 if "(ms)" in key else 1.0, highest=MAX_ITERATION_S)
+            if key.startswith(ELAPSED):
+                unit = next((unit for unit in ("(ms)", "(s)") if unit in key), None)
+                if unit is None:
+                    self.refuse(ELAPSED, self.fields[key], f"no unit in its key {key[:60]!r}", self.line)
+                    return None
+                return self.real(key, scale=0.001 if unit == "(ms)" else 1.0, highest=MAX_ITERATION_S,
+                                 name=f"{ELAPSED} {unit}")
         return None
 
     def tokens_per_s(self) -> Optional[float]:
+        """The throughput in tokens per second, under whichever key the version prints it."""
         for key in self.fields:
             if "token" in key and ("/s" in key or "sec" in key or key.startswith("tgs")):
-                return self.real(key)
+                return self.real(key, name=TOKENS_PER_S)
         return None

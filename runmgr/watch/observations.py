@@ -281,9 +281,9 @@ class RefusedValue:
     field: str
     """The field as the job wrote it (``consumed samples``), or ``iteration``, ``saved iteration``, ..."""
     raw: str
-    """Its text, cut to a hundred characters."""
+    """Its text, cut to a hundred characters, control characters written as ``\\xNN``."""
     reason: str
-    """Why it was refused, in a few words (``negative``, ``past 2^63 - 1``, ``not a number``)."""
+    """Why it was refused, in a few words (``below 0``, ``past 2^63 - 1``, ``not a number``)."""
     line: str = ""
-    """The line it came from, cut to three hundred characters."""
+    """The line it came from, cut to three hundred characters, written as ``raw`` is."""
 

@@ -66,7 +66,11 @@ class LossScaleDetector:
             overflows = 0
         else:
             overflows = obs.skipped_iterations
-        self._overflows.extend([True] * overflows + [False] * applied)
+        # Only the window's last iterations are kept: a line may claim any number of them (a job's
+        # absurd iteration), and a list that long would not fit in memory.
+        window = self._overflows.maxlen or 0
+        kept_applied = min(applied, window)
+        self._overflows.extend([True] * min(overflows, window - kept_applied) + [False] * kept_applied)
 
     def _problem(self, obs: StepObservation) -> Optional[str]:
         cfg = self.config

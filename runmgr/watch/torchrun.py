@@ -28,9 +28,10 @@ from typing import Optional
 
 _ROOT = re.compile(r"Root Cause \(first observed failure\):\s*\n(.*?)(?:\n[=-]{8,}|\Z)", re.DOTALL)
 _FIELD = re.compile(r"^\s*(\w+)\s*:\s*(.*?)\s*$", re.MULTILINE)
-_RANK = re.compile(r"(-?\d+)\s*\(local_rank:\s*(-?\d+)\)")
-_EXIT = re.compile(r"(-?\d+)\s*\(pid:\s*(\d+)\)")
-_TRACKER = re.compile(r"ts=.+? node=(\S+) device=(\S+) jobID=\S+ rank=(\d+) iteration=(\d+) status=(\S+)")
+# Numbers are bounded: a job may print a block like torchrun's with thousands of digits, which int() refuses.
+_RANK = re.compile(r"(?<![\d-])(-?\d{1,9})\s*\(local_rank:\s*(-?\d{1,9})\)")
+_EXIT = re.compile(r"(?<![\d-])(-?\d{1,9})\s*\(pid:\s*(\d{1,9})\)")
+_TRACKER = re.compile(r"ts=.+? node=(\S+) device=(\S+) jobID=\S+ rank=(\d{1,9}) iteration=(\d{1,18}) status=(\S+)")
 
 
 @dataclass(frozen=True)

@@ -229,3 +229,36 @@ def test_a_reader_sees_each_record_whole_while_the_driver_writes(tmp_path, clock
         assert written and seen == ["before"]  # the snapshot predates the write
         monkeypatch.undo()
         assert [e.get("message") for e in reader.events() if e["type"] == "event"] == ["before", "meanwhile"]
+
+
+def test_a_number_no_column_holds_never_raises_and_never_costs_the_other_rows(tmp_path, clock):
+    # The last line of defence behind the readers (issue 33): whatever a job's numbers became.
+    with Logbook.open(tmp_path, clock=clock) as book:
+        subrun_id = start(book)
+        rows = [{"step": 1, "loss": 2.0, "consumed_samples": 8},
+                {"step": 10**5000, "loss": 2.0}, {"step": math.nan}, {"step": -math.inf}, {"step": 2**64},
+                {"step": 3, "consumed_samples": 10**30, "tokens": math.nan, "loss": 10**400},
+                {"step": 4, "consumed_samples": -(2**70), "tokens": math.inf, "peak_memory_bytes": 1e300},
+                {"step": 5, "consumed_samples": 2**63 - 1}]
+        assert book.record_metrics(subrun_id, rows) == 4
+        book.record_metrics(subrun_id, [{"step": 6, "consumed_samples": 2**64}, {"step": 2**65}])
+        kept = {row["step"]: row for row in book.all_metrics()}
+        assert sorted(kept) == [1, 3, 4, 5, 6]
+        assert kept[1]["consumed_samples"] == 8 and kept[5]["consumed_samples"] == 2**63 - 1
+        assert kept[3]["consumed_samples"] is None and kept[3]["tokens"] is None and kept[3]["loss"] == math.inf
+        assert kept[4]["consumed_samples"] is None and kept[4]["peak_memory_bytes"] is None
+        noted = [e for e in book.events() if e["type"] == "event" and e["kind"] == "metrics_out_of_range"]
+        # Said once per field of the sub-run, however often it comes.
+        assert sorted(e["data"]["field"] for e in noted) == ["consumed_samples", "peak_memory_bytes", "step", "tokens"]
+        step_note = next(e["message"] for e in noted if e["data"]["field"] == "step")
+        assert "step ~10^" in step_note and "left out" in step_note and len(step_note) < 300  # not 5000 digits
+
+
+def test_an_event_incident_or_end_at_a_step_no_column_holds_is_kept_without_its_step(tmp_path, clock):
+    with Logbook.open(tmp_path, clock=clock) as book:
+        subrun_id = start(book)
+        book.record_event(subrun_id, "note", "far", step=2**64)
+        book.record_incident(subrun_id, "loss_spike", "far", {}, step=-(2**64))
+        book.end_subrun(subrun_id, "finished", 2**70, "done")
+        note = next(e for e in book.events() if e["type"] == "event" and e["kind"] == "note")
+        assert note["step"] is None and book.lineage()[-1].last_step is None

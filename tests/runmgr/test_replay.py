@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from runmgr.replay import main_replay, read_events, replay
+from tests.runmgr.watch.absurd_lines import FIELD_CASES, LINE_CASES, iteration_line
 from tests.runmgr.watch.conftest import make_trace
 
 FIXTURES = Path(__file__).parent / "watch" / "fixtures"
@@ -143,3 +144,24 @@ def test_megatrons_straggler_report_and_save_lines_are_replayed_through_the_same
     assert code == 0 and err == ""
     assert "3 checkpoint(s)" in out.splitlines()[0]
     assert "straggler" in out and "rank 7" in out
+
+
+def test_a_log_full_of_absurd_numbers_replays_and_lists_what_was_refused(tmp_path):
+    """The absurd table (tests/runmgr/watch/absurd_lines.py) among valid lines: the replay does
+    not raise, judges the valid steps and names every refused value with its field."""
+    total = 30
+    lines = []
+    for step in range(1, total + 1):
+        lines += [case.line(total) for case in LINE_CASES if case.step == step]
+        lines += [next((case.line(total) for case in FIELD_CASES if case.step == step), iteration_line(step, total))]
+    log = tmp_path / "absurd.log"
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    code, out, err = run(str(log))
+    assert code == 0 and err == ""
+    header, refused = out.splitlines()[:2]
+    assert f"{total} step records, steps 1-{total}" in header
+    assert refused.startswith(f"{len(FIELD_CASES) + len(LINE_CASES)} value(s) refused as impossible")
+    assert "\x1b" not in out  # a job's escape sequence is text, never a command to the terminal
+    report = json.loads(run(str(log), as_json=True)[1])
+    assert sorted(r["field"] for r in report["refused"]) == sorted(
+        [case.name for case in FIELD_CASES] + [case.field for case in LINE_CASES])

@@ -99,3 +99,13 @@ def test_skips_merge_with_the_users_own_iterations_to_skip():
     args = script_args(user, ResumePlan(skip_ranges=(SkipRange(160, 208),)), LM, None)
     assert flag_names(args).count("--iterations-to-skip") == 1
     assert flag_values(args, "--iterations-to-skip") == ["11", "12", "13", "50"]
+
+
+def test_a_skip_window_drawn_from_an_absurd_batch_is_never_more_iterations_than_the_run_has():
+    # A job's line with an absurd (but whole) global batch and a spike: the policy's window is far
+    # wider than the job's own batch. Iterations past --train-iters (100) never run: the flags stop
+    # there, however wide the window (the bound is applied before any iteration is listed).
+    plan = ResumePlan(start_checkpoint="/ckpt/step_00000090", skip_ranges=(SkipRange(90 * 16, 200 * 16),))
+    args = args_for(plan, step=90)
+    assert flag_values(args, "--iterations-to-skip") == [str(i) for i in range(91, 101)]
+    assert iterations_to_skip([SkipRange(2**64, 2**64 + 16)], 16, until=100) == []

@@ -9,11 +9,12 @@ import io
 from logbook import Logbook
 from logbook.cli import show
 from runmgr.controller.group import GroupPoll
-from runmgr.controller.states import Finished
-from runmgr.observers.logbook_writer import LogbookObserver
+from runmgr.controller.states import Finished, Launching, Running
+from runmgr.observers.logbook_writer import REFUSALS_PER_FIELD, LogbookObserver
 from runmgr.resume import ResumePoint
-from runmgr.watch.observations import DeviceObservation
+from runmgr.watch.observations import DeviceObservation, RefusedValue
 from tests.runmgr.controller.fakes import FakeGroup, died, make_controller, step_report
+from trainer.plan import ResumePlan
 from trainer.report import CheckpointReport
 
 CONFIG = {"training": {"train_iters": 30}}
@@ -169,3 +170,24 @@ def test_a_warm_groups_spares_are_events_a_person_reads_and_the_status_counts_th
     out = io.StringIO()
     assert show(tmp_path, out) == 0
     assert "spare_refilling: a new warm spare starts on node node0" in out.getvalue()
+
+
+def test_refused_values_are_events_a_few_per_field_then_one_count_when_the_subrun_ends(tmp_path):
+    # A job that prints nothing but garbage must not write an event per line (issue 33).
+    plan = ResumePlan(subrun="1.00")
+    running = Running("1.00", plan, 0)
+    loss = [RefusedValue("1.00", 1000.0 + n, "lm loss", "-1", "below 0", f" iteration {n}/ 30 | lm loss: -1 |")
+            for n in range(1, 13)]
+    scale = [RefusedValue("1.00", 1000.0, "loss scale", "0.0", "not above 0", " iteration 3/ 30 | loss scale: 0.0 |")]
+    with Logbook.open(tmp_path) as book:
+        writer = LogbookObserver(book, CONFIG)
+        writer.on_transition(None, Launching("1.00", plan, 0, "launch"))
+        writer.on_transition(None, running)
+        writer.on_poll(running, GroupPoll(observations=loss[:7] + scale))
+        writer.on_poll(running, GroupPoll(observations=loss[7:]))
+        writer.on_transition(running, Finished("1.00", 30))
+        events = [e for e in book.events() if e["type"] == "event" and e["kind"].startswith("refused_value")]
+    one_by_one = [(e["data"]["field"], e["data"]["raw"]) for e in events if e["kind"] == "refused_value"]
+    assert one_by_one == [("lm loss", "-1")] * REFUSALS_PER_FIELD + [("loss scale", "0.0")]
+    (counted,) = [e for e in events if e["kind"] == "refused_values"]
+    assert counted["data"] == {"field": "lm loss", "count": 12} and "7 more values of lm loss" in counted["message"]

@@ -80,6 +80,12 @@ FIELD_CASES = (
     FieldCase(19, "loss scale", "inf"),
     FieldCase(20, "grad norm", "-inf"),
     FieldCase(21, "consumed samples", "3.5"),
+    FieldCase(22, "consumed samples", "9" * 5000),  # more digits than Python's int() takes
+    FieldCase(23, "lm loss", "12ab"),  # not 12
+    FieldCase(24, "grad norm", "information"),  # not infinity (no non-finite incident from a word)
+    FieldCase(25, "learning rate", "1.2.3"),
+    FieldCase(26, "global batch size", "1_024"),
+    FieldCase(27, "elapsed", "\x1b[2J"),  # a terminal escape: refused, and kept as text
 )
 LINE_CASES = (
     LineCase(22, "iteration", f" iteration {HUGE}/{{total}} | consumed samples: 176 | lm loss: 4.0 |"),
@@ -90,5 +96,10 @@ LINE_CASES = (
     LineCase(27, "straggler report", "[2026-11-28 10:11:12] | MnRtt/Rnk: 1.00ms/99999999999 | MxRtt/Rnk: 2.00ms/1 |"),
     LineCase(28, "iteration", f" iteration       28/{HUGE} | consumed samples: 224 | lm loss: 4.0 |"),
     LineCase(29, "loaded iteration", f"  successfully loaded checkpoint from /ck [ t 1/1, p 1/1 ] at iteration {HUGE}"),
+    LineCase(1, "iteration", " iteration " + "9" * 5000 + "/{total} | consumed samples: 8 | lm loss: 4.0 |"),
+    LineCase(2, "straggler report", "[2026-11-28 10:11:12] | MnRtt/Rnk: 1.2.3ms/3 | MxRtt/Rnk: 2.00ms/1 |"),
+    LineCase(30, "saved iteration", "  successfully saved checkpoint from iteration -3 to /ck [ t 1/1, p 1/1 ]"),
 )
-"""28 absurd values over every field of the iteration line, the save, load and straggler lines."""
+"""36 absurd values over every field of the iteration line, the save, load and straggler lines.
+The iteration lines a job prints are steps 1 to 30: field cases are iterations 3 to 27 with
+their own line changed, line cases come before iteration ``step``'s line (several may share one)."""

@@ -60,3 +60,19 @@ def test_log_lines_covering_several_iterations_count_each_overflow():
                              skipped_iterations=4 if s >= 100 else 0) for s in range(10, 200, 10)]
     found = feed(LossScaleDetector(LossScaleConfig()), lines)
     assert len(found) == 1 and found[0].evidence["overflow_share"] == 8 / 20
+
+
+def test_a_line_claiming_2_to_the_62_iterations_keeps_only_the_window():
+    # A job's line may jump to any iteration its own total allows (issue 33): the detector keeps the
+    # last 20 iterations the line covers (its overflows first, then its applied steps), never a list
+    # of all of them.
+    steps = fp16_steps(set(), n=30)
+    scale = steps[-1].loss_scale
+    far = StepObservation(step=2**62, time=31.0, loss=3.0, grad_norm=0.5, loss_scale=scale,
+                          iterations=2**62 - 30, skipped_iterations=2**61)
+    detector = LossScaleDetector(LossScaleConfig())
+    assert feed(detector, [*steps, far]) == []  # its last 20 iterations were applied ones
+    storm = StepObservation(step=2**62 + 40, time=32.0, loss=None, grad_norm=float("inf"), loss_scale=scale,
+                            iterations=40, skipped_iterations=40)
+    (found,) = feed(detector, [storm])
+    assert found.evidence["window_iters"] == 20 and found.evidence["overflow_share"] == 1.0

@@ -28,6 +28,7 @@ from runmgr.watch.incidents import EARLY_EXIT, HANG, INSTABILITY_KINDS, WORKER_D
 from runmgr.watch.observations import (
     HeartbeatObservation, JobEnded, LaunchFailure, LocalNormsObservation, StepObservation, WorkerExit,
 )
+from runmgr.watch.text import printable
 from runmgr.watch.watcher import Observation, Watcher
 
 NODE_NAME_CHARS = 12
@@ -209,7 +210,7 @@ class Judge:
         worker = failure.worker
         node = node_name(worker.node_id) if worker else self._nodes.get(failure.rank, "")
         where = f"pid {worker.pid} on {worker.node_ip}" if worker else "pid unknown"
-        output = tuple(map(printable, failure.output))
+        output = tuple(printable(line, OUTPUT_LINE_CHARS) for line in failure.output)
         return WorkerExit(failure.rank, node, f"{failure.text} ({where})", failure.time, failure.exit_code, subrun,
                           output)
 
@@ -227,13 +228,6 @@ class Judge:
         return Judgement(incident, decision)
 
 
-def printable(line: str) -> str:
-    """``line`` cut to OUTPUT_LINE_CHARS, its control characters (NUL, escape sequences) written as
-    ``\\xNN``: a job's bytes reach a terminal and the logbook as text, never as commands to them."""
-    cut = line[:OUTPUT_LINE_CHARS]
-    return "".join(c if c.isprintable() or c == "\t" else f"\\x{ord(c):02x}" for c in cut)
-
-
 class SubrunMemory:
     """What the judge remembers of the running sub-run for the incidents that need it."""
 
@@ -249,7 +243,7 @@ class SubrunMemory:
     def keep_output(self, lines: Sequence[OutputLine]) -> None:
         for line in lines:
             kept = self._output.setdefault(line.node, deque(maxlen=LAST_OUTPUT_LINES))
-            kept.append(printable(line.text))
+            kept.append(printable(line.text, OUTPUT_LINE_CHARS))
 
     def last_output(self) -> tuple[str, ...]:
         """Each node's last lines, oldest first, node by node (prefixed ``node N |`` when more

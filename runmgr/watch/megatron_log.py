@@ -72,6 +72,7 @@ from runmgr.watch.deaths import classify
 from runmgr.watch.observations import (
     CheckpointObservation, LoadedCheckpoint, RankTimings, RefusedValue, SaveStarted, StepObservation, WorkerExit,
 )
+from runmgr.watch.text import printable
 
 LogEvent = Union[StepObservation, CheckpointObservation, WorkerExit, RankTimings, SaveStarted, LoadedCheckpoint,
                  RefusedValue]
@@ -145,13 +146,6 @@ def _number_token(text: Optional[str]) -> Optional[str]:
         return None
     match = _VALUE.fullmatch(text)
     return match.group(1) if match else None
-
-
-def printable(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters, its control characters (NUL, escape sequences)
-    written as ``\\xNN``: what a job printed reaches the logbook and a terminal as text."""
-    cut = text.strip()[:limit]
-    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in cut)
 
 
 def whole_problem(value: Optional[Union[int, float]], minimum: int, maximum: int = INT64_MAX) -> Optional[str]:
@@ -244,8 +238,8 @@ class MegatronLogReader:
         return self._checkpoint_event(line) or self._rank_timings(line) or self._death(line)
 
     def _refuse(self, field_name: str, raw: str, reason: str, line: str) -> None:
-        self._refused.append(RefusedValue(self._subrun(), self._now(), field_name, printable(raw, RAW_CHARS), reason,
-                                          printable(line, LINE_CHARS)))
+        self._refused.append(RefusedValue(self._subrun(), self._now(), field_name, printable(raw.strip(), RAW_CHARS),
+                                          reason, printable(line.strip(), LINE_CHARS)))
 
     def _line_step(self, text: str, what: str, line: str) -> Optional[int]:
         """The iteration a save or load line names: a whole number from 0 below 2^63; else None,

@@ -9,7 +9,8 @@ import math
 import pytest
 
 from runmgr.watch import torchrun
-from runmgr.watch.megatron_log import MegatronLogReader, printable
+from runmgr.watch.megatron_log import MegatronLogReader
+from runmgr.watch.text import printable
 from runmgr.watch.observations import RefusedValue, StepObservation
 from tests.runmgr.watch.absurd_lines import FIELD_CASES, LINE_CASES, iteration_line
 

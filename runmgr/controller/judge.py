@@ -35,6 +35,9 @@ NODE_NAME_CHARS = 12
 LAST_OUTPUT_LINES = 20
 """Lines of each node's output the judge keeps for an incident that names none of its own
 (a hang, an early exit)."""
+LAST_OUTPUT_NODES = 8
+"""Nodes whose last lines the judge keeps: those that printed last (at a few hundred nodes, every
+node's lines would make an incident of thousands)."""
 OUTPUT_LINE_CHARS = 1000
 """A kept line's length at most: a job may print anything, of any length."""
 
@@ -193,6 +196,8 @@ class Judge:
             lines = self._subrun.last_output()
             if lines:
                 extra["last_output"] = list(lines)
+            if self._subrun.nodes_left_out:
+                extra["last_output_nodes_left_out"] = self._subrun.nodes_left_out
         return replace(incident, evidence={**incident.evidence, **extra})
 
     def _observations(self, subrun: str, poll: GroupPoll,
@@ -239,15 +244,21 @@ class SubrunMemory:
         self.finished: set[int] = set()
         self.ended = False
         self._output: dict[int, deque[str]] = {}
+        self.nodes_left_out = 0
+        """Nodes whose lines were dropped for ones that printed later."""
 
     def keep_output(self, lines: Sequence[OutputLine]) -> None:
         for line in lines:
-            kept = self._output.setdefault(line.node, deque(maxlen=LAST_OUTPUT_LINES))
+            kept = self._output.pop(line.node, None) or deque(maxlen=LAST_OUTPUT_LINES)
             kept.append(printable(line.text, OUTPUT_LINE_CHARS))
+            self._output[line.node] = kept  # re-inserted: the dict's order is the order nodes last printed
+        while len(self._output) > LAST_OUTPUT_NODES:  # a few hundred nodes: those that printed last
+            del self._output[next(iter(self._output))]
+            self.nodes_left_out += 1
 
     def last_output(self) -> tuple[str, ...]:
-        """Each node's last lines, oldest first, node by node (prefixed ``node N |`` when more
-        than one node printed)."""
-        several = len(self._output) > 1
+        """The last lines of the nodes that printed last (at most LAST_OUTPUT_NODES), oldest
+        first, node by node (prefixed ``node N |`` when more than one node printed)."""
+        several = len(self._output) > 1 or self.nodes_left_out > 0
         return tuple(f"node {node} | {text}" if several else text
                      for node, lines in sorted(self._output.items()) for text in lines)

@@ -81,3 +81,18 @@ def test_the_same_hang_after_the_lineage_trained_is_dumped_and_restarted():
     assert judgement.decision.action == "dump_and_restart"
 
 
+
+
+def test_at_hundreds_of_nodes_an_incident_keeps_the_nodes_that_printed_last():
+    from runmgr.controller.judge import LAST_OUTPUT_LINES, LAST_OUTPUT_NODES
+
+    judge = Judge(WatcherConfig(), PolicyConfig(), lambda step: [])
+    judge.start_subrun([WorkerInfo(rank, 1, f"node-{rank}", "127.0.0.1") for rank in range(300)], start_step=0,
+                       final_step=100)
+    chatter = [OutputLine(node, f"line {n} of node {node}") for n in range(30) for node in range(300)]
+    judge.judge("1.00", GroupPoll(heartbeats=[Heartbeat(0, "init", 0, 0.0)], output=chatter), [], now=1.0, last_step=0)
+    (judgement,) = judge.judge("1.00", GroupPoll(), [], now=WatcherConfig().hang.init.initial_s + 2, last_step=0)
+    kept = judgement.incident.evidence["last_output"]
+    assert len(kept) == LAST_OUTPUT_NODES * LAST_OUTPUT_LINES
+    assert {line.split(" | ")[0] for line in kept} == {f"node {n}" for n in range(300 - LAST_OUTPUT_NODES, 300)}
+    assert judgement.incident.evidence["last_output_nodes_left_out"] == 300 - LAST_OUTPUT_NODES

@@ -56,6 +56,9 @@ def refuse_bad_launch(conf: str, overrides: list[str], conf_dir: Path | None, re
         config = load_run_config(conf, overrides, conf_dir)
     check_data_path(config.data)
     check_run_dir(config)
+    kubernetes = config.kubernetes.launch_problems(config.cluster.address)  # the environment: only a launch tells
+    if kubernetes:
+        raise UserError(kubernetes[0])
     if config.checkpoint.s3.enabled:
         from runmgr.s3.client import S3Client, probe  # boto3: only for a run that mirrors its checkpoints
 

@@ -58,7 +58,8 @@ def initial_state(config: RunConfig, book: Logbook, ids: SubrunIds,
     lineage = book.lineage()
     if not lineage:
         return first_state(config, ids, remote)
-    if lineage[-1].end_state is None:
+    driver_lost = lineage[-1].end_state is None  # its driver died (a crash, kill -9, a lost head pod)
+    if driver_lost:
         book.abandon(lineage[-1].id)
         lineage = book.lineage()
     last = lineage[-1]
@@ -70,8 +71,13 @@ def initial_state(config: RunConfig, book: Logbook, ids: SubrunIds,
     # A relaunch keeps the lineage's remedies (skips, LR scale, nodes to avoid) and
     # takes the data-parallel size the user configures now.
     plan = replace(ResumePlan.from_dict(last.plan), start_checkpoint=point.path, data_parallel_size=configured_data_parallel(config))
-    cause = f"relaunch: sub-run {last.id} ended as {last.end_state or 'abandoned (driver lost)'} at step {last_step}"
+    if driver_lost:
+        cause = (f"relaunch: driver restarted: the driver of sub-run {last.id} stopped without ending it (a crash, "
+                 f"a kill, a lost pod) at step {last_step}")
+    else:
+        cause = f"relaunch: sub-run {last.id} ended as {last.end_state} at step {last_step}"
     evidence = {"previous_subrun": last.id, "resumed_from": point.path, "resumed_step": point.step,
+                "driver_restarted": driver_lost,
                 "steps_lost": max(0, (last_step or 0) - point.step),
                 "rejected_checkpoints": [list(r) for r in point.rejected],
                 **({"fetched_from": point.fetched_from} if point.fetched_from else {})}
@@ -238,6 +244,9 @@ def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, 
     injector = chaos.injector(lambda injection: record_injection(book, injection)) if chaos and chaos.enabled else None
     if injector is not None:
         observers.append(injector)
+    replacing = config.kubernetes.replace_excluded_nodes
+    if replacing and admitted_node_ids is None:  # a list the replacements join (None would admit any node)
+        admitted_node_ids = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
     poll_nodes = admitted_node_ids or [n["NodeID"] for n in ray.nodes() if n["Alive"]]
     devices = DevicePollGroup(poll_nodes, config.health.poll_interval_s,
                               path=chaos.device_path() if chaos is not None else None)
@@ -248,7 +257,8 @@ def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, 
         runner = builtin_runner(config, trainer_config, device_kind, admitted_node_ids,
                                 wrap_reporter=chaos.step_gate if chaos is not None else lambda: None)
     slots = ClusterSlots(lambda: node_slots(config.cluster, device_kind, admitted_node_ids), runner.data_parallel_sizes,
-                         runner.ranks_per_replica)
+                         runner.ranks_per_replica,
+                         config.kubernetes.replacement_timeout_s if replacing else None)
     judge = Judge(config.watcher, config.policy,
                   lambda max_step: listed_checkpoints(checkpoint_dir, max_step, remote=known), slots,
                   abilities=runner.abilities)
@@ -258,6 +268,7 @@ def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, 
         judge=judge, subrun_ids=ids, poll_interval_s=config.controller.poll_interval_s, observers=observers,
         read_devices=devices.drain, read_uploads=mirroring.read_uploads if mirroring is not None else no_uploads,
         dump_stacks=runner.dump_stacks,
+        nodes=kuberay_replacement(config, device_kind, admitted_node_ids, out) if replacing else None,
     )
     try:
         final = controller.run()
@@ -273,6 +284,22 @@ def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, 
             injector.close()
         if metrics is not None:  # it reads the logbook, which closes after this
             metrics.registry.unregister(exporter)
+
+
+def kuberay_replacement(config: RunConfig, device_kind: str, admitted_node_ids: list[str], out: TextIO):
+    """KubeRay replaces the pods of the nodes decisions exclude (kubernetes.replace_excluded_nodes)."""
+    from runmgr.kuberay import KubeRayReplacement, apis
+    from runmgr.workers.joining import JoiningNodes
+
+    def say(line: str) -> None:
+        out.write(line + "\n")
+        out.flush()
+
+    joining = JoiningNodes(config, device_kind, admitted_node_ids, say)
+    core, custom = apis(config.kubernetes.api_host)
+    return KubeRayReplacement(core, custom, config.kubernetes.resolved_namespace(),
+                              config.kubernetes.resolved_ray_cluster(), joining.pod_of, joining.room,
+                              check_id=f"run {config.run.name}")
 
 
 def record_injection(book: Logbook, injection) -> None:

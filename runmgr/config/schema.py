@@ -19,6 +19,7 @@ from trainer.megatron_args import without_megatron_flag
 
 from health.config import HealthConfig, HealthConfigError, validate as validate_health
 from runmgr.config.chaos import INPUT_KINDS, RANK_KINDS, ChaosConfig
+from runmgr.config.kubernetes import KubernetesConfig
 from runmgr.config.lint import LintConfig
 from runmgr.config.megatron import MegatronConfig, TrainerKind, TrainerSection, save_dir
 from runmgr.config.metrics import MetricsConfig
@@ -146,6 +147,8 @@ class RunConfig(TrainerConfig):
     """``runmgr lint``'s rules at every launch: those silenced on purpose, the data sample (docs/lint.md)."""
     rehearse: RehearseConfig = field(default_factory=RehearseConfig)
     """The sizes of ``runmgr launch --rehearse``: this recipe small, on this machine (runmgr/config/rehearse.py)."""
+    kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
+    """On KubeRay: replace an excluded node's worker pod (runmgr/config/kubernetes.py; k8s/ sets it)."""
 
     @property
     def world_size(self) -> int:
@@ -214,6 +217,7 @@ class RunConfig(TrainerConfig):
         out += self.lint.problems()
         out += self.rehearse.problems()
         out += self.checkpoint.s3.problems()
+        out += self.kubernetes.problems()
         out += nested_problems(self.watcher, "watcher")
         out += self.chaos.problems(self.training.train_iters)
         try:

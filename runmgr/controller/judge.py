@@ -75,6 +75,8 @@ class ClusterSlots:
     """Data-parallel sizes the trainer can run, at most the configured one."""
     ranks_per_replica: int = 1
     """Ranks of one data-parallel replica (tensor x pipeline parallel)."""
+    replacement_wait_s: Optional[float] = None
+    """The cluster replaces an excluded node within about this long (KubeRay); None: it does not."""
 
 
 class Judge:
@@ -223,7 +225,7 @@ class Judge:
         if self.cluster is None or self._data_parallel is None:
             return None
         return Capacity(dict(self.cluster.slots_by_node()), self.cluster.data_parallel_sizes, self._data_parallel,
-                        self.cluster.ranks_per_replica)
+                        self.cluster.ranks_per_replica, self.cluster.replacement_wait_s)
 
     def _decide(self, incident: Incident, last_step: int) -> Judgement:
         checkpoints = list(self.checkpoints(last_step))

@@ -18,11 +18,12 @@ from runmgr.controller.group import (
     GroupPoll, WarmRecoveryError, WarmStart, WarmWorkerGroup, WorkerGroup, WorkerInfo,
 )
 from runmgr.controller.judge import Judge, Judgement
+from runmgr.controller.replacement import NodeReplacement
 from runmgr.controller.states import (
     ALLOWED, Failed, Finished, Launching, Restarting, Running, State, is_terminal,
 )
 from runmgr.errors import ClusterError, ClusterLostError, PlanRefusedError
-from runmgr.policy.decision import ABORT
+from runmgr.policy.decision import ABORT, Decision
 from runmgr.policy.plan_update import next_plan
 from runmgr.resume import ResumePoint
 from runmgr.watch.observations import DeviceObservation, UploadObservation
@@ -84,12 +85,15 @@ class Controller:
         dump_stacks: Callable[[str, Sequence[WorkerInfo]], None] = lambda subrun, workers: None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
+        nodes: NodeReplacement | None = None,
     ) -> None:
         """``make_group()`` builds an empty group that places a sub-run's ranks as its
         plan says (data-parallel size, nodes to avoid); ``resume_at(step, why)`` finds
         the newest verified checkpoint at or before that step (None: from initialisation);
         ``read_devices()`` and ``read_uploads()`` the device poll's readings and the S3
-        mirror's attempts since the last call, read after the observers saw the poll."""
+        mirror's attempts since the last call, read after the observers saw the poll;
+        ``nodes``: the cluster's replacement of excluded nodes (None: it replaces none, and
+        the judge's capacity says so, so no decision asks for one)."""
         self.state: State = initial
         self.trainer_config = trainer_config
         self.make_group = make_group
@@ -103,6 +107,7 @@ class Controller:
         self.dump_stacks = dump_stacks
         self.clock = clock
         self.sleep = sleep
+        self.nodes = nodes
         self.last_step = initial.start_step
         self._group: WorkerGroup | None = None
         self._finished_ranks: set[int] = set()
@@ -241,7 +246,9 @@ class Controller:
         point = self._resume_point(state)
         subrun = self.subrun_ids.take()
         plan = next_plan(state.plan, decision, subrun, point.path, state.also_exclude, state.also_resize)
+        replaced = self._replace_nodes(decision, plan.avoid_nodes)
         evidence = {
+            **replaced,
             "incident": state.judgement.incident.to_dict(), "decision": decision.to_dict(),
             "resumed_from": point.path, "resumed_step": point.step, "last_step": state.last_step,
             "steps_lost": max(0, state.last_step - point.step),
@@ -250,6 +257,21 @@ class Controller:
             **({"fetched_from": point.fetched_from} if point.fetched_from else {}),
         }
         return Launching(subrun, plan, point.step, state.judgement.incident.summary(), evidence)
+
+    def _replace_nodes(self, decision: Decision, avoid: Sequence[str]) -> dict:
+        """Ask the cluster for the replacements the decision names and wait for the room it
+        awaits (only when a request went through); what happened, for the next start's evidence."""
+        if not decision.replace_nodes:
+            return {}
+        if self.nodes is None:
+            raise TransitionError(f"the decision replaces {', '.join(decision.replace_nodes)} on a cluster "
+                                  f"that replaces no node")
+        requests = self.nodes.replace(decision.replace_nodes, decision.reason)
+        evidence: dict = {"replacements": [r.to_dict() for r in requests]}
+        if decision.await_ranks and any(r.requested for r in requests):
+            evidence["replacement_wait"] = self.nodes.await_ranks(
+                decision.await_ranks, decision.await_timeout_s, avoid).to_dict()
+        return evidence
 
     def _warm_launching(self, state: Restarting) -> Launching:
         """The next sub-run of a warm decision: same ranks but the replaced ones, from the

@@ -177,6 +177,14 @@ class LogbookObserver:
                                    {"path": path, "reason": reason})
         record_lint(self.book, new.subrun, new.evidence.get("lint"))
         record_rehearsal(self.book, new.subrun, new.evidence.get("rehearsal"))
+        record_replacements(self.book, new.subrun, new.evidence)
+        if new.evidence.get("driver_restarted"):
+            previous = new.evidence["previous_subrun"]
+            self.book.record_event(new.subrun, "driver_restarted", (
+                f"driver restarted: sub-run {previous} was left open by its driver; resumed at step "
+                f"{new.start_step} ({new.evidence['steps_lost']} step(s) lost past the last verified checkpoint)"),
+                {"previous_subrun": previous, "resumed_step": new.start_step,
+                 "steps_lost": new.evidence["steps_lost"]}, step=new.start_step)
         if new.evidence.get("fetched_from"):
             source = new.evidence["fetched_from"]
             self.book.record_event(new.subrun, "checkpoint_downloaded",
@@ -201,3 +209,18 @@ class LogbookObserver:
         for observation in poll.observations:
             if isinstance(observation, RefusedValue):
                 self.refusals.record(self.book, observation)
+
+
+def record_replacements(book: Logbook, subrun: str, evidence: dict) -> None:
+    """The excluded nodes the cluster was asked to replace before ``subrun`` started
+    (``node_replaced``, or ``node_replacement_refused`` with the API's answer), and how
+    the wait for their room ended (``replacement_wait``)."""
+    for request in evidence.get("replacements", []):
+        kind = "node_replaced" if request["requested"] else "node_replacement_refused"
+        book.record_event(subrun, kind, f"node {request['node']}: {request['detail']}", request)
+    wait = evidence.get("replacement_wait")
+    if wait:
+        ended = "timed out" if wait["timed_out"] else "room there"
+        book.record_event(subrun, "replacement_wait",
+                          f"waited {wait['waited_s']:.0f} s for {wait['ranks']} rank(s) of room: {ended} "
+                          f"({wait['held']} held)", wait)

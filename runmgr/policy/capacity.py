@@ -8,7 +8,7 @@ like any other remedy. Nothing here asks the cluster anything.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 
@@ -27,10 +27,19 @@ class Capacity:
     ranks_per_replica: int = 1
     """Ranks of one data-parallel replica (tensor x pipeline parallel): a lost node takes
     whole replicas away, and a sub-run needs at least one."""
+    replacement_wait_s: Optional[float] = None
+    """The cluster replaces an excluded node (KubeRay starts a new pod in place of the one on
+    it) within about this many seconds; None: an excluded node is gone for the lineage."""
 
     def slots(self, avoid: Collection[str]) -> int:
         """Ranks the nodes outside ``avoid`` can hold."""
         return sum(count for node, count in self.slots_by_node.items() if node not in avoid)
+
+    def with_replacements(self, replaced: Collection[str]) -> "Capacity":
+        """The capacity once a new node stands in for each of ``replaced`` (holding what it held)."""
+        extra = {f"replacement of {node}": self.slots_by_node[node] for node in replaced
+                 if node in self.slots_by_node}
+        return replace(self, slots_by_node={**self.slots_by_node, **extra})
 
 
 @dataclass(frozen=True)

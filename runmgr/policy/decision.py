@@ -75,6 +75,15 @@ class Decision:
     ``restart_from_step``; the sub-run's workers are not stopped."""
     replace_ranks: tuple[int, ...] = ()
     """The ranks a warm restart replaces (the dead ones and every rank of an excluded node)."""
+    replace_nodes: tuple[str, ...] = ()
+    """Excluded nodes whose pods the executor asks the cluster to replace (KubeRay deletes the
+    pod and starts a new one elsewhere: the worker group keeps its replica count)."""
+    await_ranks: int = 0
+    """Ranks the usable nodes must hold again (the replacements up) before the next sub-run
+    starts; 0: start at once. The executor waits at most ``await_timeout_s``."""
+    await_timeout_s: float = 0.0
+    """The longest wait for ``await_ranks``; past it the sub-run starts with what is there
+    (a launch that cannot place its ranks is a launch failure, decided as such)."""
 
     @property
     def restarts(self) -> bool:
@@ -100,4 +109,7 @@ class Decision:
             "local_norms_steps": list(self.local_norms_steps),
             "warm": self.warm,
             "replace_ranks": list(self.replace_ranks),
+            "replace_nodes": list(self.replace_nodes),
+            "await_ranks": self.await_ranks,
+            "await_timeout_s": self.await_timeout_s,
         }

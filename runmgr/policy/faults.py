@@ -26,6 +26,7 @@ from runmgr.policy.decision import (
 )
 from runmgr.policy.guards import storm_abort
 from runmgr.policy.history import History
+from runmgr.policy.replacement import plan_replacement
 from runmgr.policy.warm import WarmCover, WarmVerdict, warm_verdict
 from runmgr.watch.incidents import (
     DEVICE_FAULT, EARLY_EXIT, HANG, LAUNCH_FAILURE, SLOWDOWN, STRAGGLER, WORKER_DEATH, Incident,
@@ -251,14 +252,15 @@ def _restart(incident: Incident, ctx: FaultContext, action: Action, what: str,
             restart_from_step=ctx.warm.snapshot_step, restart_point=RestartPoint.memory, exclude_nodes=exclude,
             warm=True, replace_ranks=verdict.lost_ranks)
     cold_note = f"; {verdict.note}" if verdict is not None else ""
-    size, resize_note = None, ""
+    size, resize_note, replacement = None, "", None
     if ctx.capacity is not None:
-        resize = fit_world(ctx.capacity, (*history.excluded_nodes(), *exclude))
+        avoid = (*history.excluded_nodes(), *exclude)
+        replacement = plan_replacement(ctx.capacity, avoid, exclude)
+        resize = fit_world(replacement.capacity, avoid)
         if resize.size is None:
             return Decision(ABORT, (f"{_context(incident)}: no room to restart: {resize.note}. A human must add "
-                                    f"nodes or bring lost ones back (excluded: "
-                                    f"{', '.join((*history.excluded_nodes(), *exclude)) or 'none'})"))
-        size, resize_note = resize.size, (f"; {resize.note}" if resize.note else "")
+                                    f"nodes or bring lost ones back (excluded: {', '.join(avoid) or 'none'})"))
+        size, resize_note = resize.size, (f"; {resize.note}" if resize.note else "") + replacement.note
     if origin is None:
         start = newest(checkpoints)
         origin = _Origin(start, RestartPoint.newest_at_restart, _origin(start))
@@ -267,6 +269,7 @@ def _restart(incident: Incident, ctx: FaultContext, action: Action, what: str,
                  f"(restart {used + 1} of {limit})"),
         restart_from_step=origin.checkpoint.step if origin.checkpoint else None, restart_point=origin.point,
         exclude_nodes=exclude, dump_stacks=action == DUMP_AND_RESTART, data_parallel_size=size,
+        **(replacement.decision_fields() if replacement is not None else {}),
     )
 
 

@@ -74,5 +74,9 @@ def test_a_killed_driver_resumes_as_the_next_subrun_past_a_damaged_checkpoint(tm
     assert truncated and "truncated" in truncated[0]["message"], [e["message"] for e in rejected]
     start = next(e for e in events if e["type"] == "subrun_start" and e["subrun"] == "1.01")
     assert start["start_step"] == 10  # the previous verified checkpoint was used
+    # As a RayJob's retry would: a fresh driver on the same run directory says what it continues.
+    (restarted,) = [e for e in events if e["type"] == "event" and e["kind"] == "driver_restarted"]
+    assert restarted["subrun"] == "1.01" and restarted["data"] == {"previous_subrun": "1.00", "resumed_step": 10,
+                                                                   "steps_lost": 20}
     timeline = runmgr_text("logbook", "show", str(run.run_dir))
-    assert "rejected" in timeline and "relaunch" in timeline
+    assert "rejected" in timeline and "relaunch (driver restarted" in timeline

@@ -33,6 +33,9 @@ def runmgr(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
         (["conf=demo", "training.train_iters"], "write overrides as key=value"),
         (["conf=demo", "policy.instability.ladder.1.lr_factor=0.1"],
          "policy.instability.ladder is a list, set it whole, e.g. policy.instability.ladder=[...]"),
+        (["conf=demo", "kubernetes.replace_excluded_nodes=true"],
+         "kubernetes.replace_excluded_nodes=true needs the run on a KubeRay cluster"),
+        (["conf=demo", "kubernetes.replacement_timeout_s=0"], "kubernetes.replacement_timeout_s must be"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(args, expected, tmp_path):

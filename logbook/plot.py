@@ -39,17 +39,6 @@ AXIS_LABELS = {"loss": "loss (nats/token)", "grad_norm": "gradient norm (L2)", "
 """Each metric's axis label: its name and unit."""
 LOG_SCALE = frozenset({"grad_norm", "loss_scale"})
 """Metrics drawn on a log y axis: loss scales move by powers of two, gradient norms spike by decades."""
-SUBRUN_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-                  "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
-"""One colour per sub-run, cycling (matplotlib's tab10, d3's category10): neighbours always differ."""
-KIND_COLOURS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666")
-"""One colour per incident kind (ColorBrewer's Dark2), darker than the sub-runs' colours."""
-FADED_ALPHA = 0.25
-"""Opacity of the steps a rollback threw away (kept steps are opaque)."""
-LEGEND_SUBRUNS = 12
-"""Sub-runs named one by one in a legend; a longer lineage is named by colour."""
-
-
 @dataclass(frozen=True)
 class _RunRows:
     """What one plot command reads from the logbook, once for all its metrics."""
@@ -71,30 +60,6 @@ def parse_metrics(text: str) -> tuple[str, ...]:
     if len(set(names)) != len(names):
         raise LogbookError(f"--metric {text!r} names a metric twice: name each once")
     return names
-
-
-def subrun_colours(subruns: Sequence[str]) -> dict[str, str]:
-    """Each sub-run's colour by its position in the lineage."""
-    return {subrun: SUBRUN_COLOURS[i % len(SUBRUN_COLOURS)] for i, subrun in enumerate(subruns)}
-
-
-def kind_colours(incidents: Sequence[dict]) -> dict[str, str]:
-    """Each incident kind's colour, kinds in alphabetical order."""
-    kinds = sorted({mark["kind"] for mark in incidents})
-    return {kind: KIND_COLOURS[i % len(KIND_COLOURS)] for i, kind in enumerate(kinds)}
-
-
-def legend_entries(subruns: Sequence[str]) -> list[tuple[str, str]]:
-    """(label, sub-run whose line it shows) for a legend: each sub-run up to
-    :data:`LEGEND_SUBRUNS`; beyond, one entry per colour naming the sub-runs that share it."""
-    if len(subruns) <= LEGEND_SUBRUNS:
-        return [(f"sub-run {subrun}", subrun) for subrun in subruns]
-    entries = []
-    for first in range(min(len(SUBRUN_COLOURS), len(subruns))):
-        sharing = subruns[first::len(SUBRUN_COLOURS)]
-        middle = f", {sharing[1]}" + (", …" if len(sharing) > 3 else "") if len(sharing) > 2 else ""
-        entries.append((f"{sharing[0]}{middle}, {sharing[-1]}" if len(sharing) > 1 else sharing[0], sharing[0]))
-    return entries
 
 
 def figure_data(book: Logbook, metric: str) -> dict:

@@ -21,7 +21,7 @@ from bokeh.models import (BoxAnnotation, ColumnDataSource, HoverTool, Legend, Le
 from bokeh.plotting import figure
 from bokeh.resources import INLINE
 
-from logbook.plot import FADED_ALPHA, kind_colours, legend_entries, subrun_colours
+from logbook.plot_style import FADED_ALPHA, kind_colours, legend_entries, subrun_colours
 
 WIDTH_PX = 1150
 PANEL_PX = 260

@@ -21,7 +21,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import StrMethodFormatter
 from matplotlib.transforms import blended_transform_factory
 
-from logbook.plot import FADED_ALPHA, SUBRUN_COLOURS, kind_colours, legend_entries, subrun_colours
+from logbook.plot_style import FADED_ALPHA, SUBRUN_COLOURS, kind_colours, legend_entries, subrun_colours
 
 DPI = 100
 WIDTH_IN = 14.0

@@ -45,7 +45,7 @@ def refuse_bad_launch(conf: str, overrides: list[str], conf_dir: Path | None, re
     anything is written: the config, the data path, the directories, the logbook,
     and the S3 bucket of ``checkpoint.s3`` (its credentials, its existence, an answer)."""
     from runmgr.config.compose import load_run_config
-    from runmgr.config.rehearse import load_rehearsal, refuse_rehearse_settings
+    from runmgr.rehearsal import load_rehearsal, refuse_rehearse_settings
     from runmgr.rundir import check_run_dir
     from trainer.data import check_data_path
 

@@ -11,7 +11,7 @@ from typing import TextIO
 
 from runmgr import cluster as ray_cluster
 from runmgr.config.compose import load_run_config
-from runmgr.config.rehearse import Mapping, load_rehearsal, refuse_rehearse_settings, render_mapping
+from runmgr.rehearsal import Mapping, load_rehearsal, refuse_rehearse_settings, render_mapping
 from runmgr.config.schema import RunConfig
 from runmgr.megatron.job import aligned
 from runmgr.megatron.model import describes_itself
@@ -32,7 +32,7 @@ def load_config(conf_name: str, overrides: list[str], conf_dir: Path | None) -> 
 def launch_config(conf_name: str, overrides: list[str], conf_dir: Path | None,
                   rehearse: bool = False) -> tuple[RunConfig, Mapping | None]:
     """The config a launch runs: the conf's, or with ``rehearse`` its rehearsal and how it maps
-    to the real plan (runmgr/config/rehearse.py)."""
+    to the real plan (runmgr/rehearsal.py)."""
     if rehearse:
         return load_rehearsal(conf_name, overrides, conf_dir)
     refuse_rehearse_settings(overrides)

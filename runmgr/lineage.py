@@ -14,7 +14,7 @@ from typing import Callable, TextIO
 from logbook import Logbook
 from runmgr import cluster as ray_cluster
 from runmgr.config.compose import config_as_dict, with_settings
-from runmgr.config.rehearse import Mapping
+from runmgr.rehearsal import Mapping
 from runmgr.config.schema import RunConfig
 from runmgr.controller.judge import ClusterSlots, Judge
 from runmgr.controller.machine import Controller, SubrunIds, no_uploads

@@ -10,13 +10,13 @@ from typing import Callable, Optional
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from trainer.config import TrainerConfig
 from trainer.data.windows import inputs_and_labels
 from trainer.device import Device
 from trainer.distributed import DistEnv
 from trainer.errors import TrainerConfigError
+from trainer.loss import cross_entropy
 from trainer.optim import lr_at, set_lr
 from trainer.parallel.engine import Engine
 from trainer.parallel.gradients import local_part
@@ -106,12 +106,6 @@ def forward_backward(engine: Engine, batches: list[torch.Tensor], loss_scale: fl
         total += local_part(loss.detach())
     ctx.device.synchronize()
     return float(total) / len(batches), time.perf_counter() - started
-
-
-def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean next-token loss, in fp32 whatever the compute dtype: the softmax
-    of a large vocabulary loses too much in 16 bits."""
-    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
 
 def optimizer_step(engine: Engine, scaler: LossScaler, lr: float, ctx: StepContext,

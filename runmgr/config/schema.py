@@ -146,7 +146,7 @@ class RunConfig(TrainerConfig):
     lint: LintConfig = field(default_factory=LintConfig)
     """``runmgr lint``'s rules at every launch: those silenced on purpose, the data sample (docs/lint.md)."""
     rehearse: RehearseConfig = field(default_factory=RehearseConfig)
-    """The sizes of ``runmgr launch --rehearse``: this recipe small, on this machine (runmgr/config/rehearse.py)."""
+    """The sizes of ``runmgr launch --rehearse``: this recipe small, on this machine (runmgr/rehearsal.py)."""
     kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
     """On KubeRay: replace an excluded node's worker pod (runmgr/config/kubernetes.py; k8s/ sets it)."""
 

@@ -20,7 +20,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"controller", "resume"}),
     frozenset({"workers", "observers", "metrics", "chaos", "healthcheck", "stacks", "status", "rundir", "cluster",
                "dryrun", "refusals", "stopping", "logbook_samples", "reaper", "headwatch", "diskspace", "s3",
-               "precision", "simulate", "kuberay"}),
+               "precision", "simulate", "kuberay", "rehearsal"}),
     frozenset({"lint"}),
     frozenset({"launch", "lineage", "runners", "replay", "cli", "__main__"}),
 )

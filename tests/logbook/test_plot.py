@@ -11,7 +11,8 @@ import pytest
 
 from logbook import Logbook, LogbookError
 from logbook import cli
-from logbook.plot import FADED_ALPHA, figure_data, figures_data, subrun_colours, write_html, write_png
+from logbook.plot import figure_data, figures_data, write_html, write_png
+from logbook.plot_style import FADED_ALPHA, subrun_colours
 from runmgr.cli import main
 
 BATCH = 8

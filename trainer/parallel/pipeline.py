@@ -24,6 +24,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 from trainer.config import TrainerConfig
 from trainer.data.windows import inputs_and_labels
 from trainer.device import Device
+from trainer.loss import cross_entropy
 from trainer.model import Transformer
 from trainer.parallel.gradients import local_part
 from trainer.parallel.layout import Layout
@@ -89,8 +90,6 @@ class PipelineSchedule:
         self.schedule = Schedule1F1B(stage, n_microbatches, loss_fn=self._loss, scale_grads=False)
 
     def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        from trainer.steps import cross_entropy  # trainer.steps imports the engine, which imports this module
-
         loss = cross_entropy(logits, labels)
         self._losses.append(local_part(loss.detach()))  # unscaled, as the step reports it
         return loss * (self._scale / self.n_microbatches)

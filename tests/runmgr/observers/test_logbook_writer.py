@@ -98,7 +98,7 @@ def test_a_rehearsal_is_marked_in_the_title_and_its_first_subrun_records_the_map
     from pathlib import Path
 
     from runmgr.config.compose import config_as_dict
-    from runmgr.config.rehearse import load_rehearsal
+    from runmgr.rehearsal import load_rehearsal
     from runmgr.controller.states import Launching
     from trainer.plan import ResumePlan
 

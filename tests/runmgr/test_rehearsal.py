@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from runmgr.config.compose import load_run_config
-from runmgr.config.rehearse import load_presets, load_rehearsal, rehearsal_of
+from runmgr.rehearsal import load_presets, load_rehearsal, rehearsal_of
 from runmgr.errors import ConfigError
 from tests import cli
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
 
 

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Optional, TextIO
 
 from runmgr.config.compose import load_run_config
-from runmgr.controller.judge import Judge, Judgement
+from runmgr.controller.judge import Judge
+from runmgr.controller.judgement import Judgement
 from runmgr.errors import UserError
 from runmgr.policy.checkpoints import VerifiedCheckpoint
 from runmgr.config.policy import PolicyConfig

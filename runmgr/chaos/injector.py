@@ -25,7 +25,7 @@ from trainer.data.sampler import SkipSchedule
 from trainer.report import PAUSED, Heartbeat
 
 if TYPE_CHECKING:  # the group module imports ray; the injector only reads the poll
-    from runmgr.controller.judge import Judgement
+    from runmgr.controller.judgement import Judgement
     from runmgr.controller.group import GroupPoll
 
 

@@ -13,12 +13,12 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Optional, Sequence
 
+from runmgr.controller.judgement import Judgement
 from runmgr.controller.group import GroupPoll, OutputLine, WorkerFailure, WorkerInfo, root_cause
 from runmgr.policy.abilities import BUILTIN_ABILITIES, TrainerAbilities
 from runmgr.policy.capacity import Capacity
 from runmgr.policy.checkpoints import VerifiedCheckpoint
 from runmgr.config.policy import PolicyConfig
-from runmgr.policy.decision import ABORT, Decision
 from runmgr.policy.history import History
 from runmgr.policy.ladder import decide
 from runmgr.policy.warm import WarmCover
@@ -29,9 +29,9 @@ from runmgr.watch.observations import (
     HeartbeatObservation, JobEnded, LaunchFailure, LocalNormsObservation, StepObservation, WorkerExit,
 )
 from runmgr.watch.text import printable
+from runmgr.nodes import node_name
 from runmgr.watch.watcher import Observation, Watcher
 
-NODE_NAME_CHARS = 12
 LAST_OUTPUT_LINES = 20
 """Lines of each node's output the judge keeps for an incident that names none of its own
 (a hang, an early exit)."""
@@ -45,24 +45,6 @@ OUTPUT_LINE_CHARS = 1000
 def no_warm_cover() -> Optional[WarmCover]:
     """A worker group that keeps no warm state."""
     return None
-
-
-def node_name(node_id: str) -> str:
-    """How incidents and exclusions name a Ray node: the start of its id
-    (unique in a cluster; IPs are not when nodes share a host)."""
-    return node_id[:NODE_NAME_CHARS]
-
-
-@dataclass(frozen=True)
-class Judgement:
-    """An incident and the policy's decision on it."""
-
-    incident: Incident
-    decision: Decision
-
-    @property
-    def ends_subrun(self) -> bool:
-        return self.decision.restarts or self.decision.action == ABORT
 
 
 @dataclass(frozen=True)

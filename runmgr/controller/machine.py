@@ -17,7 +17,8 @@ from typing import Callable, Protocol, Sequence
 from runmgr.controller.group import (
     GroupPoll, WarmRecoveryError, WarmStart, WarmWorkerGroup, WorkerGroup, WorkerInfo,
 )
-from runmgr.controller.judge import Judge, Judgement
+from runmgr.controller.judge import Judge
+from runmgr.controller.judgement import Judgement
 from runmgr.controller.replacement import NodeReplacement
 from runmgr.controller.states import (
     ALLOWED, Failed, Finished, Launching, Restarting, Running, State, is_terminal,

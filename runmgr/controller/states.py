@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from runmgr.controller.group import WarmStart
-from runmgr.controller.judge import Judgement
+from runmgr.controller.judgement import Judgement
 from trainer.plan import ResumePlan
 
 

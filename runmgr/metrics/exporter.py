@@ -23,7 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from logbook import Logbook, parse_subrun_id
 from runmgr.choices import Action, IncidentKind
 from runmgr.controller.group import GroupPoll
-from runmgr.controller.judge import Judgement
+from runmgr.controller.judgement import Judgement
 from runmgr.controller.states import Launching, Running, State
 from runmgr.metrics import names
 from runmgr.metrics.names import MetricSpec

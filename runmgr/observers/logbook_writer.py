@@ -7,7 +7,7 @@ from __future__ import annotations
 import shlex
 
 from logbook import Logbook
-from runmgr.controller.judge import Judgement
+from runmgr.controller.judgement import Judgement
 from runmgr.controller.states import Failed, Finished, Launching, Restarting, Running, State
 from runmgr.controller.group import GroupPoll
 from runmgr.stacks import stacks_dir

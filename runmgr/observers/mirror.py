@@ -18,7 +18,8 @@ from typing import Callable, TextIO
 
 from logbook import Logbook
 from runmgr.controller.group import GroupPoll
-from runmgr.controller.judge import Judge, Judgement
+from runmgr.controller.judge import Judge
+from runmgr.controller.judgement import Judgement
 from runmgr.controller.states import Launching, Running, State
 from runmgr.s3.mirror import MirrorEvent, S3Mirror
 from runmgr.watch.observations import UploadObservation

@@ -9,7 +9,7 @@ import time
 from typing import Callable, TextIO
 
 from runmgr.controller.states import Failed, Finished, Launching, Restarting, Running, State
-from runmgr.controller.judge import Judgement
+from runmgr.controller.judgement import Judgement
 from runmgr.controller.group import GroupPoll
 from runmgr.observers.logbook_writer import tokens_per_s
 

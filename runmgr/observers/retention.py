@@ -31,7 +31,7 @@ from typing import Optional, Protocol
 
 from runmgr.config.schema import RunConfig
 from runmgr.controller.group import GroupPoll
-from runmgr.controller.judge import Judgement
+from runmgr.controller.judgement import Judgement
 from runmgr.controller.states import Launching, Running, State
 from runmgr.policy.checkpoints import newest
 from runmgr.resume import listed_checkpoints

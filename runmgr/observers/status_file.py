@@ -8,7 +8,7 @@ from pathlib import Path
 
 from runmgr.controller.states import Failed, Finished, Launching, Restarting, Running, State
 from runmgr.status import write_status
-from runmgr.controller.judge import Judgement
+from runmgr.controller.judgement import Judgement
 from runmgr.controller.group import GroupPoll
 from trainer.report import PAUSED
 

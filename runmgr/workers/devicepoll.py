@@ -17,7 +17,7 @@ from collections import deque
 from typing import Optional, Sequence
 
 from health.probes.bounded import CommandResult, run_tool
-from runmgr.controller.judge import node_name
+from runmgr.nodes import node_name
 from runmgr.watch.device_readings import Runner, read_devices
 from runmgr.watch.observations import DeviceObservation
 

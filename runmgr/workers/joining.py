@@ -10,7 +10,7 @@ from typing import Callable, Optional, Sequence
 import ray
 
 from runmgr.config.schema import RunConfig
-from runmgr.controller.judge import node_name
+from runmgr.nodes import node_name
 from runmgr.healthcheck.gate import check_and_record, store_for
 from runmgr.healthcheck.nodes import alive_nodes
 from runmgr.workers.placing import node_slots

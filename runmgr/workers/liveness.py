@@ -34,7 +34,7 @@ import ray
 from ray.exceptions import ActorUnavailableError, RayActorError
 
 from runmgr.controller.group import WorkerInfo
-from runmgr.controller.judge import node_name
+from runmgr.nodes import node_name
 from runmgr.watch.deaths import NODE_UNREACHABLE
 
 PROBE_S = 0.3

@@ -17,7 +17,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 
 from runmgr import cluster as ray_cluster
 from runmgr.config.schema import ClusterConfig, RunConfig
-from runmgr.controller.judge import node_name
+from runmgr.nodes import node_name
 from runmgr.dryrun import node_label, node_shortfall
 from runmgr.errors import ClusterError
 from runmgr.placement import amounts, bundle_for, closest_node, lacking, resolve_device_kind

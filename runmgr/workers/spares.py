@@ -19,7 +19,7 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from runmgr.controller.group import SpareEvent, SpareEventKind, WorkerInfo
-from runmgr.controller.judge import node_name
+from runmgr.nodes import node_name
 
 SPARE_RANK = -1
 """The rank a spare's actor holds until a recovery names the one it replaces."""

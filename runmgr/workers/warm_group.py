@@ -37,7 +37,7 @@ import ray
 
 from runmgr import cluster as ray_cluster
 from runmgr.controller.group import GroupPoll, SpareEvent, WarmRecoveryError, WarmStart, WorkerFailure, WorkerInfo
-from runmgr.controller.judge import node_name
+from runmgr.nodes import node_name
 from runmgr.policy.warm import WarmCover
 from runmgr.workers.group import RayWorkerGroup
 from runmgr.workers.liveness import PeerProbe

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "runmgr"
 
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"errors", "choices", "__init__"}),
+    frozenset({"errors", "choices", "nodes", "__init__"}),
     frozenset({"config", "placement"}),
     frozenset({"watch"}),
     frozenset({"policy", "megatron"}),

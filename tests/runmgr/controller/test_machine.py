@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from runmgr.controller.group import GroupPoll
-from runmgr.controller.judge import node_name
+from runmgr.nodes import node_name
 from runmgr.controller.machine import Controller, TransitionError
 from runmgr.controller.states import Failed, Finished, Launching, Restarting, Running
 from runmgr.config.policy import PolicyConfig

@@ -11,7 +11,8 @@ import hashlib
 from collections import deque
 
 from runmgr.controller.group import GroupPoll, WorkerInfo
-from runmgr.controller.judge import ClusterSlots, Judge, node_name
+from runmgr.controller.judge import ClusterSlots, Judge
+from runmgr.nodes import node_name
 from runmgr.controller.machine import Controller, SubrunIds
 from runmgr.controller.states import Finished, Launching, Restarting, Running
 from runmgr.config.policy import PolicyConfig

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from runmgr.controller.judge import Judgement
+from runmgr.controller.judgement import Judgement
 from runmgr.controller.states import Running
 from runmgr.observers.progress import ProgressObserver
 from runmgr.policy.decision import Decision

@@ -7,7 +7,7 @@ import io
 
 from logbook import Logbook
 from logbook import cli as logbook_cli
-from runmgr.controller.judge import Judgement
+from runmgr.controller.judgement import Judgement
 from runmgr.controller.states import Launching, Restarting
 from runmgr.observers.logbook_writer import LogbookObserver, record_stop
 from runmgr.policy.decision import Decision

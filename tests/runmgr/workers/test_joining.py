@@ -12,7 +12,7 @@ import pytest
 
 from health.config import MountSpec
 from runmgr.config.schema import RunConfig
-from runmgr.controller.judge import node_name
+from runmgr.nodes import node_name
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,8 @@ import pytest
 from runmgr.config.policy import PolicyConfig
 from runmgr.config.watcher import WatcherConfig
 from runmgr.controller.group import GroupPoll
-from runmgr.controller.judge import Judge, node_name
+from runmgr.controller.judge import Judge
+from runmgr.nodes import node_name
 from runmgr.policy.checkpoints import VerifiedCheckpoint
 from runmgr.watch.observations import CheckpointObservation, StepObservation
 from runmgr.workers import proctree

@@ -26,6 +26,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import ray
 
+from runmgr.config.argv import flag_value
 from runmgr.stacks import dump_pid, find_py_spy
 from runmgr.workers import proctree
 from runmgr.workers.lease import DriverIdentity, DriverLease, SelfStop, ray_job_alive
@@ -42,17 +43,6 @@ OUTPUT_SETTLE_S = 2.0
 """After the command ended: how long its last lines may take to be read (a process it left
 behind may keep the pipe open; its exit is reported then, without them)."""
 PR_SET_PDEATHSIG = 1
-
-
-def flag_value(argv: Sequence[str], flag: str) -> Optional[str]:
-    """The value of ``flag`` in ``argv`` (``--flag value`` or ``--flag=value``), the last one winning."""
-    value = None
-    for index, arg in enumerate(argv):
-        if arg == flag and index + 1 < len(argv):
-            value = argv[index + 1]
-        elif arg.startswith(flag + "="):
-            value = arg[len(flag) + 1:]
-    return value
 
 
 def _parent_death_signal() -> Callable[[], None]:

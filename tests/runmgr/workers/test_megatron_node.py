@@ -13,7 +13,8 @@ from pathlib import Path
 
 from runmgr.workers import proctree
 from runmgr.workers.lease import EXIT_DRIVER_LOST, DriverIdentity, process_start_ticks
-from runmgr.workers.megatron_node import MegatronNode, flag_value
+from runmgr.config.argv import flag_value
+from runmgr.workers.megatron_node import MegatronNode
 from tests.runmgr.workers.megatron_helpers import SAFETY_S, SCRIPT
 
 

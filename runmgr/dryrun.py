@@ -44,7 +44,7 @@ from runmgr.cluster import check_reachable, local_node_cpus, local_ray_cpus
 from runmgr.config.schema import ClusterConfig, RunConfig
 from runmgr.errors import ClusterError
 from runmgr.megatron.model import (
-    FROM_CONF, FROM_DEFAULT, FROM_FLAGS, UNMODELLED_FLAGS, JobModel, describes_itself, read_job,
+    FROM_CONF, FROM_DEFAULT, FROM_FLAGS, UNMODELLED_FLAGS, JobModel, read_job,
 )
 from runmgr.megatron.model import parameter_count as job_parameter_count
 from runmgr.placement import (
@@ -274,7 +274,7 @@ def placement_unit(config: RunConfig, device_kind: str) -> tuple[dict[str, float
 
 def build_plan(config: RunConfig, view: ClusterView) -> RunPlan:
     world = config.world_size
-    job = read_job(config) if describes_itself(config) else None
+    job = read_job(config) if config.job_describes_itself else None
     plan_config = job.config if job is not None else config
     par, t = plan_config.parallel, plan_config.training
     cp = job.architecture.context_parallel if job is not None else 1

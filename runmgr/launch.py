@@ -14,7 +14,6 @@ from runmgr.config.compose import load_run_config
 from runmgr.rehearsal import Mapping, load_rehearsal, refuse_rehearse_settings, render_mapping
 from runmgr.config.schema import RunConfig
 from runmgr.megatron.job import aligned
-from runmgr.megatron.model import describes_itself
 from runmgr.dryrun import build_plan, inspect_cluster, render_plan
 from runmgr.refusals import refuse_changed_model_shape, refuse_unrunnable_plan
 from runmgr.lint.gate import lint_before_launch, print_findings
@@ -26,7 +25,7 @@ def load_config(conf_name: str, overrides: list[str], conf_dir: Path | None) -> 
     """The checked config; for a Megatron job, with the iterations, batch sizes and checkpoint
     directory its arguments say (they are the truth runmgr's progress and arithmetic read)."""
     config = load_run_config(conf_name, overrides, conf_dir)
-    return aligned(config) if config.drives_megatron else config
+    return aligned(config)
 
 
 def launch_config(conf_name: str, overrides: list[str], conf_dir: Path | None,
@@ -53,7 +52,7 @@ def launch(conf_name: str, overrides: list[str], dry_run: bool = False, conf_dir
         return 0
     # Before anything is written or started: a run that cannot start is one line, exit 2.
     ray_cluster.preflight(config.cluster)
-    runs_this_conf = not describes_itself(config)
+    runs_this_conf = not config.job_describes_itself
     note = refuse_changed_model_shape(config) if runs_this_conf else None  # else the job's own args describe it
     # Every layout's capacity, node by node (a Megatron job's as its flags say); the built-in trainer's abilities.
     refuse_unrunnable_plan(config, conf_name, [*overrides, *(["--rehearse"] if rehearse else [])])

@@ -162,6 +162,12 @@ class RunConfig(TrainerConfig):
         """True when the ranks are a Megatron job under torchrun (``trainer.kind=megatron``)."""
         return self.trainer.kind == TrainerKind.megatron
 
+    @property
+    def job_describes_itself(self) -> bool:
+        """True for a Megatron job with its own script or arguments: they, not this conf, say its
+        model, batch, data and optimizer (runmgr reads them: runmgr/megatron/model.py)."""
+        return self.drives_megatron and bool(self.megatron.script or self.megatron.args)
+
     def checkpoint_dir(self) -> Path:
         """Where the trainer saves. A Megatron job's own args say it (``--save``); derived args
         (no script, no args) carry this conf's, so the two never disagree."""

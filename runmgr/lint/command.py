@@ -54,7 +54,7 @@ def load(conf: str, overrides: list[str], conf_dir: Optional[Path]) -> RunConfig
     from runmgr.megatron.job import aligned
 
     config = load_run_config(conf, overrides, conf_dir)
-    return aligned(config) if config.drives_megatron else config
+    return aligned(config)
 
 
 def latest_health_report(config: RunConfig) -> Optional[dict]:

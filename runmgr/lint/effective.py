@@ -31,7 +31,7 @@ MEGATRON_DEFAULTS = {"--hidden-dropout": 0.1, "--attention-dropout": 0.1, "--cli
 
 def effective_config(config: RunConfig) -> RunConfig:
     """``config`` with a Megatron job's own argument values in the linted fields."""
-    if not config.drives_megatron or not (config.megatron.script or config.megatron.args):
+    if not config.job_describes_itself:
         return config
     args = effective_args(config)
     sections = {"optim": config.optim, "model": config.model, "precision": config.precision}

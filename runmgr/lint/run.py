@@ -56,7 +56,7 @@ def apply_ignore(findings: list[Finding], ignored: tuple[str, ...]) -> LintResul
 def reads_config_data(config: RunConfig) -> bool:
     """True when the ranks read ``config.data`` through the trainer's data path (not a
     Megatron job's own ``--data-path`` and loader)."""
-    return not config.drives_megatron or not (config.megatron.script or config.megatron.args)
+    return not config.job_describes_itself
 
 
 def lint_config(config: RunConfig) -> LintResult:

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from runmgr.config.argv import flag_value
 from runmgr.config.schema import RunConfig
-from runmgr.megatron.model import describes_itself, read_job
+from runmgr.megatron.model import read_job
 
 ALIGNED_FLAGS: dict[str, tuple[str, str]] = {
     "--train-iters": ("training", "train_iters"),
@@ -42,8 +42,10 @@ def aligned(config: RunConfig) -> RunConfig:
     model, batch, parallel sizes, precision, LR and checkpoint directory as its flags say
     (Megatron-LM's defaults for flags it leaves out; :func:`runmgr.megatron.model.read_job`).
     Arguments derived from this conf: its iterations, batch sizes, sequence length and
-    checkpoint directory read back from them."""
-    if describes_itself(config):
+    checkpoint directory read back from them. The built-in trainer's config: itself."""
+    if not config.drives_megatron:
+        return config
+    if config.job_describes_itself:
         return read_job(config).config
     args = effective_args(config)
     sections = {"training": config.training, "model": config.model}

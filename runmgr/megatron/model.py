@@ -117,11 +117,6 @@ class JobModel:
         return [reading for reading in self.readings if reading.source == source]
 
 
-def describes_itself(config: RunConfig) -> bool:
-    """True for a Megatron job with its own script or arguments: they, not this conf, describe it."""
-    return config.drives_megatron and bool(config.megatron.script or config.megatron.args)
-
-
 class _Reader:
     """Reads flags into values, recording each one's source."""
 

@@ -3,20 +3,59 @@ purpose, and how much of the dataset the data rules decode (docs/lint.md).
 
 The rule ids are a closed set (:class:`LintRule`), so ``lint.ignore=[typo]``
 fails when the config is composed, with one line naming the ids; the rules
-themselves live in runmgr/lint/rules.py, one per id."""
+table is here (:data:`RULE_TABLE`), each check in runmgr/lint/, one per id."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from trainer.config import Choice
 
-RULE_IDS: tuple[str, ...] = (
-    "adam-beta2", "adam-eps", "dropout", "weight-decay-low", "decay-1d", "no-warmup", "peak-lr", "clip-off",
-    "fp16-static-loss-scale", "tied-from-untied", "token-range", "label-shift", "software-versions",
-    "remedy-lr-cut",
+SEED_000 = "seed 000"
+SEED_004 = "seed 004"
+OPT = "OPT Run 11/12 lessons"
+REMEDIES = "runmgr's remedies as the job's flags (docs/megatron.md)"
+
+
+@dataclass(frozen=True)
+class RuleEntry:
+    """One rule of ``runmgr lint``'s table: what docs/lint.md lists and ``lint.ignore`` names
+    (its check lives in runmgr/lint/, keyed by the id)."""
+
+    id: str
+    severity: Literal["error", "warning"]
+    what: str
+    """What it flags, one line (docs/lint.md)."""
+    source: str
+    """Where the lesson comes from."""
+
+
+RULE_TABLE: tuple[RuleEntry, ...] = (
+    RuleEntry("adam-beta2", "warning", "Adam beta2 >= 0.99 in LLM pretraining (spikes: Adam's update turns unstable)",
+         f"{SEED_000}; {OPT}"),
+    RuleEntry("adam-eps", "warning", "Adam epsilon >= 1e-6", SEED_000),
+    RuleEntry("dropout", "warning", "dropout on in pretraining (hidden or attention)", SEED_000),
+    RuleEntry("weight-decay-low", "warning", "weight decay below 0.05 with bf16 (invites loss spikes)", f"{SEED_000}; {OPT}"),
+    RuleEntry("decay-1d", "warning", "weight decay applied to biases and 1-D weights (norm gains)", SEED_004),
+    RuleEntry("no-warmup", "warning", "no learning-rate warmup", f"{SEED_000}; {OPT}"),
+    RuleEntry("peak-lr", "warning", "peak learning rate more than 10x the usual for the tokens per batch", SEED_000),
+    RuleEntry("clip-off", "warning", "gradient clipping off", f"{SEED_004}; {OPT}"),
+    RuleEntry("fp16-static-loss-scale", "warning", "fp16 without dynamic loss scaling", OPT),
+    RuleEntry("tied-from-untied", "error",
+         "a tied-embedding model starting from a checkpoint with a separate output layer (loss does not converge)",
+         SEED_000),
+    RuleEntry("token-range", "error", "token ids outside [0, model.vocab_size) in the decoded data", SEED_004),
+    RuleEntry("label-shift", "error", "labels that are not the inputs shifted by one, in the trainer's own split",
+         SEED_004),
+    RuleEntry("software-versions", "warning", "software versions that differ across the admitted nodes (health check)",
+         SEED_000),
+    RuleEntry("remedy-lr-cut", "error",
+         "a policy rung that lowers the LR, for a Megatron job whose arguments give no --lr to lower", REMEDIES),
 )
-"""Every rule's id, in the order ``runmgr lint`` checks them."""
+"""Every rule, in the order ``runmgr lint`` checks them."""
+RULE_IDS: tuple[str, ...] = tuple(entry.id for entry in RULE_TABLE)
+"""Every rule's id, in that order."""
 
 LintRule = Choice("LintRule", {rule: rule for rule in RULE_IDS})  # type: ignore[misc]
 """A rule id as a config value: OmegaConf refuses any other, naming these."""

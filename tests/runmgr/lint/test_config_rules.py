@@ -5,6 +5,7 @@ LLaMA2-70B as shipped (with its fixes) has no finding at all."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,8 @@ from runmgr.config.lint import RULE_IDS
 from runmgr.lint.config_rules import check_config, usual_lr
 from runmgr.lint.rules import RULES
 from runmgr.lint.run import lint_config
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -82,5 +85,8 @@ def test_llama2_70b_as_shipped_has_no_finding(llama):
     assert result.findings == () and result.silenced == ()
 
 
-def test_the_rules_table_names_every_id_the_config_accepts():
+def test_every_id_the_config_accepts_has_a_check_that_makes_its_findings():
+    """One table (runmgr/config/lint.py); each of its ids is raised by a check in runmgr/lint/."""
+    checks = "".join(path.read_text() for path in (ROOT / "runmgr" / "lint").glob("*.py"))
     assert tuple(RULES) == RULE_IDS
+    assert [rule for rule in RULE_IDS if f'RULES["{rule}"]' not in checks] == []

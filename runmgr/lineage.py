@@ -24,7 +24,7 @@ from runmgr.lint.gate import lint_after_health
 from runmgr.lint.run import LintResult, merged
 from runmgr.metrics.exporter import MetricsObserver
 from runmgr.metrics.server import MetricsServer
-from runmgr.observers.logbook_writer import LogbookObserver, record_stop
+from runmgr.observers.logbook_writer import LogbookObserver, record_injection, record_stop
 from runmgr.observers.mirror import MirrorObserver, settle_uploads, submit_local_checkpoints, upload_leftovers
 from runmgr.observers.progress import ProgressObserver
 from runmgr.observers.retention import RetentionObserver, rollback_reach_steps, trainer_keeps_everything
@@ -301,7 +301,3 @@ def kuberay_replacement(config: RunConfig, device_kind: str, admitted_node_ids: 
                               config.kubernetes.resolved_ray_cluster(), joining.pod_of, joining.room,
                               check_id=f"run {config.run.name}")
 
-
-def record_injection(book: Logbook, injection) -> None:
-    """Chaos injections go into the logbook next to the incidents they cause."""
-    book.record_event(injection.subrun, "chaos", injection.summary(), injection.to_dict(), step=injection.step)

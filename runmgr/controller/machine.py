@@ -25,6 +25,7 @@ from runmgr.controller.states import (
 )
 from runmgr.errors import ClusterError, ClusterLostError, PlanRefusedError
 from runmgr.policy.decision import ABORT, Decision
+from runmgr.policy.ending import merge_ending
 from runmgr.policy.plan_update import next_plan
 from runmgr.resume import ResumePoint
 from runmgr.watch.observations import DeviceObservation, UploadObservation
@@ -222,21 +223,18 @@ class Controller:
         return state
 
     def _end_subrun(self, state: Running, ending: list[Judgement]) -> State:
-        """End the sub-run for the first of ``ending`` (an abort before any restart);
-        what the others ask of the workers or nodes is not lost: stacks are dumped
-        if any asks, every node any of them excluded stays out, and the smallest
-        data-parallel size any of them asked for is used."""
-        judgement = next((j for j in ending if j.decision.action == ABORT), ending[0])
-        if any(j.decision.dump_stacks for j in ending):
+        """Carry out what the decisions that end the sub-run amount to (the policy's
+        :func:`merge_ending`): stacks, stopping the ranks, then a person or the next sub-run."""
+        merged = merge_ending([j.decision for j in ending])
+        judgement = ending[merged.chosen]
+        if merged.dump_stacks:
             self.dump_stacks(state.subrun, state.workers)
-        if not (judgement.decision.warm and len(ending) == 1):
-            # A warm decision covers its own incident's ranks; with others in the same poll, cold.
+        if merged.stop_group:
             self._stop_group()
         if judgement.decision.action == ABORT:
             return Failed(state.subrun, judgement.decision.reason, self.last_step)
-        excluded = tuple(dict.fromkeys(node for j in ending for node in j.decision.exclude_nodes))
-        sizes = [j.decision.data_parallel_size for j in ending if j.decision.data_parallel_size is not None]
-        return Restarting(state.subrun, state.plan, judgement, self.last_step, excluded, min(sizes, default=None))
+        return Restarting(state.subrun, state.plan, judgement, self.last_step, merged.also_exclude,
+                          merged.also_resize)
 
     def _restart(self, state: Restarting) -> State:
         decision = state.judgement.decision

@@ -224,3 +224,8 @@ def record_replacements(book: Logbook, subrun: str, evidence: dict) -> None:
         book.record_event(subrun, "replacement_wait",
                           f"waited {wait['waited_s']:.0f} s for {wait['ranks']} rank(s) of room: {ended} "
                           f"({wait['held']} held)", wait)
+
+
+def record_injection(book: Logbook, injection) -> None:
+    """A chaos injection goes into the logbook next to the incidents it causes."""
+    book.record_event(injection.subrun, "chaos", injection.summary(), injection.to_dict(), step=injection.step)

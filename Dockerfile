@@ -1,6 +1,8 @@
-# The image of runmgr's KubeRay pods (head, workers): Python, torch, Ray and
-# runmgr, installed as the README does (torch pinned, then `pip install .`).
-# k8s/ runs it; README "Running on Kubernetes" shows the whole way.
+# runmgr's own image (head, workers) for the cpu, gpu and npu overlays and
+# the demo: Python, torch, Ray and runmgr, installed as the README does
+# (torch pinned, then `pip install .`). For a Megatron-LM or MindSpeed-LLM job
+# runmgr goes into YOUR image instead, next to its torch: k8s/image/Dockerfile.
+# k8s/ runs them; README "Running on Kubernetes" shows the whole way.
 #
 #   CPU (the default base):
 #     docker build -t runmgr:0.1.0 .
@@ -10,8 +12,8 @@
 #   EXTRAS=npu adds torch_npu for the pinned torch):
 #     docker build --build-arg BASE=ascendai/cann:8.3.rc1-910b-ubuntu22.04-py3.11 \
 #                  --build-arg EXTRAS=npu -t runmgr:0.1.0 .
-#   The Ascend driver and npu-smi come from the host (k8s/overlays/npu mounts
-#   them read-only); the CANN toolkit must be in the image.
+#   The Ascend driver, npu-smi (/usr/local/sbin) and DCMI come from the host
+#   (k8s/overlays/npu mounts them read-only); the CANN toolkit must be in the image.
 ARG BASE=python:3.11-slim-bookworm
 FROM ${BASE}
 
@@ -30,7 +32,9 @@ RUN apt-get update \
 
 ENV VIRTUAL_ENV=/opt/venv
 RUN python3 -m venv "$VIRTUAL_ENV"
-ENV PATH=/opt/venv/bin:$PATH \
+# npu-smi where the Ascend driver installs it (/usr/local/sbin) and hccn_tool
+# in the driver's tools: runmgr's health check calls both from the PATH.
+ENV PATH=/opt/venv/bin:$PATH:/usr/local/sbin:/usr/local/Ascend/driver/tools \
     PYTHONUNBUFFERED=1 \
     RUNMGR_CONF_DIR=/opt/runmgr/conf
 

@@ -73,129 +73,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_logbook(args: argparse.Namespace) -> int:
-    from logbook import cli as logbook_cli
-    from runmgr.status import resolve_run_dir
-
-    if args.action == "list":
-        return _list(args.run, logbook_cli, args.json)
-    if args.action == "serve":
-        return _serve(args, logbook_cli)
-    if args.host is not None or args.port is not None:
-        raise UserError(f"--host and --port are for `runmgr logbook serve`, not `{args.action}`: drop them")
-    if not args.run:
-        raise UserError(f"`runmgr logbook {args.action}` needs a run name or directory, e.g. runs/demo")
-    if args.action == "compare":
-        return _compare(args, logbook_cli)
-    if args.other is not None:
-        raise UserError(f"`runmgr logbook {args.action}` takes one run, not {args.run} and {args.other}: "
-                        "only `compare` takes two")
-    if args.baseline is not None or args.plot is not None:
-        raise UserError(f"--baseline and --plot are for `runmgr logbook compare`, not `{args.action}`")
-    if args.action != "plot" and (args.metric is not None or args.html is not None):
-        raise UserError(f"--metric and --html are for `runmgr logbook plot`, not `{args.action}`")
-    if args.action != "norms" and (args.step is not None or args.threshold is not None or args.subrun is not None):
-        raise UserError(f"--step, --threshold and --subrun are for `runmgr logbook norms`, not `{args.action}`")
-    if args.action != "export" and args.format:
-        raise UserError(f"--format is for `runmgr logbook export`, not `{args.action}`")
-    if args.action not in ("plot", "export") and args.out is not None:
-        raise UserError(f"--out is for `runmgr logbook plot` and `export`, not `{args.action}`")
-    run_dir = resolve_run_dir(args.run)
-    if args.action == "plot":
-        from logbook.plot import DEFAULT_METRICS
-
-        return logbook_cli.plot(run_dir, args.metric or ",".join(DEFAULT_METRICS), sys.stdout,
-                                png=args.out, html=args.html)
-    if args.action == "norms":
-        if args.step is None:
-            raise UserError(f"`runmgr logbook norms` needs the step to look around: --step N (e.g. an incident's "
-                            f"onset step in `runmgr logbook show {args.run}`)")
-        return logbook_cli.norms(run_dir, args.step, sys.stdout, threshold=args.threshold, as_json=args.json,
-                                 subrun=args.subrun)
-    if args.action == "salvage":
-        return _salvage(run_dir, logbook_cli)
-    if args.action == "show":
-        if args.full and args.json:
-            raise UserError("`show --json` is always whole: drop --full (it is for the text chronicle)")
-        return logbook_cli.show(run_dir, sys.stdout, full=args.full, as_json=args.json)
-    if args.action == "export":
-        return logbook_cli.export(run_dir, args.format or "md", Path(args.out) if args.out else None, sys.stdout)
-    if args.action == "events":
-        return (logbook_cli.events_jsonl if args.json else logbook_cli.events_text)(run_dir, sys.stdout)
-    if args.action == "skipped":
-        from runmgr.logbook_samples import show_skipped
-
-        return show_skipped(run_dir, sys.stdout, limit=args.limit, chars=args.chars)
-    return logbook_cli.metrics_jsonl(run_dir, sys.stdout, kept=not args.all)
-
-
-def _compare(args: argparse.Namespace, logbook_cli) -> int:
-    """``compare RUN_A RUN_B [--baseline RUN_C RUN_D] [--plot FILE] [--json]``."""
-    from runmgr.status import resolve_run_dir
-
-    if args.other is None:
-        raise UserError(f"`runmgr logbook compare` needs two runs, e.g. `runmgr logbook compare {args.run} OTHER_RUN`")
-    stray = [flag for flag, value in (("--metric", args.metric), ("--html", args.html), ("--out", args.out),
-                                      ("--format", args.format)) if value is not None]
-    if stray or args.full or args.all:
-        raise UserError(f"{', '.join(stray) or ('--full' if args.full else '--all')} is not an option of "
-                        "`runmgr logbook compare`: it takes --baseline RUN_C RUN_D, --plot FILE and --json")
-    baseline = tuple(resolve_run_dir(run) for run in args.baseline) if args.baseline is not None else None
-    return logbook_cli.compare(resolve_run_dir(args.run), resolve_run_dir(args.other), sys.stdout,
-                               baseline=baseline, plot_path=args.plot, as_json=args.json)
-
-
-def _list(run: str | None, logbook_cli, as_json: bool) -> int:
-    """``list``: the runs under runs/ (or a folder of runs), or one run's sub-runs."""
-    from runmgr.status import resolve_run_dir
-
-    if run is None:
-        return logbook_cli.list_runs(Path("runs"), sys.stdout, as_json=as_json)
-    if Path(run).is_dir() and not logbook_cli.is_run_dir(run):
-        return logbook_cli.list_runs(Path(run), sys.stdout, as_json=as_json)
-    if as_json:
-        raise UserError(f"`list --json` lists the runs of a folder; for the sub-runs of {run} as JSON use "
-                        f"`runmgr logbook show {run} --json`")
-    return logbook_cli.list_subruns(resolve_run_dir(run), sys.stdout)
-
-
-def _serve(args: argparse.Namespace, logbook_cli) -> int:
-    """``serve``: the read-only page over one run or a folder of runs (default: runs/);
-    the skipped samples are decoded by runmgr (it needs the trainer's data stream)."""
-    from logbook.web.server import DEFAULT_HOST, DEFAULT_PORT, serve
-    from runmgr.status import resolve_run_dir
-
-    run = args.run or "runs"
-    is_folder = Path(run).is_dir() and not logbook_cli.is_run_dir(run)
-    root = Path(run) if is_folder else resolve_run_dir(run)
-    return serve(root, sys.stdout, host=args.host or DEFAULT_HOST,
-                 port=DEFAULT_PORT if args.port is None else args.port, decode_skipped=_skipped_text)
-
-
-def _skipped_text(run_dir: Path) -> str:
-    """What `runmgr logbook skipped RUN` prints, for the page's incident details."""
-    import io
-
-    from runmgr.logbook_samples import show_skipped
-
-    text = io.StringIO()
-    show_skipped(run_dir, text)
-    return text.getvalue()
-
-
-def _salvage(run_dir: Path, logbook_cli) -> int:
-    """``salvage``: refused on a logbook that opens; the files are swapped
-    holding the run directory's lock, so that no driver starts meanwhile."""
-    from logbook import Logbook, LogbookError
-    from runmgr.rundir import RunDirLock
-
-    try:
-        Logbook.open(run_dir, create=False).close()
-    except LogbookError:
-        return logbook_cli.salvage_logbook(run_dir, sys.stdout, hold=lambda: RunDirLock(run_dir))
-    raise UserError(f"the logbook of {run_dir} opens and reads whole: nothing to salvage")
-
-
 def cmd_watch_replay(args: argparse.Namespace) -> int:
     from runmgr.replay import main_replay
 
@@ -250,51 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(func=cmd_status)
 
-    book = sub.add_parser("logbook", help="browse a run's logbook")
-    book.add_argument("action", choices=("show", "events", "metrics", "list", "skipped", "salvage", "plot",
-                                         "export", "serve", "compare", "norms"),
-                      help="salvage: copy the readable rows of a damaged logbook into a new one, keeping the "
-                           "damaged file beside it; serve: a read-only local web page over a run or a folder "
-                           "of runs; compare: run B against run A step by step, with a verdict; norms: which "
-                           "weights' gradient norms moved first and most around a step")
-    book.add_argument("run", nargs="?", help="run name (under runs/) or run directory; for list also a "
-                                             "folder of runs (default: runs/); for compare RUN_A")
-    book.add_argument("other", nargs="?", metavar="RUN_B", help="compare: the run judged against RUN_A")
-    book.add_argument("--baseline", nargs=2, default=None, metavar=("RUN_C", "RUN_D"),
-                      help="compare: two runs of the reference that differ only by noise; their step-by-step "
-                           "difference is the band B - A is judged against (docs/compare.md)")
-    book.add_argument("--plot", default=None, metavar="FILE",
-                      help="compare: draw B - A against the band into FILE (.png or .html)")
-    book.add_argument("--json", action="store_true", help="events, list: one JSON object per line (metrics always "
-                                                            "are); show, norms: one JSON object; "
-                                                            "compare: the comparison as one JSON object")
-    book.add_argument("--step", type=int, default=None, metavar="N",
-                      help="norms: the step to look around (an incident's onset)")
-    book.add_argument("--threshold", type=float, default=None, metavar="X",
-                      help="norms: a weight moved when its norm is X times its baseline (default 3)")
-    book.add_argument("--subrun", default=None, metavar="ID",
-                      help="norms: read the steps as this sub-run saw them (default: where an incident at N "
-                           "was seen, else the newest)")
-    book.add_argument("--full", action="store_true", help="show: incidents and decisions whole, not cut at 3 lines")
-    book.add_argument("--all", action="store_true", help="metrics: every sub-run's rows, also those rolled back")
-    book.add_argument("--limit", type=int, default=3, metavar="N", help="skipped: samples decoded per skip range")
-    book.add_argument("--chars", type=int, default=300, metavar="C", help="skipped: characters shown per sample")
-    book.add_argument("--metric", default=None, metavar="M1,M2",
-                      help="plot: metrics to draw, comma-separated, from loss, grad_norm, lr, loss_scale, "
-                           "tokens_per_s, step_time (default: loss,grad_norm,lr,loss_scale)")
-    book.add_argument("--out", default=None, metavar="FILE",
-                      help="plot: the PNG to write (default: RUN/plots/<metrics>.png); export: the document "
-                           "(default: RUN/<run name>.md)")
-    book.add_argument("--html", default=None, metavar="FILE.html",
-                      help="plot: also write an interactive page that works offline")
-    from logbook.markdown import EXPORT_FORMATS
+    from runmgr.logbook_command import add_parser as add_logbook
 
-    book.add_argument("--format", choices=EXPORT_FORMATS, default=None,
-                      help="export: the document to write (md, the default: the chronicle as Markdown, plots beside it)")
-    book.add_argument("--host", default=None, help="serve: the address to listen on (default: 127.0.0.1, "
-                                                    "this machine only)")
-    book.add_argument("--port", type=int, default=None, help="serve: the port (default: 8642; 0: any free one)")
-    book.set_defaults(func=cmd_logbook)
+    add_logbook(sub)
 
     watch = sub.add_parser("watch", help="run the detectors and the policy over a recorded log")
     watch_sub = watch.add_subparsers(dest="watch_command", required=True, parser_class=OneLineParser)
@@ -343,10 +178,37 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpa
     args, extras = parser.parse_known_args(argv)
     stray = [item for item in extras if item.startswith("-") or not hasattr(args, "items")]
     if stray:
-        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+        chosen, beside = _chosen_parser(parser, args)
+        chosen.error(f"unrecognized arguments: {' '.join(stray)}{_belongs_to(stray, chosen, beside)}")
     if extras:
         args.items = [*args.items, *extras]
     return args
+
+
+def _chosen_parser(parser: argparse.ArgumentParser,
+                   args: argparse.Namespace) -> tuple[argparse.ArgumentParser, list[argparse.ArgumentParser]]:
+    """The innermost sub-parser the command line chose (``runmgr logbook show``), so
+    that a refusal names that command, and the sub-parsers beside it (the other actions)."""
+    beside: list[argparse.ArgumentParser] = []
+    while True:
+        subparsers = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        chosen = subparsers.choices.get(getattr(args, subparsers.dest, None)) if subparsers else None
+        if chosen is None:
+            return parser, beside
+        parser, beside = chosen, list(dict.fromkeys(subparsers.choices.values()))
+
+
+def _belongs_to(stray: list[str], chosen: argparse.ArgumentParser, beside: list[argparse.ArgumentParser]) -> str:
+    """``; --out is for `runmgr logbook plot` and `export``` for each stray option
+    that a command beside the chosen one takes."""
+    hints = []
+    for flag in dict.fromkeys(item.split("=", 1)[0] for item in stray if item.startswith("--")):
+        owners = [other.prog for other in beside if other is not chosen and flag in other._option_string_actions]
+        if owners:
+            names = [f"`{owners[0]}`", *(f"`{prog.rsplit(' ', 1)[-1]}`" for prog in owners[1:])]
+            listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+            hints.append(f"; {flag} is for {listed}")
+    return "".join(hints)
 
 
 def main(argv: list[str] | None = None) -> int:

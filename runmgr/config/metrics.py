@@ -34,7 +34,7 @@ class MetricsConfig:
     address: str = DEFAULT_ADDRESS
     """``host:port`` to listen on. Port 0 takes a free port; the one taken is in
     ``runmgr status --json`` (``metrics.address``). 127.0.0.1 keeps it on this
-    machine; the Kubernetes overlays listen on 0.0.0.0:8000 for the ServiceMonitor.
+    machine; the Kubernetes overlays listen on 0.0.0.0:8000 for Prometheus (k8s/components/servicemonitor).
     An address that cannot be bound (a port in use, an unknown host) refuses the launch."""
 
     def problems(self) -> list[str]:

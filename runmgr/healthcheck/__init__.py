@@ -8,6 +8,7 @@ Modules: ``nodes`` (which Ray nodes, how they are named), ``node_task`` (what
 runs on a node), ``collectives`` (group tests through Ray actors),
 ``fleet_run`` (the whole check), ``exclusions`` (history and lemons),
 ``summary`` (JSON and table), ``staging`` (``--stage``: the dataset onto
-every node's disk), ``k8s`` (labels and taints), ``gate``
+every node's disk), ``k8s`` (labels, annotations and taints), ``recheck``
+(``--readmit`` and ``--recheck-self``: undoing exclusions), ``gate``
 (``preflight_health`` for launch), ``command`` (the subcommand).
 """

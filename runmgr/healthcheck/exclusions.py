@@ -5,6 +5,11 @@ Append-only: a line is written whole and fsynced under a file lock, so a
 crash loses no earlier check; a torn last line (a crash mid-write) is ignored.
 A machine excluded in ``LEMON_CHECKS`` different checks is a lemon: it keeps
 coming back broken and should be repaired or replaced, not just rebooted.
+
+``runmgr health-check --readmit NODE`` (and a passing ``--recheck-self``)
+appends a line of source ``readmit`` that admits the machine's current
+exclusions: the latest verdict decides, so ``runmgr launch`` uses it again,
+and the history (lemons included) keeps every earlier exclusion.
 """
 
 from __future__ import annotations
@@ -13,9 +18,9 @@ import fcntl
 import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Iterable, Mapping, Optional
+from typing import Iterable, Mapping, Optional, Sequence
 
 STORE_DIR = ".health"
 EXCLUSIONS_FILE = "exclusions.jsonl"
@@ -43,7 +48,7 @@ class CheckRecord:
     check_id: str
     time: float
     source: str
-    """``health-check`` or ``launch``."""
+    """``health-check``, ``launch`` or ``readmit`` (a person's --readmit, a passing --recheck-self)."""
     nodes: tuple[NodeRecord, ...] = ()
     report: Optional[str] = None
     """Where the full JSON report was written."""
@@ -141,6 +146,23 @@ class ExclusionStore:
     def current_exclusions(self) -> dict[str, NodeRecord]:
         """History key -> record, for machines the last check that saw them excluded."""
         return {k: n for k, n in self.latest_verdicts().items() if n.verdict == "exclude"}
+
+    def exclusions_of(self, name: str) -> list[NodeRecord]:
+        """The current exclusions of the machine called ``name``: records whose Kubernetes
+        node is ``name`` or whose host name is (the first word of a node's display name:
+        every Ray node of that host)."""
+        return [record for record in self.current_exclusions().values()
+                if record.k8s_node == name or record.display.split(" ", 1)[0] == name]
+
+    def readmit(self, names: Sequence[str], check_id: str, time: float,
+                source: str = "readmit") -> dict[str, list[NodeRecord]]:
+        """Admit the current exclusions of the machines ``names`` (one appended line, none
+        when nothing matched); name -> the exclusions it cleared."""
+        cleared = {name: self.exclusions_of(name) for name in names}
+        admitted = {r.key: replace(r, verdict="admit", reasons=()) for found in cleared.values() for r in found}
+        if admitted:
+            self.record(CheckRecord(check_id, time, source, tuple(admitted.values())))
+        return cleared
 
     def lemons(self, threshold: int = LEMON_CHECKS) -> dict[str, Lemon]:
         """Machines excluded in at least ``threshold`` different checks."""

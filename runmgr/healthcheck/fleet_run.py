@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional, Sequence
 
 from health.config import HealthConfig
-from health.findings import Finding, ProbeResult, Severity, fail
-from health.fleet import Verdict, decide
+from health.findings import Finding, ProbeResult, Severity, fail, warn
+from health.fleet import NOT_INDEPENDENT, Verdict, decide, fleet_baseline, host_of, shared_hosts
 from health.node import NodeReport
 from runmgr.errors import ClusterError
 from runmgr.healthcheck.collectives import (
@@ -45,6 +45,9 @@ class FleetCheck:
     """None when the group tests did not run (disabled, or fewer than two nodes)."""
     notes: list[str] = field(default_factory=list)
     """What a person should know about the check itself (e.g. collectives skipped)."""
+    baseline: dict = field(default_factory=dict)
+    """The fleet's figures as judged (health.fleet.fleet_baseline): kept on an excluded
+    Kubernetes node, so that it can be re-checked alone against them later."""
 
     @property
     def admitted_node_ids(self) -> list[str]:
@@ -122,7 +125,9 @@ def benchmark_compute(nodes: Sequence[RayNode], reports: dict[str, NodeReport], 
                       clock: Clock = time.monotonic) -> None:
     """The compute benchmark, after every node's other probes: one node per
     host at a time (rounds), all hosts at once, so nodes sharing a machine are
-    never measured while another one works or starts up beside them."""
+    never measured while another one works or starts up beside them. The
+    machine is the kernel's boot id (pods on one machine have host names of
+    their own but share it), else the host name."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -132,7 +137,9 @@ def benchmark_compute(nodes: Sequence[RayNode], reports: dict[str, NodeReport], 
     task = ray.remote(num_cpus=0, max_retries=0, max_calls=1)(compute_on_this_node)
     by_host: dict[str, list[RayNode]] = {}
     for node in nodes:
-        by_host.setdefault(str(reports[node.node_id].facts.get("node.hostname", node.node_id)), []).append(node)
+        facts = reports[node.node_id].facts
+        host = facts.get("node.boot_id") or facts.get("node.hostname") or node.node_id
+        by_host.setdefault(str(host), []).append(node)
     for round_nodes in zip_longest(*by_host.values()):
         refs = {task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n.node_id, soft=False))
                 .remote(config): n for n in round_nodes if n is not None}
@@ -165,13 +172,22 @@ def run_collectives(reports: list[NodeReport], verdicts: list[Verdict], config: 
              f"{len(candidates)} nodes ({device_kind})")
     outcome = measure_collectives(candidates, device_kind, config.collectives, config.fleet, measure)
     by_node = {r.node: r for r in reports}
+    one_machine = len({host_of(by_node[n]) for n in candidates}) == 1
     for node, result in collective_results(outcome).items():
         report = by_node[node]
-        report.findings.extend(result.findings)
+        report.findings.extend(not_judged_on_one_machine(result.findings) if one_machine else result.findings)
         report.figures.update(result.figures)
     progress(f"collectives: {len(outcome.first)} groups, {len(outcome.second)} re-pairings, "
              f"{len(outcome.failed)} failed")
     return outcome, []
+
+
+def not_judged_on_one_machine(findings: Sequence[Finding]) -> list[Finding]:
+    """The collectives' findings of nodes that all share one machine: "slow with a healthy
+    partner" compares nodes that compete for the same cores and memory, so it warns only
+    (an all-reduce that fails outright still fails the node)."""
+    return [warn(f.code, f"{f.message} ({NOT_INDEPENDENT})", **f.evidence)
+            if f.severity is Severity.FAIL and f.code == "collectives.slow_node" else f for f in findings]
 
 
 def run_fleet_check(config: HealthConfig, device_kind: str, progress: Progress,
@@ -194,7 +210,8 @@ def run_fleet_check(config: HealthConfig, device_kind: str, progress: Progress,
     if outcome is not None:
         verdicts = decide(reports, config.fleet)
     return FleetCheck(new_check_id(started), started, clock() - started, list(nodes), reports,
-                      verdicts, outcome, coverage_notes(config, reports) + notes)
+                      verdicts, outcome, coverage_notes(config, reports) + notes,
+                      fleet_baseline(reports, config.fleet))
 
 
 def coverage_notes(config: HealthConfig, reports: Sequence[NodeReport]) -> list[str]:
@@ -207,4 +224,16 @@ def coverage_notes(config: HealthConfig, reports: Sequence[NodeReport]) -> list[
         notes.append("storage: no shared mount configured (set health.storage.mounts)")
     if not config.data.local_path:
         notes.append("data: no local dataset configured (health.data.local_path)")
+    notes += shared_host_notes(reports)
     return notes
+
+
+def shared_host_notes(reports: Sequence[NodeReport]) -> list[str]:
+    """One line (of 100 columns at most) when nodes share a machine: their speed figures are
+    compared between machines (health.fleet.host_outliers), never among the nodes of one."""
+    shared = shared_hosts(reports)
+    if not shared:
+        return []
+    count = sum(len(nodes) for nodes in shared.values())
+    return [f"hosts: {count} of {len(reports)} nodes share {len(shared)} machine(s): speed compared between "
+            "machines, not within one"]

@@ -18,7 +18,7 @@ from runmgr.healthcheck.exclusions import (
     REPORTS_DIR, CheckRecord, ExclusionStore, NodeRecord, write_json_atomically,
 )
 from runmgr.healthcheck.fleet_run import FleetCheck, Progress, run_fleet_check
-from runmgr.healthcheck.nodes import RayNode, alive_nodes, history_keys
+from runmgr.healthcheck.nodes import RayNode, history_keys, rank_nodes
 from runmgr.healthcheck.summary import build_report, render
 
 RUN_DIR_REPORTS = "health"
@@ -104,13 +104,14 @@ def preflight_health(config: RunConfig, out: TextIO, clock: Callable[[], float] 
 
     store = store_for(config)
     say = _progress(out)
+    device_kind = resolve_device_kind(config.device, ray.cluster_resources())
+    nodes = rank_nodes(config.cluster, device_kind)
     if config.health.skip:
-        gate = stored_gate(store, alive_nodes())
+        gate = stored_gate(store, nodes)
         say(f"health: probes skipped (health.skip=true); {len(gate.excluded)} node(s) kept out "
             f"by the last check in {store.path}")
     else:
-        device_kind = resolve_device_kind(config.device, ray.cluster_resources())
-        check, report, _ = check_and_record(config.health, device_kind, store, "launch", say, clock)
+        check, report, _ = check_and_record(config.health, device_kind, store, "launch", say, clock, nodes)
         copy = write_json_atomically(config.run_dir() / RUN_DIR_REPORTS / f"{check.check_id}.json", report)
         say(render(check, {r["node"]: r["history_key"] for r in report["nodes"]},
                    store.lemons()))

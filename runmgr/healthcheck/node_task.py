@@ -20,6 +20,13 @@ from health.findings import Finding, ProbeResult, fail
 
 K8S_NODE_ENV = ("RUNMGR_K8S_NODE_NAME", "NODE_NAME")
 """Variables that may hold the Kubernetes node name (downward API ``spec.nodeName``)."""
+HOST_ID_ENV = "RUNMGR_HOST_ID"
+"""Names the machine a node runs on, where the kernel's boot id cannot tell (a sandbox
+that fakes it per container); nodes with the same value share a host."""
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+"""The kernel's id of this boot: the same for every process and container of one machine
+(containers share the host's kernel), new at each boot, different on every other machine
+or VM. Ray's node IP and the host name cannot tell: pods on one machine each have their own."""
 SERVICEACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 HOST_LOCK = Path(tempfile.gettempdir()) / "runmgr-health-compute.lock"
 """Taken around the compute benchmark by every node of a host (see host_turn)."""
@@ -63,10 +70,32 @@ def _read_text(path: Path) -> Optional[str]:
         return None
 
 
+def host_id(environ: Mapping[str, str], boot_id_file: Path = BOOT_ID) -> Optional[str]:
+    """Which machine this is (health.fleet.HOST_FACT): ``$RUNMGR_HOST_ID``, else the kernel's
+    boot id, else the Kubernetes node; None when nothing tells (the node is then a host alone)."""
+    if environ.get(HOST_ID_ENV):
+        return f"env:{environ[HOST_ID_ENV]}"
+    boot = _read_text(boot_id_file)
+    if boot:
+        return f"boot:{boot}"
+    node_name = next((environ[k] for k in K8S_NODE_ENV if environ.get(k)), None)
+    return f"k8s:{node_name}" if node_name else None
+
+
 def identity_facts(environ: Mapping[str, str], hostname: str,
-                   namespace_file: Path = SERVICEACCOUNT_NAMESPACE) -> dict[str, Optional[str]]:
-    """Host name and, inside Kubernetes, the node (or the pod to look it up by)."""
+                   namespace_file: Path = SERVICEACCOUNT_NAMESPACE,
+                   boot_id_file: Path = BOOT_ID) -> dict[str, Optional[str]]:
+    """Host name, the machine (see :func:`host_id`) and, inside Kubernetes, the node
+    (or the pod to look it up by)."""
+    from health.fleet import HOST_FACT
+
     facts: dict[str, Optional[str]] = {"node.hostname": hostname}
+    boot = _read_text(boot_id_file)
+    if boot:
+        facts["node.boot_id"] = boot
+    machine = host_id(environ, boot_id_file)
+    if machine:
+        facts[HOST_FACT] = machine
     node_name = next((environ[k] for k in K8S_NODE_ENV if environ.get(k)), None)
     if node_name:
         facts["k8s.node_name"] = node_name

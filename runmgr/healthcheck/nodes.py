@@ -7,6 +7,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
+from runmgr.config.schema import ClusterConfig
+from runmgr.placement import bundle_for
+from runmgr.policy.capacity import slots_of
+
 SHORT_ID_CHARS = 12
 """Characters of a Ray node id that name it on screen (as incidents do)."""
 
@@ -48,6 +52,19 @@ def alive_nodes() -> list[RayNode]:
     import ray
 
     return nodes_from_ray_table(ray.nodes())
+
+
+def rank_nodes(cluster: ClusterConfig, device_kind: str) -> list[RayNode]:
+    """The alive nodes that can hold one of the run's ranks: the fleet a health check judges.
+    A node that can hold none (on KubeRay, the driver's own head pod: ``num-cpus: 0``, no
+    accelerator) is no machine of the run's: compared with the training nodes it would stand
+    out in every figure and be excluded, and its Kubernetes node labelled, for nothing."""
+    import ray
+
+    alive = [row for row in ray.nodes() if row.get("Alive")]
+    bundle = bundle_for(device_kind, cluster.cpus_per_worker, cluster.devices_per_worker)
+    slots = slots_of({str(row["NodeID"]): row.get("Resources", {}) for row in alive}, bundle)
+    return nodes_from_ray_table(row for row in alive if slots[str(row["NodeID"])] > 0)
 
 
 def history_keys(nodes: Sequence[RayNode]) -> dict[str, str]:

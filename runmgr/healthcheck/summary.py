@@ -33,6 +33,7 @@ def build_report(check: FleetCheck, keys: Mapping[str, str], lemons: Mapping[str
         check_id=check.check_id, seconds=round(check.seconds, 3),
         admitted_node_ids=check.admitted_node_ids, notes=list(check.notes),
         collectives=check.collectives.to_dict() if check.collectives else None,
+        baseline=dict(check.baseline),
         lemons={node_id: {"key": key, "display": lemons[key].display,
                           "excluded_in": lemons[key].count, "checks": list(lemons[key].checks)}
                 for node_id, key in keys.items() if key in lemons})

@@ -1,5 +1,6 @@
 """Validate custom resources offline against the openAPIV3Schema of their
-CustomResourceDefinition (tests/k8s/schemas/kuberay/), as an API server would
+CustomResourceDefinition (tests/k8s/schemas/: kuberay/, and kueue/, volcano/,
+prometheus-operator/ for the components' kinds), as an API server would
 prune and reject them, only stricter: a field the schema does not declare is
 an error (an API server would drop it silently, and the setting with it).
 
@@ -22,7 +23,12 @@ import yaml
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
 CRD_FILES = {("ray.io", "RayCluster"): SCHEMAS / "kuberay" / "ray.io_rayclusters.yaml",
-             ("ray.io", "RayJob"): SCHEMAS / "kuberay" / "ray.io_rayjobs.yaml"}
+             ("ray.io", "RayJob"): SCHEMAS / "kuberay" / "ray.io_rayjobs.yaml",
+             # The optional components' kinds (k8s/components/*; each folder's README names its source).
+             ("kueue.x-k8s.io", "LocalQueue"): SCHEMAS / "kueue" / "kueue.x-k8s.io_localqueues.yaml",
+             ("scheduling.volcano.sh", "Queue"): SCHEMAS / "volcano" / "scheduling.volcano.sh_queues.yaml",
+             ("monitoring.coreos.com", "ServiceMonitor"):
+                 SCHEMAS / "prometheus-operator" / "monitoring.coreos.com_servicemonitors.yaml"}
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the CRDs are 1-2 MB of YAML
 _NESTED_ONE = ("items", "not")
 _NESTED_MANY = ("anyOf", "allOf", "oneOf")

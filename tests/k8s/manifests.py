@@ -42,6 +42,44 @@ def render(overlay: str) -> tuple[dict, ...]:
     return render_dir(K8S / "overlays" / overlay)
 
 
+RUN_KUSTOMIZATION = """\
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - ../../overlays/{overlay}
+nameSuffix: -{name}
+labels:
+  - pairs:
+      runmgr.io/run: {name}
+    includeSelectors: true
+"""
+"""A run of its own, as docs/kubernetes.md and the README write it: k8s/runs/NAME/kustomization.yaml."""
+
+
+def run_tree(root: Path) -> Path:
+    """``root/k8s``: the repository's k8s/ folders (linked, not copied) beside an empty
+    ``runs/``, so that a run's kustomization sits where a user puts it and names the
+    overlays by the same relative paths, without writing into the repository."""
+    tree = root / "k8s"
+    (tree / "runs").mkdir(parents=True, exist_ok=True)
+    for part in K8S.iterdir():
+        if part.is_dir() and part.name != "runs" and not (tree / part.name).exists():
+            (tree / part.name).symlink_to(part, target_is_directory=True)
+    return tree
+
+
+def render_run(root: Path, name: str, overlay: str, text: Optional[str] = None,
+               files: Optional[dict[str, str]] = None) -> tuple[dict, ...]:
+    """The run NAME (k8s/runs/NAME, a kustomization of ``overlay`` with its name
+    suffix and label, or ``text``, with ``files`` beside it) rendered under ``root``."""
+    directory = run_tree(root) / "runs" / name
+    directory.mkdir(parents=True, exist_ok=True)
+    for file_name, content in (files or {}).items():
+        (directory / file_name).write_text(content)
+    (directory / "kustomization.yaml").write_text(text or RUN_KUSTOMIZATION.format(name=name, overlay=overlay))
+    return render_dir(directory)
+
+
 def of_kind(docs, kind: str) -> list[dict]:
     return [d for d in docs if d["kind"] == kind]
 
@@ -52,8 +90,8 @@ def one(docs, kind: str, name: Optional[str] = None) -> dict:
     return found[0]
 
 
-def rayjob(docs) -> dict:
-    return one(docs, "RayJob", RAYJOB_NAME)
+def rayjob(docs, name: str = RAYJOB_NAME) -> dict:
+    return one(docs, "RayJob", name)
 
 
 def ray_cluster(job: dict) -> dict:
@@ -74,6 +112,11 @@ def worker_groups(job: dict) -> list[dict]:
 def holds_ranks(group: dict) -> bool:
     """Ray may place ranks on the group's pods (a driver-only head says num-cpus 0)."""
     return group.get("rayStartParams", {}).get("num-cpus") != "0"
+
+
+def vendor_resources(container: dict) -> dict[str, str]:
+    """The device plugins' resources a container's limits ask for (``nvidia.com/gpu: "8"``)."""
+    return {k: v for k, v in container.get("resources", {}).get("limits", {}).items() if "/" in k}
 
 
 def rank_groups(job: dict) -> dict[str, dict]:

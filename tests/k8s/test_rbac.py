@@ -1,9 +1,14 @@
-"""The RBAC of k8s/ grants exactly the Kubernetes API calls runmgr's code
-makes, derived from the code itself: every use of a method of the official
-client's API classes (``read_node``, ``patch_node``, ...) anywhere under
-runmgr/, mapped through the client's own request path and HTTP method to
-(API group, resource, verb, scope). Cluster-scoped resources need the
-ClusterRole; namespaced ones are granted in the run's namespace only."""
+"""The RBAC of k8s/ grants the driver exactly what it needs, and every
+Kubernetes API call runmgr's code makes is among it. The list (GRANTED):
+nodes get/patch cluster-wide (labels: only a ClusterRole can grant nodes);
+in the run's namespace only, pods get/list and rayclusters.ray.io get/patch
+(an excluded node's worker pod handed back to KubeRay through
+workersToDelete). The calls are derived from the code itself: every use of a
+method of the official client's API classes (``read_node``, ``patch_node``,
+``patch_namespaced_custom_object``, ...) anywhere under runmgr/, mapped
+through the client's own request path and HTTP method to (API group,
+resource, verb, scope); a custom object's group and resource are the KubeRay
+ones the code names."""
 
 from __future__ import annotations
 
@@ -22,6 +27,9 @@ from tests.k8s.manifests import OVERLAYS, ROOT, of_kind, one, pod_templates, ray
 Scope = Literal["cluster", "namespace"]
 SERVICE_ACCOUNT = "runmgr"
 _REQUEST = re.compile(r"'(/apis?/[^']*)',\s*'(GET|POST|PUT|PATCH|DELETE)'")
+KUBERAY_GROUP = "ray.io"
+KUBERAY_PLURALS = {"rayclusters", "rayjobs", "rayservices"}
+"""KubeRay's resources, as a custom-object call names them."""
 
 
 @dataclass(frozen=True, order=True)
@@ -91,10 +99,39 @@ def access_of(method: str, among: frozenset[str] = frozenset()) -> Access:
     return Access(group, resource, verb, scope)
 
 
+GRANTED = {
+    Access("", "nodes", "get", "cluster"), Access("", "nodes", "patch", "cluster"),
+    Access("", "pods", "get", "namespace"), Access("", "pods", "list", "namespace"),
+    Access(KUBERAY_GROUP, "rayclusters", "get", "namespace"), Access(KUBERAY_GROUP, "rayclusters", "patch", "namespace"),
+}
+"""What the driver's service account may do, and where (k8s/base/rbac.yaml says why each)."""
+
+
+def strings_in(package_dir) -> set[str]:
+    return {node.value for path in sorted(package_dir.rglob("*.py"))
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path)))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+
+
+def custom_resources(package_dir) -> set[tuple[str, str]]:
+    """(group, plural) of the custom resources the package names: KubeRay's."""
+    return {(KUBERAY_GROUP, plural) for plural in strings_in(package_dir) & KUBERAY_PLURALS}
+
+
 def needed() -> set[Access]:
     package = ROOT / "runmgr"
     among = frozenset(classes_used(package))
-    return {access_of(method, among) for method in methods_used(package)}
+    found = set()
+    for method in methods_used(package):
+        access = access_of(method, among)
+        if access.group != "{group}":
+            found.add(access)
+            continue
+        resources = custom_resources(package)
+        assert resources, f"{method}: which custom resource? the code names none of {sorted(KUBERAY_PLURALS)}"
+        found |= {Access(group, access.resource.replace("{plural}", plural), access.verb, access.scope)
+                  for group, plural in resources}
+    return found
 
 
 def expand(rules: list[dict], scope: Scope) -> set[Access]:
@@ -131,18 +168,33 @@ def test_the_calls_are_derived_from_the_code():
     assert access_of("patch_namespaced_deployment") == Access("apps", "deployments", "patch", "namespace")
     assert access_of("create_namespaced_event", frozenset({"EventsV1Api"})) \
         == Access("events.k8s.io", "events", "create", "namespace")
-    assert classes_used(ROOT / "runmgr") == {"CoreV1Api"}
+    assert access_of("patch_namespaced_custom_object") == Access("{group}", "{plural}", "patch", "namespace")
+    assert access_of("get_namespaced_custom_object") == Access("{group}", "{plural}", "get", "namespace")
+    assert classes_used(ROOT / "runmgr") <= {"CoreV1Api", "CustomObjectsApi"}
+
+
+def granted(docs) -> set[Access]:
+    return {a for r in of_kind(docs, "ClusterRole") for a in expand(r["rules"], "cluster")} \
+        | {a for r in of_kind(docs, "Role") for a in expand(r["rules"], "namespace")}
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_the_rbac_grants_each_call_and_nothing_more(overlay):
+def test_the_rbac_grants_exactly_the_driver_s_rights(overlay):
+    """Nodes cluster-wide; pods and rayclusters in the run's namespace only
+    (a Role, never a ClusterRole), each bound to runmgr's service account."""
     docs = render(overlay)
-    cluster_roles, roles = of_kind(docs, "ClusterRole"), of_kind(docs, "Role")
-    granted = {a for r in cluster_roles for a in expand(r["rules"], "cluster")} \
-        | {a for r in roles for a in expand(r["rules"], "namespace")}
-    assert sorted(granted) == sorted(needed())
-    for role, binding_kind in [(r, "ClusterRoleBinding") for r in cluster_roles] + [(r, "RoleBinding") for r in roles]:
+    assert sorted(granted(docs)) == sorted(GRANTED)
+    for role, binding_kind in [(r, "ClusterRoleBinding") for r in of_kind(docs, "ClusterRole")] \
+            + [(r, "RoleBinding") for r in of_kind(docs, "Role")]:
         assert bound_to_runmgr(docs, binding_kind, role), role["metadata"]["name"]
+
+
+def test_every_call_runmgr_makes_is_granted_and_almost_every_grant_is_used():
+    """The code's calls are within the grants; every grant but listing pods
+    (granted for finding a node's pod by label) is a call the code makes."""
+    calls = needed()
+    assert calls <= GRANTED, sorted(calls - GRANTED)
+    assert GRANTED - calls <= {Access("", "pods", "list", "namespace")}, sorted(GRANTED - calls)
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

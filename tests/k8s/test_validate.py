@@ -1,8 +1,9 @@
 """Every overlay of k8s/ renders with ``kubectl kustomize`` and validates
 offline: built-in kinds with kubernetes-validate (strict: an unknown field is
 an error), the RayJob and the RayCluster it creates against KubeRay's CRD
-schemas, the ServiceMonitor against the Service it must select. No document
-escapes all three; a misspelt field fails."""
+schemas. No document escapes both; a misspelt field fails. No overlay needs
+an operator beyond KubeRay (the ServiceMonitor is an optional component,
+k8s/components/servicemonitor, tested there)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,12 @@ import kubernetes_validate
 import pytest
 
 from tests.k8s.crd_schema import CRD_FILES, crd_errors
-from tests.k8s.manifests import (KUBERNETES_VERSION, OVERLAYS, containers, of_kind, one, pod_templates, ray_cluster,
+from tests.k8s.manifests import (KUBERNETES_VERSION, OVERLAYS, containers, one, pod_templates, ray_cluster,
                                  rayjob, render)
 
 RAY_GROUP = "ray.io"
-SERVICE_MONITOR = ("monitoring.coreos.com/v1", "ServiceMonitor")
-EXPECTED_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-                  "ConfigMap", "Service", "RayJob"}
+EXPECTED_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap",
+                  "Service", "RayJob"}
 
 
 def builtin_errors(doc: dict) -> list[str]:
@@ -53,8 +53,19 @@ def test_the_overlay_renders_the_run_s_objects(overlay):
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_overlay_applies_without_any_operator_but_kuberay(overlay):
+    """A cluster without prometheus-operator (or any other operator) accepts
+    every document: each is a built-in kind or KubeRay's. The Namespace is
+    the user's (`kubectl create namespace`), never the overlay's: deleting one
+    run must not delete the namespace other runs share."""
+    groups = {doc["apiVersion"].rpartition("/")[0] for doc in render(overlay)}
+    assert groups <= {"", "rbac.authorization.k8s.io", RAY_GROUP}, groups
+    assert "Namespace" not in {doc["kind"] for doc in render(overlay)}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
 def test_built_in_kinds_pass_kubernetes_validate_strict(overlay):
-    docs = [doc for doc in render(overlay) if not is_ray(doc) and (doc["apiVersion"], doc["kind"]) != SERVICE_MONITOR]
+    docs = [doc for doc in render(overlay) if not is_ray(doc)]
     assert docs
     errors = [line for doc in docs for line in builtin_errors(doc)]
     assert errors == []
@@ -69,31 +80,11 @@ def test_the_rayjob_and_its_raycluster_match_the_kuberay_crds(overlay):
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_no_document_escapes_validation(overlay):
-    """Each document is a built-in kind, a KubeRay kind or the ServiceMonitor
-    (checked below): a new kind needs a schema before it ships."""
+    """Each document is a built-in kind or a KubeRay kind, both checked above:
+    a new kind needs a schema before it ships."""
     unchecked = [f"{doc['apiVersion']} {doc['kind']}" for doc in render(overlay)
-                 if not (is_builtin(doc) or (is_ray(doc) and (RAY_GROUP, doc["kind"]) in CRD_FILES)
-                         or (doc["apiVersion"], doc["kind"]) == SERVICE_MONITOR)]
+                 if not (is_builtin(doc) or (is_ray(doc) and (RAY_GROUP, doc["kind"]) in CRD_FILES))]
     assert unchecked == []
-
-
-def selects(selector: dict, labels: dict) -> bool:
-    """A label selector (matchLabels only, as ours is) selects these labels."""
-    assert set(selector) <= {"matchLabels"}, "only matchLabels selectors are checked here"
-    return selector["matchLabels"].items() <= labels.items()
-
-
-@pytest.mark.parametrize("overlay", [o for o in OVERLAYS if o != "cpu"])
-def test_the_servicemonitor_selects_the_metrics_service_and_names_its_port(overlay):
-    docs = render(overlay)
-    monitor = one(docs, "ServiceMonitor")
-    services = [s for s in of_kind(docs, "Service") if selects(monitor["spec"]["selector"], s["metadata"]["labels"])
-                and s["metadata"]["namespace"] == monitor["metadata"]["namespace"]]
-    assert [s["metadata"]["name"] for s in services] == ["runmgr-metrics"]
-    service_ports = {p["name"]: p for p in services[0]["spec"]["ports"]}
-    assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["runmgr-metrics"]
-    assert service_ports["runmgr-metrics"]["port"] == 8000
-    assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

@@ -109,9 +109,10 @@ def test_plot_writes_the_png_and_the_html(runs):
 @pytest.mark.parametrize("args, says", [
     (["ref", "nosuch"], "no run 'nosuch'"),
     (["ref", "wd", "--baseline", "c", "nosuch"], "no run 'nosuch'"),
-    (["ref"], "needs two runs"),
+    (["ref"], "runmgr logbook compare: error: the following arguments are required: RUN_B"),
     (["ref", "wd", "--plot", "diff.svg"], "must end in .png or .html"),
-    (["ref", "wd", "--metric", "loss"], "not an option of `runmgr logbook compare`"),
+    (["ref", "wd", "--metric", "loss"],
+     "runmgr logbook compare: error: unrecognized arguments: --metric loss; --metric is for `runmgr logbook plot`"),
 ])
 def test_bad_input_is_one_line_and_exit_2(runs, args, says):
     result = runmgr(runs, *args)
@@ -121,7 +122,10 @@ def test_bad_input_is_one_line_and_exit_2(runs, args, says):
 
 
 def test_other_actions_refuse_a_second_run_and_the_compare_options(runs):
-    for args in (["show", "ref", "wd"], ["show", "ref", "--baseline", "c", "d"]):
+    for args, says in ((["show", "ref", "wd"], "unrecognized arguments: wd"),
+                       (["show", "ref", "--baseline", "c", "d"],
+                        "unrecognized arguments: --baseline c d; --baseline is for `runmgr logbook compare`")):
         result = subprocess.run([sys.executable, "-m", "runmgr", "logbook", *args], cwd=runs, capture_output=True,
                                 text=True, timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": ""})
         assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+        assert result.stderr.startswith(f"runmgr logbook show: error: {says}"), result.stderr

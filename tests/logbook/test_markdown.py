@@ -249,10 +249,14 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(megatron_run, capsys, a
 
 
 def test_export_flags_on_another_action_are_refused(megatron_run, capsys):
-    assert main(["logbook", "show", str(megatron_run.run_dir), "--out", "x.md"]) == 2
-    assert "--out is for `runmgr logbook plot` and `export`" in capsys.readouterr().err
-    assert main(["logbook", "plot", str(megatron_run.run_dir), "--format", "md"]) == 2
-    assert "--format is for `runmgr logbook export`" in capsys.readouterr().err
+    assert exit_code(["logbook", "show", str(megatron_run.run_dir), "--out", "x.md"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("runmgr logbook show: error: unrecognized arguments: --out x.md")
+    assert "--out is for `runmgr logbook plot` and `export`" in err
+    assert exit_code(["logbook", "plot", str(megatron_run.run_dir), "--format", "md"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "runmgr logbook plot: error: unrecognized arguments: --format md" in err
+    assert "--format is for `runmgr logbook export`" in err
 
 
 def exit_code(argv: list[str]) -> int:

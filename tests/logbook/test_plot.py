@@ -139,8 +139,12 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(run_dir, tmp_path, caps
 
 
 def test_plot_flags_on_another_action_are_refused(run_dir, capsys):
-    assert main(["logbook", "show", str(run_dir), "--metric", "loss"]) == 2
-    assert "for `runmgr logbook plot`" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:  # argparse's refusal: it exits from inside
+        main(["logbook", "show", str(run_dir), "--metric", "loss"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("runmgr logbook show: error: unrecognized arguments: --metric loss")
+    assert "--metric is for `runmgr logbook plot`" in err
 
 
 def test_a_run_with_no_sub_runs_is_refused(tmp_path, clock):

@@ -189,6 +189,83 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(logbook_run, command):
 def test_logbook_norms_needs_its_step_and_its_flags_belong_to_it_alone(logbook_run):
     assert_one_line_error(runmgr("logbook", "norms", str(logbook_run)), "needs the step to look around: --step N")
     assert_one_line_error(runmgr("logbook", "show", str(logbook_run), "--step", "5"),
-                          "--step, --threshold and --subrun are for `runmgr logbook norms`")
+                          "runmgr logbook show: error: unrecognized arguments: --step 5; --step is for "
+                          "`runmgr logbook norms`")
     # This logbook was written without local norms: one line saying how they are recorded.
     assert_one_line_error(runmgr("logbook", "norms", str(logbook_run), "--step", "5"), "no local norms in the logbook")
+
+
+LOGBOOK_OPTIONS = {
+    "show": {"--full", "--json"},
+    "events": {"--json"},
+    "metrics": {"--json", "--all"},
+    "list": {"--json"},
+    "skipped": {"--limit", "--chars"},
+    "salvage": set(),
+    "plot": {"--metric", "--out", "--html"},
+    "export": {"--format", "--out"},
+    "serve": {"--host", "--port"},
+    "compare": {"--baseline", "--plot", "--json"},
+    "norms": {"--step", "--threshold", "--subrun", "--json"},
+}
+"""Each ``runmgr logbook`` action and the options it takes, besides ``-h/--help``."""
+
+
+def help_options(*command: str) -> set[str]:
+    import contextlib
+    import io
+    import re
+
+    from runmgr.cli import build_parser
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as stop:
+        build_parser().parse_args([*command, "--help"])
+    assert stop.value.code == 0
+    return set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", out.getvalue())) - {"--help"}
+
+
+def test_logbook_has_these_actions_and_no_option_of_its_own(capsys):
+    import re
+
+    assert help_options("logbook") == set()
+    with pytest.raises(SystemExit):
+        main_in_process(["logbook", "frob"])
+    (choices,) = re.findall(r"choose from (.*?)\)", capsys.readouterr().err)
+    assert set(re.findall(r"'(\w+)'", choices)) == set(LOGBOOK_OPTIONS)
+
+
+def main_in_process(argv: list[str]) -> int:
+    from runmgr.cli import main
+
+    return main(argv)
+
+
+@pytest.mark.parametrize("action", list(LOGBOOK_OPTIONS))
+def test_each_logbook_action_s_help_lists_only_its_own_options(action):
+    assert help_options("logbook", action) == LOGBOOK_OPTIONS[action]
+
+
+@pytest.mark.parametrize("action, stray", [(action, stray) for action, own in LOGBOOK_OPTIONS.items()
+                                           for stray in sorted(set().union(*LOGBOOK_OPTIONS.values()) - own)])
+def test_an_option_of_another_logbook_action_is_one_line_naming_it_and_who_takes_it(action, stray, capsys):
+    runs = {"compare": ["runs/a", "runs/b"], "list": [], "serve": []}.get(action, ["runs/a"])
+    with pytest.raises(SystemExit) as stop:
+        main_in_process(["logbook", action, *runs, stray])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"runmgr logbook {action}: error: ") and stray in err, err
+    owners = [other for other, own in LOGBOOK_OPTIONS.items() if stray in own]
+    assert f"{stray} is for `runmgr logbook {owners[0]}`" in err, err
+    assert err.rstrip().endswith(f"(see `runmgr logbook {action} --help`)"), err
+
+
+def test_a_stray_option_as_a_user_types_it(logbook_run):
+    result = runmgr("logbook", "list", str(logbook_run.parent), "--full")
+    assert_one_line_error(result, "runmgr logbook list: error: unrecognized arguments: --full; --full is for "
+                                  "`runmgr logbook show`")
+    assert_one_line_error(runmgr("logbook", "show", str(logbook_run), str(logbook_run)),
+                          "runmgr logbook show: error: unrecognized arguments: ")
+    assert_one_line_error(runmgr("logbook", "compare", str(logbook_run)),
+                          "runmgr logbook compare: error: the following arguments are required: RUN_B")
+    assert_one_line_error(runmgr("logbook", "frob", str(logbook_run)), "argument action: invalid choice: 'frob'")

@@ -60,4 +60,8 @@ def test_a_path_with_no_run_is_one_line(tmp_path):
 
 
 def test_host_and_port_belong_to_serve(logbook_run):
-    assert_one_line_error(runmgr("logbook", "show", str(logbook_run), "--port", "1"), "are for `runmgr logbook serve`")
+    result = runmgr("logbook", "show", str(logbook_run), "--port", "1")
+    assert_one_line_error(result, "runmgr logbook show: error: unrecognized arguments: --port 1")
+    assert "--port is for `runmgr logbook serve`" in result.stderr
+    result = runmgr("logbook", "compare", str(logbook_run), str(logbook_run), "--host", "0.0.0.0")
+    assert_one_line_error(result, "runmgr logbook compare: error: unrecognized arguments: --host")

@@ -9,6 +9,11 @@ Roles: ``head`` and ``spare`` are healthy; ``device``'s npu-smi reports a
 double-bit ECC error; ``slow``'s raylet and every worker it starts are capped
 to a tenth of a CPU by a cgroup; ``mount``'s HPFS directory is missing;
 ``torch``'s package metadata says torch 2.12.0.
+
+Each node stands for a machine of its own (RUNMGR_HOST_ID, see
+runmgr/healthcheck/node_task.host_id): nodes that share one host are never
+excluded for speed against each other, and the capped node plays a slow
+machine among six.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from runmgr.cluster import LOCAL_RAY_SYSTEM_CONFIG
+from runmgr.healthcheck.node_task import HOST_ID_ENV
 from tests.runmgr.healthcheck import throttle
 from tests.runmgr.healthcheck.fake_ascend import FakeAscend
 
@@ -55,6 +61,7 @@ def node_environments(root: Path) -> dict[str, dict[str, str]]:
     for role, env in roles.items():  # each node its own directory on the "HPFS" ...
         env.setdefault("PATH", healthy.path)
         env["HPFS_SHARE"] = role
+        env[HOST_ID_ENV] = f"machine-{role}"
         (root / "hpfs" / role).mkdir(parents=True)
     (root / "hpfs" / "mount").rmdir()  # ... and one node's is gone
     return roles

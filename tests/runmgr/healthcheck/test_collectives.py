@@ -78,3 +78,22 @@ def test_two_actors_form_a_real_gloo_group_and_measure_it(local_ray):
         measure.close()
     assert failed == {}
     assert measured[(node, "twin")] > 0.0
+
+
+def test_on_one_machine_a_slow_node_of_the_collectives_is_warned_not_excluded():
+    """Eight Ray nodes on one busy machine: the slow pair's member is slow beside nodes that
+    share its cores, not a slow node. On machines of their own it is excluded."""
+    from health.fleet import HOST_FACT, decide
+    from health.config import HealthConfig
+    from health.node import NodeReport
+    from runmgr.healthcheck.fleet_run import run_collectives
+
+    config = HealthConfig(collectives=CHECKS)
+    for same, expected in [(True, "warn"), (False, "exclude")]:
+        reports = [NodeReport(n, facts={HOST_FACT: "vm" if same else n}) for n in NODES]
+        run_collectives(reports, decide(reports, FLEET), config, "cpu", lambda line: None,
+                        Links(slow_nodes={"n3"}))
+        verdict = {v.node: v for v in decide(reports, FLEET)}["n3"]
+        assert verdict.verdict == expected, (same, verdict)
+        if same:
+            assert "not independent" in verdict.warnings[0]

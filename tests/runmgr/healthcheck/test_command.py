@@ -1,6 +1,6 @@
 """``runmgr health-check`` as people run it: a newcomer on this machine, a
-check whose mount hangs (bounded, reported, the Kubernetes node labelled),
-and bad input (one line, exit 2)."""
+check whose mount hangs (bounded, reported, the Kubernetes node labelled and,
+asked with --k8s-taint, tainted), and bad input (one line, exit 2)."""
 
 from __future__ import annotations
 
@@ -48,6 +48,11 @@ def test_a_newcomer_gets_a_readable_table(tmp_path):
     (["health.nosuch=1"], "unknown config key 'health.nosuch'"),
     (["conf=demo", "conf=run12"], "name at most one config"),
     (["cluster.address=127.0.0.1:1"], "cannot reach the Ray cluster at 127.0.0.1:1"),
+    (["--k8s-taint"], "--k8s-taint needs --k8s-label"),
+    (["--readmit", "GPU_07"], "--readmit: 'GPU_07' is not a Kubernetes node name"),
+    (["--readmit", "gpu-07", "--k8s-label"], "--readmit clears marks by hand and checks nothing: drop --k8s-label"),
+    (["--readmit", "conf=demo"], "--readmit needs the Kubernetes node(s) to readmit"),
+    (["--recheck-self", "--k8s-label", "--k8s-taint"], "--recheck-self keeps or clears the marks its node"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(args, expected, tmp_path):
     result = runmgr("health-check", *args, cwd=tmp_path)
@@ -72,7 +77,7 @@ def test_a_hung_mount_ends_at_its_timeout_and_the_node_is_labelled(tmp_path):
         result = subprocess.run(
             ["unshare", "-m", "--propagation", "private", sys.executable, str(HELPER), str(mount),
              "health-check", spec, "health.storage.timeout_s=2", "cluster.local_nodes=1", "--json",
-             "--k8s-label", "--k8s-host", k8s.url],
+             "--k8s-label", "--k8s-taint", "--k8s-host", k8s.url],
             cwd=tmp_path, capture_output=True, text=True, timeout=540,
             env={**os.environ, "RUNMGR_K8S_NODE_NAME": "npu-node-17", "PYTHONPATH": str(ROOT)})
         assert result.returncode == 1, result.stderr[-3000:]  # a node was excluded
@@ -84,3 +89,11 @@ def test_a_hung_mount_ends_at_its_timeout_and_the_node_is_labelled(tmp_path):
         assert node["metadata"]["labels"][HEALTH_LABEL] == "excluded"
         assert [t["key"] for t in node["spec"]["taints"]] == [TAINT_KEY]
         assert {(a["k8s_node"], a["action"]) for a in report["k8s"]} == {("npu-node-17", "excluded")}
+
+
+def test_recheck_self_outside_kubernetes_is_one_line_and_exit_code_2(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("RUNMGR_K8S_NODE_NAME", "NODE_NAME")}
+    result = cli.runmgr("health-check", "--recheck-self", "--k8s-label", cwd=tmp_path, env=env, timeout=540)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "--recheck-self checks the Kubernetes node it runs on: set RUNMGR_K8S_NODE_NAME" in lines[0]

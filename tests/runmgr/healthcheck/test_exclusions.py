@@ -58,3 +58,19 @@ def test_history_follows_host_names_unless_ray_nodes_share_a_host():
     assert [n.node_id for n in nodes] == ["aa", "bb", "cc"]
     assert history_keys(nodes) == {"aa": "host:h1", "bb": "ray:bb", "cc": "ray:cc"}
     assert RayNode("0123456789abcdef", "10.0.0.1", "h1").display() == "h1 0123456789ab"
+
+
+def test_readmit_admits_a_machine_s_current_exclusions_and_keeps_its_history(tmp_path):
+    store = ExclusionStore(tmp_path)
+    pod = NodeRecord("aa", "host:runmgr-gpu-worker-x1", "runmgr-gpu-worker-x1 aa", "exclude", ("ECC",), "gpu-07")
+    for n in range(1, 4):  # a lemon: excluded three times
+        store.record(check(n, pod, node("host:h2", "exclude", "slow"),
+                           NodeRecord("cc", "ray:cc", "h3 cc", "exclude", ("mount",))))
+    cleared = store.readmit(["gpu-07", "h3", "nowhere"], "readmit-1", 9.0)
+    assert {name: [r.key for r in found] for name, found in cleared.items()} == {
+        "gpu-07": ["host:runmgr-gpu-worker-x1"], "h3": ["ray:cc"], "nowhere": []}
+    assert sorted(store.current_exclusions()) == ["host:h2"]  # what launch still keeps out
+    assert set(store.lemons()) == {"host:runmgr-gpu-worker-x1", "host:h2", "ray:cc"}  # history kept
+    lines = len(store.path.read_text().splitlines())
+    assert store.readmit(["gpu-07"], "readmit-2", 10.0) == {"gpu-07": []}
+    assert len(store.path.read_text().splitlines()) == lines  # nothing to admit: nothing written

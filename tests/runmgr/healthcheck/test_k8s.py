@@ -1,6 +1,7 @@
 """--k8s-label against a local fake of the Kubernetes API: excluded nodes get
-our label, reason annotation and NoSchedule taint (others' taints kept);
-nodes that pass again are cleared; nothing else is touched."""
+our label and annotations (why, which check, the fleet's figures), and our
+NoSchedule taint only with --k8s-taint (others' taints kept); nodes that pass
+again are cleared; --readmit clears marks by hand; nothing else is touched."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import json
+
 from runmgr.healthcheck.k8s import (
-    HEALTH_LABEL, REASON_ANNOTATION, TAINT_KEY, apply_health_labels, core_api, refusal_line,
+    BASELINE_ANNOTATION, CHECK_ANNOTATION, HEALTH_LABEL, REASON_ANNOTATION, TAINT_KEY, apply_health_labels,
+    clear_mark, core_api, mark_excluded, readmit, refusal_line,
 )
 from tests.runmgr.healthcheck.fake_k8s import FakeKubernetes
 
@@ -25,7 +29,7 @@ def entry(node_id: str, verdict: str, reasons=(), **k8s) -> dict:
                     "namespace": k8s.get("namespace")}}
 
 
-def test_excluded_nodes_are_labelled_and_tainted_and_healed_ones_cleared():
+def test_with_taint_excluded_nodes_are_labelled_and_tainted_and_healed_ones_cleared():
     nodes = {"gpu-07": {"spec": {"taints": [GPU_TAINT]}},
              "gpu-08": {"metadata": {"labels": {HEALTH_LABEL: "excluded", "zone": "a"},
                                      "annotations": {REASON_ANNOTATION: "old"}},
@@ -38,7 +42,7 @@ def test_excluded_nodes_are_labelled_and_tainted_and_healed_ones_cleared():
         entry("r4", "exclude", ["/mnt/hpfs: ENOENT"], pod="ray-worker-x", namespace="train")]}
     said = []
     with FakeKubernetes(nodes, pods={("train", "ray-worker-x"): "gpu-10"}) as fake:
-        actions = apply_health_labels(report, core_api(fake.url), said.append)
+        actions = apply_health_labels(report, core_api(fake.url), said.append, taint=True)
         patched = {r["path"].rsplit("/", 1)[-1]: r for r in fake.patches()}
         assert sorted(patched) == ["gpu-07", "gpu-08", "gpu-10"]  # gpu-09 had no marks
         assert all(r["content_type"] == "application/merge-patch+json" for r in patched.values())
@@ -91,3 +95,85 @@ def test_health_check_fails_when_the_api_refused_every_call(tmp_path):
     assert len(errors) == 1 and "refused every node update(s)" in errors[0] and "403" in errors[0]
     assert "Traceback" not in result.stderr
     assert "NODE" in result.stdout  # the check itself is still shown
+
+
+OURS = {"key": TAINT_KEY, "value": "excluded", "effect": "NoSchedule"}
+FLEET = {"figures": {"compute.matmul_tflops": {"median": 310.0, "sigma": 2.0, "hosts": 6}},
+         "software": {"torch": "2.13.0"}, "nodes": 6, "hosts": 6}
+
+
+def test_by_default_an_excluded_node_is_labelled_and_annotated_not_tainted():
+    """The manifests keep runmgr's pods off the label (nodeAffinity NotIn excluded): the
+    default leaves other teams' pods free to use the node."""
+    report = {"check_id": "c7", "baseline": FLEET, "nodes": [
+        {**entry("r1", "exclude", ["compute.matmul_tflops 199.5 is 35% below the fleet median 310 (6 nodes)"],
+                 node_name="gpu-07"),
+         "report": {"node": "r1", "findings": [], "figures": {"compute.matmul_tflops": 199.5}, "facts": {}}}]}
+    with FakeKubernetes({"gpu-07": {"metadata": {"labels": {"zone": "a"}}, "spec": {"taints": [GPU_TAINT]}}}) as fake:
+        (action,) = apply_health_labels(report, core_api(fake.url), lambda line: None)
+        node = fake.nodes["gpu-07"]
+        (patch,) = fake.patches()
+    assert action.action == "excluded"
+    assert node["metadata"]["labels"] == {"zone": "a", HEALTH_LABEL: "excluded"}
+    assert node["spec"]["taints"] == [GPU_TAINT]  # no taint of ours, the GPU pool's kept
+    assert "spec" not in patch["body"]  # the taints list is not even sent
+    annotations = node["metadata"]["annotations"]
+    assert annotations[REASON_ANNOTATION].startswith("compute.matmul_tflops 199.5 is 35% below")
+    assert annotations[CHECK_ANNOTATION] == "c7"
+    assert json.loads(annotations[BASELINE_ANNOTATION]) == {**FLEET, "check": "c7", "needs_peers": []}
+
+
+def test_a_node_excluded_for_its_collectives_is_kept_out_of_a_check_alone():
+    reason = "all-reduce with healthy r2 reaches 0.5 GB/s, below 8 (fleet 10): the node's network or PCIe is slow"
+    report = {"check_id": "c8", "baseline": FLEET, "nodes": [
+        {**entry("r1", "exclude", [reason], node_name="gpu-07"),
+         "report": {"node": "r1", "findings": [{"severity": "fail", "code": "collectives.slow_node",
+                                                "message": reason}], "figures": {}, "facts": {}}}]}
+    with FakeKubernetes({"gpu-07": {}}) as fake:
+        apply_health_labels(report, core_api(fake.url), lambda line: None)
+        baseline = json.loads(fake.nodes["gpu-07"]["metadata"]["annotations"][BASELINE_ANNOTATION])
+    assert baseline["needs_peers"] == [reason]
+
+
+def test_readmit_clears_only_our_marks_and_says_what_each_node_had():
+    marked = {"metadata": {"labels": {HEALTH_LABEL: "excluded", "zone": "a"},
+                           "annotations": {REASON_ANNOTATION: "ECC", CHECK_ANNOTATION: "c1",
+                                           BASELINE_ANNOTATION: "{}", "owner": "team-b"}},
+              "spec": {"taints": [GPU_TAINT, OURS]}}
+    labelled = {"metadata": {"labels": {HEALTH_LABEL: "excluded"}, "annotations": {REASON_ANNOTATION: "slow"}}}
+    with FakeKubernetes({"gpu-07": marked, "gpu-08": labelled, "gpu-09": {"spec": {"taints": [GPU_TAINT]}}}) as fake:
+        done = readmit(core_api(fake.url), ["gpu-07", "gpu-08", "gpu-09", "gpu-99"])
+        gpu07, gpu08, gpu09 = (fake.nodes[n] for n in ("gpu-07", "gpu-08", "gpu-09"))
+        patched = sorted(r["path"].rsplit("/", 1)[-1] for r in fake.patches())
+    assert [(d.node, d.outcome, d.removed) for d in done] == [
+        ("gpu-07", "readmitted", ("label", "taint", "annotations")),
+        ("gpu-08", "readmitted", ("label", "annotations")),
+        ("gpu-09", "no marks", ()), ("gpu-99", "not found", ())]
+    assert patched == ["gpu-07", "gpu-08"]
+    assert gpu07["metadata"]["labels"] == {"zone": "a"} and gpu07["spec"]["taints"] == [GPU_TAINT]
+    assert gpu07["metadata"]["annotations"] == {"owner": "team-b"}
+    assert gpu08["metadata"]["labels"] == {} and not gpu08["spec"].get("taints")
+    assert gpu09["spec"]["taints"] == [GPU_TAINT]
+
+
+def test_the_lead_s_call_labels_only_and_clear_mark_undoes_it():
+    """The driver's mid-run exclusion: mark_excluded(api, node, reasons, check_id)."""
+    with FakeKubernetes({"gpu-07": {"spec": {"taints": [GPU_TAINT]}}}) as fake:
+        api = core_api(fake.url)
+        mark_excluded(api, "gpu-07", ("rank 3 hung",), "run-12")
+        assert fake.nodes["gpu-07"]["metadata"]["labels"] == {HEALTH_LABEL: "excluded"}
+        assert fake.nodes["gpu-07"]["spec"]["taints"] == [GPU_TAINT]
+        mark_excluded(api, "gpu-07", ("rank 3 hung",), "run-12", taint=True)
+        assert fake.nodes["gpu-07"]["spec"]["taints"] == [GPU_TAINT, OURS]
+        assert clear_mark(api, "gpu-07") is True and clear_mark(api, "gpu-07") is False
+        assert fake.nodes["gpu-07"]["spec"]["taints"] == [GPU_TAINT]
+        assert fake.nodes["gpu-07"]["metadata"]["labels"] == {}
+
+
+def test_a_node_holding_an_excluded_pod_stays_marked_beside_an_admitted_one():
+    report = {"check_id": "c9", "nodes": [entry("r1", "exclude", ["GPU 3: Xid 79"], node_name="gpu-07"),
+                                          entry("r2", "admit", node_name="gpu-07")]}
+    with FakeKubernetes({"gpu-07": {}}) as fake:
+        actions = apply_health_labels(report, core_api(fake.url), lambda line: None)
+        assert fake.nodes["gpu-07"]["metadata"]["labels"] == {HEALTH_LABEL: "excluded"}
+    assert [a.action for a in actions] == ["excluded", "unchanged"]

@@ -1,0 +1,53 @@
+"""On KubeRay the head is the driver's pod alone (num-cpus 0, no accelerator):
+the health check judges only the nodes that can hold a rank. On a real local Ray
+whose head holds no CPU (in a process of its own: driver_only_cluster.py),
+`runmgr health-check` reports the two worker nodes and neither checks nor
+excludes the head (which, compared with them, would stand out in every figure and
+have its Kubernetes node labelled for nothing)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+HELPER = Path(__file__).with_name("driver_only_cluster.py")
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled"}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    helper = subprocess.Popen([sys.executable, str(HELPER)], cwd=ROOT, text=True, env=ENV,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        line = helper.stdout.readline()
+        assert line, f"the cluster did not start (exit {helper.wait(timeout=60)})"
+        yield json.loads(line)
+    finally:
+        helper.stdin.close()  # the helper shuts the cluster down
+        try:
+            helper.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            helper.kill()
+            helper.wait()
+
+
+def test_rank_nodes_leaves_out_a_node_without_the_rank_s_resources(cluster):
+    assert cluster["rank_nodes"]["one_cpu"] == cluster["workers"]
+    assert cluster["rank_nodes"]["no_cpu"] == 3  # a rank that asks for no CPU fits anywhere, the head too
+
+
+def test_only_the_nodes_that_can_hold_a_rank_are_checked(cluster, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "runmgr", "health-check", f"cluster.address={cluster['address']}",
+         "cluster.cpus_per_worker=1", f"run.dir={tmp_path / 'run'}", "--json"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=ENV)
+    assert result.returncode in (0, 1) and result.stdout, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert sorted(entry["node"] for entry in report["nodes"]) == cluster["workers"]
+    assert cluster["head"] not in report.get("excluded", {})

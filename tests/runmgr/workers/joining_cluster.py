@@ -1,0 +1,63 @@
+"""The scenario of test_joining.py in a process of its own (a pytest worker may
+hold another Ray connection): a real local Ray of one raylet to which raylets are
+added while JoiningNodes watches; prints what it saw as one JSON object."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+
+
+def joining(run_dir: Path, mounts: list):
+    import ray
+
+    from runmgr.config.schema import RunConfig
+    from runmgr.workers.joining import JoiningNodes
+
+    config = RunConfig()
+    config.run.dir = str(run_dir)
+    config.cluster.cpus_per_worker = 1
+    config.health.storage.mounts = mounts
+    said: list[str] = []
+    admitted = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+    return JoiningNodes(config, "cpu", admitted, said.append), admitted, said
+
+
+def main(root: Path) -> None:
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from health.config import MountSpec
+    from runmgr.nodes import node_name
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    ray._common.utils.reset_ray_address()
+    ray.init(address=cluster.address, log_to_driver=False)
+    try:
+        missing, missing_admitted, _ = joining(root / "a", [MountSpec(path=str(root / "no-such-mount"))])
+        before_missing = missing.room(())
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        after_missing = missing.room(())
+        healthy, admitted, said = joining(root / "b", [])
+        before = healthy.room(())
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        after = healthy.room(())
+        print(json.dumps({
+            "missing": {"before": before_missing, "after": after_missing, "admitted": len(missing_admitted),
+                        "turned_away": list(missing.turned_away.values())},
+            "healthy": {"before": before, "after": after, "admitted": admitted, "said": said},
+            "pod_of_first": healthy.pod_of(node_name(admitted[0])), "pod_of_unknown": healthy.pod_of("no-such-node"),
+            "hostname": socket.gethostname()}), flush=True)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+if __name__ == "__main__":
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    main(Path(sys.argv[1]))

@@ -268,7 +268,7 @@ def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, 
         judge=judge, subrun_ids=ids, poll_interval_s=config.controller.poll_interval_s, observers=observers,
         read_devices=devices.drain, read_uploads=mirroring.read_uploads if mirroring is not None else no_uploads,
         dump_stacks=runner.dump_stacks,
-        nodes=kuberay_replacement(config, device_kind, admitted_node_ids, out) if replacing else None,
+        nodes=kuberay_replacement(config, device_kind, admitted_node_ids, out, devices.add_node) if replacing else None,
     )
     try:
         final = controller.run()
@@ -286,8 +286,10 @@ def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, 
             metrics.registry.unregister(exporter)
 
 
-def kuberay_replacement(config: RunConfig, device_kind: str, admitted_node_ids: list[str], out: TextIO):
-    """KubeRay replaces the pods of the nodes decisions exclude (kubernetes.replace_excluded_nodes)."""
+def kuberay_replacement(config: RunConfig, device_kind: str, admitted_node_ids: list[str], out: TextIO,
+                        watch_devices: Callable[[str], None]):
+    """KubeRay replaces the pods of the nodes decisions exclude (kubernetes.replace_excluded_nodes);
+    ``watch_devices(node_id)``: the device poll takes in a replacement once it is admitted."""
     from runmgr.kuberay import KubeRayReplacement, apis
     from runmgr.workers.joining import JoiningNodes
 
@@ -295,7 +297,7 @@ def kuberay_replacement(config: RunConfig, device_kind: str, admitted_node_ids: 
         out.write(line + "\n")
         out.flush()
 
-    joining = JoiningNodes(config, device_kind, admitted_node_ids, say)
+    joining = JoiningNodes(config, device_kind, admitted_node_ids, say, on_admitted=watch_devices)
     core, custom = apis(config.kubernetes.api_host)
     return KubeRayReplacement(core, custom, config.kubernetes.resolved_namespace(),
                               config.kubernetes.resolved_ray_cluster(), joining.pod_of, joining.room,

@@ -24,10 +24,11 @@ def shared_ray():
     nor reconfigure a cluster: a launch passes ``cluster.address=`` its address instead of starting
     a Ray of its own (seconds each on a loaded machine). Runs that kill their driver, their head or
     a node, or watch their own Ray's processes, keep a Ray of their own."""
-    from runmgr.cluster import LocalCluster
+    from runmgr.cluster import LocalCluster, start_local
     from runmgr.config.schema import ClusterConfig
 
-    head = LocalCluster(ClusterConfig(local_nodes=1, cpus_per_worker=2))
+    # Retried as a launch retries its own Ray: on a loaded machine a raylet may miss Ray's 30 s.
+    head = start_local(lambda: LocalCluster(ClusterConfig(local_nodes=1, cpus_per_worker=2)))
     try:
         yield head
     finally:

@@ -103,13 +103,30 @@ class DevicePollGroup:
         here = ray.get_runtime_context().get_node_id()
         self._collector = ray.remote(num_cpus=0, max_restarts=0)(ReadingCollector).options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True)).remote()
-        poller = ray.remote(num_cpus=0, max_restarts=0)(DevicePoller)
-        self._pollers = [
-            poller.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
-            .remote(node_name(node_id), self.interval_s, self.path, self.tool_timeout_s,
-                    self.read_kernel_log, self._collector)
-            for node_id in self.node_ids]
+        self._pollers = [self._poller_on(node_id) for node_id in self.node_ids]
         ray.get([p.ready.remote() for p in self._pollers], timeout=START_TIMEOUT_S)
+
+    def add_node(self, node_id: str) -> None:
+        """Poll a node that joined the run after the start (KubeRay's replacement of an
+        excluded node's pod), once."""
+        import ray
+
+        if node_id in self.node_ids:
+            return
+        self.node_ids.append(node_id)
+        if self._collector is not None:
+            poller = self._poller_on(node_id)
+            ray.get(poller.ready.remote(), timeout=START_TIMEOUT_S)
+            self._pollers.append(poller)
+
+    def _poller_on(self, node_id: str):
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        poller = ray.remote(num_cpus=0, max_restarts=0)(DevicePoller)
+        return (poller.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
+                .remote(node_name(node_id), self.interval_s, self.path, self.tool_timeout_s,
+                        self.read_kernel_log, self._collector))
 
     def drain(self, wait_s: float = 0.05) -> list[DeviceObservation]:
         """The readings that arrived since the last drain, oldest first; an

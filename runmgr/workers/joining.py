@@ -20,10 +20,12 @@ class JoiningNodes:
     """Nodes that join the run's Ray cluster while it runs."""
 
     def __init__(self, config: RunConfig, device_kind: str, admitted: Optional[list[str]],
-                 say: Callable[[str], None]) -> None:
+                 say: Callable[[str], None], on_admitted: Callable[[str], None] = lambda node_id: None) -> None:
         """``admitted``: the launch's admitted node ids, the list the worker groups place on
-        (None: every alive node is usable); a joined node that passes is appended to it."""
+        (None: every alive node is usable); a joined node that passes is appended to it, and
+        ``on_admitted(node_id)`` called (the device poll starts watching it)."""
         self.config, self.device_kind, self.admitted, self.say = config, device_kind, admitted, say
+        self.on_admitted = on_admitted
         self.known = {node.node_id for node in alive_nodes()}
         self.turned_away: dict[str, list[str]] = {}
         """Joined nodes the probes excluded, with why."""
@@ -53,5 +55,6 @@ class JoiningNodes:
             self.turned_away.update(check.excluded)
         for node_id in passed:
             self.say(f"node {node_name(node_id)} joined and was admitted (a replacement)")
-        if self.admitted is not None:
-            self.admitted.extend(node_id for node_id in passed if node_id not in self.admitted)
+            if self.admitted is not None and node_id not in self.admitted:
+                self.admitted.append(node_id)
+            self.on_admitted(node_id)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 
-def joining(run_dir: Path, mounts: list):
+def joining(run_dir: Path, mounts: list, on_admitted=lambda node_id: None):
     import ray
 
     from runmgr.config.schema import RunConfig
@@ -23,7 +23,7 @@ def joining(run_dir: Path, mounts: list):
     config.health.storage.mounts = mounts
     said: list[str] = []
     admitted = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
-    return JoiningNodes(config, "cpu", admitted, said.append), admitted, said
+    return JoiningNodes(config, "cpu", admitted, said.append, on_admitted), admitted, said
 
 
 def main(root: Path) -> None:
@@ -42,7 +42,8 @@ def main(root: Path) -> None:
         cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
         after_missing = missing.room(())
-        healthy, admitted, said = joining(root / "b", [])
+        polled: list[str] = []
+        healthy, admitted, said = joining(root / "b", [], polled.append)
         before = healthy.room(())
         cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
@@ -50,7 +51,7 @@ def main(root: Path) -> None:
         print(json.dumps({
             "missing": {"before": before_missing, "after": after_missing, "admitted": len(missing_admitted),
                         "turned_away": list(missing.turned_away.values())},
-            "healthy": {"before": before, "after": after, "admitted": admitted, "said": said},
+            "healthy": {"before": before, "after": after, "admitted": admitted, "said": said, "polled": polled},
             "pod_of_first": healthy.pod_of(node_name(admitted[0])), "pod_of_unknown": healthy.pod_of("no-such-node"),
             "hostname": socket.gethostname()}), flush=True)
     finally:

@@ -45,3 +45,19 @@ def test_an_ecc_error_appearing_mid_run_is_read_within_one_interval(local_ray, a
         assert [i.nodes for i in incidents] == [(node_id[:12],)]
     finally:
         group.stop()
+
+
+def test_a_node_that_joins_later_is_polled_once_added(local_ray, ascend):
+    """A replacement node admitted mid-lineage: the running group starts polling it."""
+    node_id = local_ray.get_runtime_context().get_node_id()
+    group = DevicePollGroup([], INTERVAL_S, path=ascend.path)
+    group.start()
+    try:
+        assert group.drain(wait_s=2 * INTERVAL_S) == []  # nothing polled yet
+        group.add_node(node_id)
+        group.add_node(node_id)  # once
+        hits, seen = drain_until(group, lambda r: r.kind == "ecc", 10)
+        assert hits and {r.node for r in seen} == {node_id[:12]}
+        assert group.node_ids == [node_id]
+    finally:
+        group.stop()

@@ -32,5 +32,6 @@ def test_a_node_that_joins_is_probed_alone_and_admitted_or_turned_away(tmp_path)
     assert healthy["after"] == healthy["before"] + 1
     assert len(healthy["admitted"]) == len(set(healthy["admitted"])) == healthy["before"] + 1  # the list placed on
     assert [line for line in healthy["said"] if "joined and was admitted" in line]
+    assert healthy["polled"] == healthy["admitted"][-1:]  # the device poll takes the new node in
     assert seen["pod_of_first"] == seen["hostname"]  # Ray's host name: a pod's name on KubeRay
     assert seen["pod_of_unknown"] is None

@@ -1,9 +1,9 @@
 """Typed configuration of the trainer, with Megatron-LM argument names.
 
 The trainer takes a :class:`TrainerConfig`; runmgr composes the same sections
-from Hydra (``conf/``) and hands them over. Every field has a docstring so that
-``runmgr launch --help-config`` and the docs can show it. Validation that needs
-no I/O lives in :meth:`TrainerConfig.problems`.
+from Hydra (``conf/``) and hands them over. Every field has a docstring: what it
+means and its unit, for the reader of a conf. Validation that needs no I/O lives in
+:meth:`TrainerConfig.problems`.
 """
 
 from __future__ import annotations
@@ -198,10 +198,11 @@ class TrainingConfig:
 
 @dataclass
 class ParallelConfig:
-    """How ranks split the work. The built-in trainer runs plain data parallel
-    (weights and optimizer replicated); the other settings describe large
-    recipes that ``runmgr launch --dry-run`` plans, and the trainer refuses
-    them (:meth:`TrainerConfig.unsupported`)."""
+    """How ranks split the work: data parallel, tensor parallel, pipeline parallel
+    (1F1B), ZeRO-1 (``use_distributed_optimizer``) and FSDP2 (docs/parallel.md).
+    ``runmgr launch --dry-run`` plans any consistent layout; the combinations the
+    built-in trainer cannot execute are refused with one line
+    (:meth:`TrainerConfig.unsupported`)."""
 
     tensor_model_parallel_size: int = 1
     """Tensor-parallel degree (Megatron): each rank of a group holds 1/tp of every

@@ -45,7 +45,7 @@ def schedule_mismatch(manifest: dict, config: TrainerConfig) -> Optional[str]:
     verbatim, ``checkpointvalue`` included) for the first schedule value the
     flags change against the checkpoint; None when they agree or the
     checkpoint records no schedule."""
-    from trainer.loop import LR_SCHEDULE_FIELD, lr_schedule_of
+    from trainer.session import LR_SCHEDULE_FIELD, lr_schedule_of
 
     saved = manifest.get(LR_SCHEDULE_FIELD)
     if not isinstance(saved, dict):

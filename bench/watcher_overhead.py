@@ -48,6 +48,7 @@ def drive(profile_path: Path, overrides: list[str]) -> int:
     """Child mode: launch the demo in this process, timing every Judge.judge call."""
     from runmgr.controller.judge import Judge
     from runmgr.launch import launch
+    from runmgr.preflight import LaunchRequest, prepare_launch
 
     totals = {"calls": 0, "wall_s": 0.0, "cpu_s": 0.0}
     judge = Judge.judge
@@ -62,7 +63,7 @@ def drive(profile_path: Path, overrides: list[str]) -> int:
             totals["calls"] += 1
 
     Judge.judge = timed_judge
-    code = launch("demo", overrides)
+    code = launch(prepare_launch(LaunchRequest("demo", tuple(overrides))))
     profile_path.write_text(json.dumps(totals))
     return code
 

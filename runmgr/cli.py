@@ -31,38 +31,13 @@ def _split_conf(items: list[str]) -> tuple[str, list[str]]:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
+    from runmgr.preflight import LaunchRequest, prepare_launch
+
     conf, overrides = _split_conf(args.items)
-    if not args.dry_run:
-        refuse_bad_launch(conf, overrides, args.config_dir, rehearse=args.rehearse)
-    from runmgr.launch import launch  # torch and Ray: only for a launch that passed the checks
+    prepared = prepare_launch(LaunchRequest(conf, tuple(overrides), args.config_dir, args.rehearse, args.dry_run))
+    from runmgr.launch import launch  # torch and Ray: only for a launch that passed the pre-flight
 
-    return launch(conf, overrides, dry_run=args.dry_run, conf_dir=args.config_dir, rehearse=args.rehearse)
-
-
-def refuse_bad_launch(conf: str, overrides: list[str], conf_dir: Path | None, rehearse: bool = False) -> None:
-    """What a launch can refuse from its config and the run directory alone,
-    checked before torch and Ray are imported (seconds sooner) and before
-    anything is written: the config, the data path, the directories, the logbook,
-    and the S3 bucket of ``checkpoint.s3`` (its credentials, its existence, an answer)."""
-    from runmgr.config.compose import load_run_config
-    from runmgr.rehearsal import load_rehearsal, refuse_rehearse_settings
-    from runmgr.rundir import check_run_dir
-    from trainer.data import check_data_path
-
-    if rehearse:
-        config = load_rehearsal(conf, overrides, conf_dir)[0]
-    else:
-        refuse_rehearse_settings(overrides)
-        config = load_run_config(conf, overrides, conf_dir)
-    check_data_path(config.data)
-    check_run_dir(config)
-    kubernetes = config.kubernetes.launch_problems(config.cluster.address)  # the environment: only a launch tells
-    if kubernetes:
-        raise UserError(kubernetes[0])
-    if config.checkpoint.s3.enabled:
-        from runmgr.s3.client import S3Client, probe  # boto3: only for a run that mirrors its checkpoints
-
-        probe(S3Client(config.checkpoint.s3, config.run.name))
+    return launch(prepared)
 
 
 def cmd_status(args: argparse.Namespace) -> int:

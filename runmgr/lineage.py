@@ -13,37 +13,34 @@ from typing import Callable, TextIO
 
 from logbook import Logbook
 from runmgr import cluster as ray_cluster
-from runmgr.config.compose import config_as_dict, with_settings
+from runmgr.config.compose import with_settings
 from runmgr.rehearsal import Mapping
 from runmgr.config.schema import RunConfig
-from runmgr.controller.judge import ClusterSlots, Judge
 from runmgr.controller.machine import Controller, SubrunIds, no_uploads
 from runmgr.controller.states import Finished, Launching
 from runmgr.healthcheck.gate import preflight_health
 from runmgr.lint.gate import lint_after_health
 from runmgr.lint.run import LintResult, merged
-from runmgr.metrics.exporter import MetricsObserver
 from runmgr.metrics.server import MetricsServer
-from runmgr.observers.logbook_writer import LogbookObserver, record_injection, record_stop
-from runmgr.observers.mirror import MirrorObserver, settle_uploads, submit_local_checkpoints, upload_leftovers
-from runmgr.observers.progress import ProgressObserver
-from runmgr.observers.retention import RetentionObserver, rollback_reach_steps, trainer_keeps_everything
-from runmgr.observers.status_file import StatusFileObserver
+from runmgr.observers.logbook_writer import record_stop
+from runmgr.observers.mirror import upload_leftovers
+from runmgr.observers.retention import trainer_keeps_everything
 from runmgr.placement import resolve_device_kind
-from runmgr.resume import RemoteCheckpoints, RemoteUnavailable, find_resume_point, listed_checkpoints, resume_at
+from runmgr.resume import RemoteCheckpoints, RemoteUnavailable, find_resume_point
 from runmgr.s3.client import S3Client
 from runmgr.s3.mirror import S3Mirror
 from runmgr.chaos.build import Chaos, build_chaos
-from runmgr.workers.devicepoll import DevicePollGroup
 from runmgr.diskspace import DISK_WRITE_ERRORS, DiskReserve, end_on_full_disk, is_disk_full
 from runmgr.diskspace import refusal as disk_refusal
 from runmgr.errors import DiskFullError, RunStateError
 from runmgr.rundir import RunDirLock
 from runmgr.status import ENDED_STATES, mark_stopped, read_status
 from runmgr.stopping import StopRequest, stop_on_signals
-from runmgr.runners import builtin_runner, megatron_runner
-from runmgr.workers.group import node_slots
 from runmgr.workers.placing import refuse_unplaceable
+from runmgr.wiring import (
+    admitted_for_run, build_judge, build_observers, build_runner, kuberay_replacement, resumer, start_device_poll,
+    start_mirror,
+)
 from trainer.manifest import read_manifest
 from trainer.plan import ResumePlan
 
@@ -216,90 +213,29 @@ def stopped(book: Logbook, run_dir: Path, stop: StopRequest, out: TextIO) -> int
 def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, out: TextIO,
           admitted_node_ids: list[str] | None = None, chaos: Chaos | None = None,
           metrics: MetricsServer | None = None, mirror: S3Mirror | None = None):
+    """The lineage's parts built (runmgr/wiring.py) and its controller run to a terminal state."""
     import ray
 
     device_kind = resolve_device_kind(config.device, ray.cluster_resources())
     trainer_config = replace(trainer_keeps_everything(config.trainer_config()), device=device_kind)
-    run_dir = config.run_dir()
-    checkpoint_dir = config.checkpoint_dir()
-    logbook_writer = LogbookObserver(book, config_as_dict(config))
-    # After the logbook: a checkpoint is mirrored, and deleted, only once recorded.
-    mirroring = MirrorObserver(mirror, book) if mirror is not None else None
-    retention = RetentionObserver(checkpoint_dir, config.checkpoint.keep_last, rollback_reach_steps(config),
-                                  durable=mirror)
-    observers = [
-        logbook_writer, *([mirroring] if mirroring is not None else []), retention,
-        StatusFileObserver(run_dir, config.run.name, config.training.train_iters, initial.start_step,
-                           metrics_address=metrics.address if metrics is not None else None),
-        ProgressObserver(config.training.train_iters, out),
-    ]
-    exporter = MetricsObserver(book, config.training.train_iters, mirrored=mirror is not None)
-    if metrics is not None:
-        metrics.registry.register(exporter)
-        observers.append(exporter)
-    known = mirror.known if mirror is not None else None  # decisions never wait on S3's answer
-    if mirror is not None:
-        submit_local_checkpoints(mirror, checkpoint_dir, initial.start_step)
-        mirror.start()
-    injector = chaos.injector(lambda injection: record_injection(book, injection)) if chaos and chaos.enabled else None
-    if injector is not None:
-        observers.append(injector)
-    replacing = config.kubernetes.replace_excluded_nodes
-    if replacing and admitted_node_ids is None:  # a list the replacements join (None would admit any node)
-        admitted_node_ids = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
-    poll_nodes = admitted_node_ids or [n["NodeID"] for n in ray.nodes() if n["Alive"]]
-    devices = DevicePollGroup(poll_nodes, config.health.poll_interval_s,
-                              path=chaos.device_path() if chaos is not None else None)
-    devices.start()
-    if config.drives_megatron:
-        runner = megatron_runner(config, device_kind, admitted_node_ids)
-    else:
-        runner = builtin_runner(config, trainer_config, device_kind, admitted_node_ids,
-                                wrap_reporter=chaos.step_gate if chaos is not None else lambda: None)
-    slots = ClusterSlots(lambda: node_slots(config.cluster, device_kind, admitted_node_ids), runner.data_parallel_sizes,
-                         runner.ranks_per_replica,
-                         config.kubernetes.replacement_timeout_s if replacing else None)
-    judge = Judge(config.watcher, config.policy,
-                  lambda max_step: listed_checkpoints(checkpoint_dir, max_step, remote=known), slots,
-                  abilities=runner.abilities)
+    alive = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+    admitted = admitted_for_run(config, admitted_node_ids, alive)
+    seen = build_observers(config, book, initial, out, metrics, mirror, chaos)
+    start_mirror(mirror, config, initial.start_step)
+    devices = start_device_poll(config, chaos, admitted or alive)
+    runner = build_runner(config, trainer_config, device_kind, admitted, chaos)
+    judge = build_judge(config, runner, device_kind, admitted, mirror)
     controller = Controller(
-        initial, trainer_config, make_group=runner.make_group,
-        resume_at=lambda step, why: resume_at(checkpoint_dir, step, why, remote=known),
-        judge=judge, subrun_ids=ids, poll_interval_s=config.controller.poll_interval_s, observers=observers,
-        read_devices=devices.drain, read_uploads=mirroring.read_uploads if mirroring is not None else no_uploads,
-        dump_stacks=runner.dump_stacks,
-        nodes=kuberay_replacement(config, device_kind, admitted_node_ids, out, devices.add_node) if replacing else None,
-    )
+        initial, trainer_config, make_group=runner.make_group, judge=judge, subrun_ids=ids,
+        resume_at=resumer(config, mirror),
+        poll_interval_s=config.controller.poll_interval_s, observers=seen.all, read_devices=devices.drain,
+        read_uploads=seen.mirroring.read_uploads if seen.mirroring is not None else no_uploads,
+        dump_stacks=runner.dump_stacks, nodes=kuberay_replacement(config, device_kind, admitted, out, devices.add_node)
+        if config.kubernetes.replace_excluded_nodes else None)
     try:
         final = controller.run()
-        if mirroring is not None:
-            settle_uploads(mirroring, judge, final, controller.last_step, config.checkpoint.s3.final_wait_s,
-                           logbook_writer.on_judgement, out)
-            if retention.newest_recorded is not None and retention.keep_last > 0:
-                retention.prune(retention.newest_recorded)  # the copies that verified at the end
+        seen.settle(judge, final, controller.last_step, config, out)
         return final
     finally:
         devices.stop()
-        if injector is not None:
-            injector.close()
-        if metrics is not None:  # it reads the logbook, which closes after this
-            metrics.registry.unregister(exporter)
-
-
-def kuberay_replacement(config: RunConfig, device_kind: str, admitted_node_ids: list[str], out: TextIO,
-                        watch_devices: Callable[[str], None]):
-    """KubeRay replaces the pods of the nodes decisions exclude (kubernetes.replace_excluded_nodes);
-    ``watch_devices(node_id)``: the device poll takes in a replacement once it is admitted."""
-    from runmgr.kuberay import KubeRayReplacement, apis
-    from runmgr.workers.joining import JoiningNodes
-
-    def say(line: str) -> None:
-        out.write(line + "\n")
-        out.flush()
-
-    joining = JoiningNodes(config, device_kind, admitted_node_ids, say, on_admitted=watch_devices)
-    core, custom = apis(config.kubernetes.api_host)
-    return KubeRayReplacement(core, custom, config.kubernetes.resolved_namespace(),
-                              config.kubernetes.resolved_ray_cluster(), joining.pod_of, joining.room,
-                              check_id=f"run {config.run.name}")
-
+        seen.close(metrics)

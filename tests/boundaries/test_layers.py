@@ -22,7 +22,7 @@ LAYERS: tuple[frozenset[str], ...] = (
                "dryrun", "refusals", "stopping", "logbook_samples", "reaper", "headwatch", "diskspace", "s3",
                "precision", "simulate", "kuberay", "rehearsal"}),
     frozenset({"lint"}),
-    frozenset({"launch", "lineage", "runners", "replay", "cli", "logbook_command", "__main__"}),
+    frozenset({"preflight", "launch", "lineage", "wiring", "runners", "replay", "cli", "logbook_command", "__main__"}),
 )
 """Lowest first. A part may import its own layer and the ones below."""
 RAY_FREE = ("controller", "policy", "megatron", "watch", "config", "simulate")

@@ -28,6 +28,7 @@ from runmgr.config.compose import load_run_config
 from runmgr.config.schema import ClusterConfig
 from runmgr.errors import ConfigError
 from runmgr.launch import launch
+from runmgr.preflight import LaunchRequest, prepare_launch
 from runmgr.refusals import refuse_changed_model_shape
 from tests import cli
 from tests.runmgr.without_ray import RAY_IMPORTED_EXIT, runmgr_without_ray
@@ -87,7 +88,8 @@ def test_the_refusal_comes_before_ray_is_started(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ray_cluster, "connect", no_ray)
     with pytest.raises(ConfigError, match=r"parallel.tensor_model_parallel_size \(3\) must divide model.num_attention_heads"):
-        launch("demo", [f"run.dir={tmp_path / 'run'}", "parallel.tensor_model_parallel_size=3"])
+        launch(prepare_launch(LaunchRequest("demo", (f"run.dir={tmp_path / 'run'}",
+                                                     "parallel.tensor_model_parallel_size=3"))))
     assert not (tmp_path / "run").exists()
 
 

@@ -38,6 +38,7 @@ import yaml
 from runmgr.cli import build_parser, parse_args
 from runmgr.config.argv import flag_value
 from runmgr.healthcheck.k8s import HEALTH_LABEL
+from tests.runmgr.healthcheck.fake_k8s import merge_patch
 from tests.k8s.crd_schema import crd_errors
 from tests.k8s.manifests import (K8S, ROOT, kubectl, one, pod_templates, ray_cluster, rayjob, render, render_dir,
                                  render_run)
@@ -180,19 +181,6 @@ def case_apply_storage(ctx) -> None:
     (claim,) = selected(run_docs(), "app.kubernetes.io/component=shared-storage")
     assert claim["kind"] == "PersistentVolumeClaim" and claim["metadata"]["name"] == run_claim()
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
-
-
-def merge_patch(target, patch):
-    """RFC 7386 JSON merge patch: what ``kubectl run --overrides`` applies (--override-type=merge)."""
-    if not isinstance(patch, dict):
-        return patch
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
 
 
 def copy_pod() -> dict:

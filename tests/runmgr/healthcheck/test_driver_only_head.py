@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.runmgr.healthcheck.cluster_process import cluster_process
+
 ROOT = Path(__file__).resolve().parents[3]
 HELPER = Path(__file__).with_name("driver_only_cluster.py")
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled"}
@@ -22,19 +24,8 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled"}
 
 @pytest.fixture(scope="module")
 def cluster():
-    helper = subprocess.Popen([sys.executable, str(HELPER)], cwd=ROOT, text=True, env=ENV,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    try:
-        line = helper.stdout.readline()
-        assert line, f"the cluster did not start (exit {helper.wait(timeout=60)})"
-        yield json.loads(line)
-    finally:
-        helper.stdin.close()  # the helper shuts the cluster down
-        try:
-            helper.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            helper.kill()
-            helper.wait()
+    with cluster_process(HELPER) as description:
+        yield description
 
 
 def test_rank_nodes_leaves_out_a_node_without_the_rank_s_resources(cluster):

@@ -19,6 +19,7 @@ import pytest
 
 from logbook import Logbook
 from tests.runmgr.healthcheck import throttle
+from tests.runmgr.healthcheck.cluster_process import cluster_process
 
 ROOT = Path(__file__).resolve().parents[3]
 HELPER = Path(__file__).with_name("broken_cluster.py")
@@ -34,20 +35,8 @@ pytestmark = [pytest.mark.slow,
 @pytest.fixture
 def cluster(tmp_path):
     """The broken cluster, in its own process; yields its description."""
-    helper = subprocess.Popen([sys.executable, str(HELPER), str(tmp_path)], cwd=ROOT, text=True,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)})
-    try:
-        line = helper.stdout.readline()
-        assert line, f"the cluster did not start (exit {helper.wait(timeout=60)})"
-        yield json.loads(line)
-    finally:
-        helper.stdin.close()  # the helper shuts the cluster down
-        try:
-            helper.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            helper.kill()
-            helper.wait()
+    with cluster_process(HELPER, str(tmp_path)) as description:
+        yield description
 
 
 def runmgr(*args: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess:

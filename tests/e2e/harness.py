@@ -122,6 +122,14 @@ class LaunchedRun:
         self.log_file.close()
 
 
+def runmgr_traceback(output: str) -> bool:
+    """Whether runmgr (or a process it started, on its console) printed a Python traceback.
+    The job's own lines quoted under an incident (``    | ...``) are the job's words, not
+    runmgr's: torchrun's agent prints a traceback when its peer's store is gone at the exit
+    barrier, and whether that lands among a node's last lines depends on the machine's load."""
+    return any(line.startswith("Traceback (most recent call last)") for line in output.splitlines())
+
+
 def runmgr_json_lines(*args: str) -> list[dict]:
     out = cli.runmgr(*args, cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr

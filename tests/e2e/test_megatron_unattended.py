@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import LaunchedRun, runmgr_json_lines, runmgr_text
+from tests.e2e.harness import LaunchedRun, runmgr_json_lines, runmgr_text, runmgr_traceback
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +60,7 @@ def evidence(incident: dict) -> dict:
 
 
 def no_traceback(output: str) -> bool:
-    return "Traceback (most recent call last)" not in output
+    return not runmgr_traceback(output)
 
 
 def test_a_flag_the_script_refuses_needs_a_person_after_one_try_in_the_job_s_words(tmp_path, shared_ray):

@@ -53,13 +53,13 @@ def builtin_runner(config: RunConfig, trainer_config: TrainerConfig, device_kind
     is asked again for every sub-run (chaos's pauses that have not fired yet)."""
     run_dir = config.run_dir()
 
-    def make_group() -> RayWorkerGroup:
+    def make_group() -> WorkerGroup:
         args = (config.cluster, device_kind, config.controller.start_timeout_s, config.controller.worker_lease_s)
         if config.controller.warm_spares:
-            from runmgr.workers.warm_group import WarmRayWorkerGroup
+            from runmgr.workers.warm_group import warm_group
 
-            return WarmRayWorkerGroup(*args, admitted_node_ids=admitted_node_ids, wrap_reporter=wrap_reporter(),
-                                      warm_spares=config.controller.warm_spares)
+            return warm_group(*args, admitted_node_ids=admitted_node_ids, wrap_reporter=wrap_reporter(),
+                              warm_spares=config.controller.warm_spares)
         return RayWorkerGroup(*args, admitted_node_ids=admitted_node_ids, wrap_reporter=wrap_reporter())
 
     return Runner(

@@ -139,6 +139,17 @@ class S3Mirror:
         with self._cond:
             return self._pending()
 
+    def known_steps(self) -> list[int]:
+        """The steps of the copies listed or verified on S3, oldest first."""
+        with self._cond:
+            return sorted(self._known)
+
+    def known_samples(self, step: int) -> Optional[int]:
+        """The consumed samples of the copy of ``step`` as read when it was listed or verified;
+        None when its manifest was not read."""
+        with self._cond:
+            return self._known.get(step)
+
     def drain(self) -> list[MirrorEvent]:
         """What happened since the last call, oldest first."""
         with self._cond:
@@ -275,13 +286,11 @@ class KnownCopies:
         return self.mirror.location
 
     def complete_steps(self) -> list[int]:
-        with self.mirror._cond:
-            return sorted(self.mirror._known)
+        return self.mirror.known_steps()
 
     def consumed_samples(self, step: int) -> Optional[int]:
         """As read when the copy was listed or verified; None when its manifest was not read."""
-        with self.mirror._cond:
-            return self.mirror._known.get(step)
+        return self.mirror.known_samples(step)
 
     def fetch(self, step: int, save_dir: Path) -> Path:
         return self.mirror.fetch(step, save_dir)

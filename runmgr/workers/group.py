@@ -10,7 +10,8 @@ decides (retry, resize, or a human).
 from __future__ import annotations
 
 import time
-from typing import Optional
+from collections.abc import Collection, Mapping, Sequence
+from typing import Optional, Protocol
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
@@ -36,15 +37,43 @@ FAILURE_SETTLE_S = 1.0
 DRAIN_WAIT_S = 0.5
 
 
+class LostRanks(Protocol):
+    """What tells the group, before Ray does, that a rank's node is gone: a warm group's
+    liveness probe (runmgr/workers/liveness.py's ``PeerProbe``). A plain group has none and
+    waits for Ray's word."""
+
+    def send(self, actors: Mapping[int, object]) -> None:
+        """Probe the ranks of ``actors`` (by rank) that need it."""
+
+    def arm(self, waiting: Collection[int]) -> None:
+        """Ranks of ``waiting`` wait in their warm link: start probing the others."""
+
+    def check(self, workers: Sequence[WorkerInfo]) -> "Unreachable":
+        """The ranks found lost, with the failure's text (``.unreachable``)."""
+
+    def forget(self, rank: int) -> None:
+        """``rank`` is known lost: stop probing it."""
+
+
+class Unreachable(Protocol):
+    unreachable: Mapping[int, str]
+
+
 class RayWorkerGroup:
-    """One actor per rank, placed as the plan says."""
+    """One actor per rank, placed as the plan says. A warm group
+    (runmgr/workers/warm_group.py) holds one and changes its ranks only through
+    :meth:`replace` and :meth:`kill`."""
 
     def __init__(self, cluster: ClusterConfig, device_kind: str, start_timeout_s: float, lease_s: float,
-                 admitted_node_ids: Optional[list[str]] = None, wrap_reporter: WrapReporter | None = None) -> None:
+                 admitted_node_ids: Optional[list[str]] = None, wrap_reporter: WrapReporter | None = None,
+                 lost_ranks: LostRanks | None = None, settle_s: float = FAILURE_SETTLE_S) -> None:
         """``admitted_node_ids``: the nodes the health check admitted (None: it did not
         run, every alive node may be used). ``wrap_reporter``: what every rank's
-        reports pass through (chaos's pauses)."""
+        reports pass through (chaos's pauses). ``lost_ranks``: what names a lost node's
+        ranks before Ray does (a warm group's probe). ``settle_s``: how long, after a
+        first failure, the others are given to surface."""
         self.wrap_reporter = wrap_reporter
+        self.lost_ranks = lost_ranks
         self.cluster = cluster
         self.lease_s = lease_s
         self.admitted_node_ids = admitted_node_ids
@@ -62,18 +91,31 @@ class RayWorkerGroup:
         self._strategies: list = []
         """Where each rank's actor was placed (a bundle of the placement group, or a node)."""
         self._extra_strategies: list = []
-        self.settle_s = FAILURE_SETTLE_S
+        self.settle_s = settle_s
 
     @property
     def workers(self) -> list[WorkerInfo]:
         return list(self._infos)
 
-    def start(self, config: TrainerConfig, plan: ResumePlan) -> list[WorkerInfo]:
-        return self._start_ranks(config, plan)
+    @property
+    def world_size(self) -> int:
+        return self._world
 
-    def _start_ranks(self, config: TrainerConfig, plan: ResumePlan, extra: int = 0,
-                     warm: bool = False) -> list[WorkerInfo]:
-        """Place the ranks and ``extra`` more actors (their strategies kept for the caller),
+    @property
+    def extra_strategies(self) -> tuple:
+        """Where the ``extra`` actors of :meth:`start` may be placed (a warm group's spares)."""
+        return tuple(self._extra_strategies)
+
+    def actor(self, rank: int):
+        return self._actors[rank]
+
+    def strategy(self, rank: int):
+        """Where ``rank``'s actor was placed."""
+        return self._strategies[rank]
+
+    def start(self, config: TrainerConfig, plan: ResumePlan, extra: int = 0,
+              warm: bool = False) -> list[WorkerInfo]:
+        """Place the ranks and room for ``extra`` more actors (:attr:`extra_strategies`),
         and start training (``warm``: with the warm link)."""
         ray_cluster.check_head()  # placing ranks needs the head: without it Ray waits until it ends the driver
         world = config.world_size_of(plan.data_parallel_size) if plan.data_parallel_size else self.cluster.num_workers
@@ -83,7 +125,7 @@ class RayWorkerGroup:
         self._pg, strategies = place(bundle, world + extra, what, self.cluster.placement_strategy,
                                      self.start_timeout_s, self.admitted_node_ids, plan.avoid_nodes)
         self._strategies, self._extra_strategies = strategies[:world], strategies[world:]
-        self._actors, self._infos = self._spawn(self._strategies, list(range(world)), "workers")
+        self._actors, self._infos = self.spawn(self._strategies, list(range(world)), "workers")
         port = ray.get(self._actors[0].reserve_port.remote())
         master = self._infos[0].node_ip
         offset = self.buddy_offset
@@ -96,10 +138,10 @@ class RayWorkerGroup:
         """Where each rank's snapshot buddy sits, ranks on: on another node where there is one."""
         return buddy_offset([info.node_id for info in self._infos])
 
-    def _spawn(self, strategies: list, ranks: list[int], what: str) -> tuple[list, list[WorkerInfo]]:
+    def spawn(self, strategies: Sequence, ranks: list[int], what: str) -> tuple[list, list[WorkerInfo]]:
         """One actor per strategy (as ``ranks``), and where each runs; a :class:`ClusterError`
         when they do not start in time."""
-        actors = [self._create_actor(strategy, rank) for rank, strategy in zip(ranks, strategies)]
+        actors = [self.create_actor(strategy, rank) for rank, strategy in zip(ranks, strategies)]
         try:
             infos = ray_cluster.get_while_head_lives([a.describe.remote() for a in actors], self.start_timeout_s)
         except GetTimeoutError:
@@ -110,13 +152,27 @@ class RayWorkerGroup:
                                f"(free resources: {ray.available_resources()})") from None
         return actors, infos
 
-    def _create_actor(self, strategy, rank: int):
+    def create_actor(self, strategy, rank: int):
         """A rank's actor (``rank`` -1: a spare) placed by ``strategy``; it starts in the background."""
         resources = actor_resources(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
         return RemoteTrainerWorker.options(**resources, scheduling_strategy=strategy).remote(
             rank, self._world, self.lease_s, self._driver)
 
+    def replace(self, rank: int, actor, strategy, info: WorkerInfo, run) -> None:
+        """``actor`` (placed by ``strategy``, training as ``run``) is ``rank`` from now on: a
+        warm group's spare that took a lost rank's place."""
+        self._actors[rank], self._strategies[rank], self._infos[rank] = actor, strategy, info
+        self._runs = {ref: r for ref, r in self._runs.items() if r != rank}
+        self._runs[run] = rank
+        self._drains.pop(rank, None)
+        self._dead.discard(rank)
+
+    def kill(self, rank: int) -> None:
+        """End ``rank``'s actor (a lost rank's, which may still live on an excluded node)."""
+        ray.kill(self._actors[rank], no_restart=True)
+
     def poll(self, timeout_s: float) -> GroupPoll:
+        self._send_probes()
         result = GroupPoll()
         pending = list(self._runs)
         done, _ = ray.wait(pending, num_returns=len(pending), timeout=timeout_s) if pending else ([], [])
@@ -148,10 +204,22 @@ class RayWorkerGroup:
         """``rank``'s actor is gone: its drain is not waited for, now or later."""
         self._dead.add(rank)
         self._drains.pop(rank, None)
+        if self.lost_ranks is not None:
+            self.lost_ranks.forget(rank)
+
+    def _send_probes(self) -> None:
+        if self.lost_ranks is not None:
+            self.lost_ranks.send({rank: actor for rank, actor in enumerate(self._actors) if rank not in self._dead})
 
     def _find_unreachable(self, result: GroupPoll) -> None:
-        """Ranks lost without Ray's word yet, added to ``result.failures``: none here (Ray
-        reports a dead actor; a group whose ranks wait for a lost peer may know sooner)."""
+        """Ranks lost without Ray's word yet (``lost_ranks`` names them: their peers wait for
+        them and their node is gone), added to ``result.failures``."""
+        if self.lost_ranks is None or not self._actors:
+            return
+        for rank, text in self.lost_ranks.check(self._infos).unreachable.items():
+            result.failures.append(WorkerFailure(rank, "died", text, self._infos[rank], time.time()))
+            self._runs = {ref: r for ref, r in self._runs.items() if r != rank}
+            self._lose(rank)
 
     def _settle_failures(self, result: GroupPoll) -> None:
         deadline = time.time() + self.settle_s
@@ -164,7 +232,10 @@ class RayWorkerGroup:
     def _drain(self, result: GroupPoll) -> None:
         """Collect what the ranks buffered. A rank that does not answer at once
         (stopped, or busy holding the GIL) keeps its request pending for the
-        next poll, so one wedged rank never stalls the driver."""
+        next poll, so one wedged rank never stalls the driver. Probes sent first
+        age while the drain waits for a rank that does not answer (a lost node's
+        never does), and are checked after it."""
+        self._send_probes()
         for rank, actor in enumerate(self._actors):
             if rank not in self._drains and rank not in self._dead:
                 self._drains[rank] = actor.drain.remote()
@@ -190,12 +261,11 @@ class RayWorkerGroup:
             {"step": result.steps, "checkpoint": result.checkpoints, "heartbeat": result.heartbeats,
              "started": result.starts, "local_norms": result.local_norms,
              "waiting": result.waiting_ranks}[kind].append(item)
-        if rank in result.waiting_ranks:
-            self._heard_waiting(rank)
-
-    def _heard_waiting(self, rank: int) -> None:
-        """``rank`` waits in its warm link for the group to re-form: nothing to do here (a warm
-        group starts probing the others)."""
+        if rank in result.waiting_ranks and self.lost_ranks is not None:
+            # A survivor waits for a lost peer: probe the others now; the rest of the drain's
+            # wait ages the probes, so a lost node is named in this poll.
+            self.lost_ranks.arm([rank])
+            self._send_probes()
 
     def _info(self, rank: int) -> WorkerInfo | None:
         return self._infos[rank] if rank < len(self._infos) else None

@@ -33,10 +33,8 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-import ray
-
 from runmgr import cluster as ray_cluster
-from runmgr.controller.group import GroupPoll, SpareEvent, WarmRecoveryError, WarmStart, WorkerFailure, WorkerInfo
+from runmgr.controller.group import GroupPoll, SpareEvent, WarmRecoveryError, WarmStart, WorkerInfo
 from runmgr.nodes import node_name
 from runmgr.policy.warm import WarmCover
 from runmgr.workers.group import RayWorkerGroup
@@ -63,40 +61,50 @@ class Refill:
     ranks: list[int]
 
 
-class WarmRayWorkerGroup(RayWorkerGroup):
-    """One actor per rank plus ready spares; recovers a lost rank in place and replaces the spare."""
+WARM_SETTLE_S = 0.1
+"""Survivors do not echo a warm group's deaths (they wait in their warm link): no wait for a
+root cause to surface."""
 
-    def __init__(self, *args, warm_spares: int, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+
+class WarmRayWorkerGroup:
+    """The ranks (a :class:`RayWorkerGroup` it holds) plus ready spares; recovers a lost rank in
+    place and replaces the spare. It changes the ranks only through their group's
+    ``replace`` and ``kill``."""
+
+    def __init__(self, ranks: RayWorkerGroup, probe: PeerProbe, warm_spares: int) -> None:
+        """``ranks`` must have been made with ``probe`` as its ``lost_ranks`` (:func:`warm_group`)."""
+        self.ranks = ranks
         self.warm_spares = warm_spares
-        self._pool = SparePool(warm_spares, lambda strategy: self._create_actor(strategy, SPARE_RANK),
-                               self._run_spare, self.start_timeout_s)
-        self._probe = PeerProbe()
+        self._probe = probe
+        self._pool = SparePool(warm_spares, lambda strategy: ranks.create_actor(strategy, SPARE_RANK),
+                               self._run_spare, ranks.start_timeout_s)
         self._snapshots: dict[int, int] = {}
         self._buddy_offset = 1
         self._live = False
         self._refill: Optional[Refill] = None
         self._events: list[SpareEvent] = []
         """Spare events of the last recovery, for the next poll."""
-        self.settle_s = 0.1  # survivors do not echo a warm group's deaths: no wait for the root cause
+
+    @property
+    def workers(self) -> list[WorkerInfo]:
+        return self.ranks.workers
 
     def start(self, config: TrainerConfig, plan: ResumePlan) -> list[WorkerInfo]:
         self._config, self._plan = config, plan
-        workers = self._start_ranks(config, plan, extra=self.warm_spares, warm=True)
-        self._live = config.layout(self._world).plain  # a replica's live state serves (trainer/live.py)
-        self._buddy_offset = self.buddy_offset  # the ranks' buddies, as they started: replacements keep them
-        actors, infos = self._spawn(self._extra_strategies, [SPARE_RANK] * len(self._extra_strategies),
-                                    "warm spares")
-        self._pool.add_started(actors, self._extra_strategies, infos)
+        workers = self.ranks.start(config, plan, extra=self.warm_spares, warm=True)
+        self._live = config.layout(self.ranks.world_size).plain  # a replica's live state serves (trainer/live.py)
+        self._buddy_offset = self.ranks.buddy_offset  # the ranks' buddies, as they started: replacements keep them
+        strategies = self.ranks.extra_strategies
+        actors, infos = self.ranks.spawn(strategies, [SPARE_RANK] * len(strategies), "warm spares")
+        self._pool.add_started(actors, list(strategies), infos)
         return workers
 
     def _run_spare(self, actor):
         """Start ``actor`` training as a spare: it builds the model, then waits to be named."""
-        return actor.run_spare.remote(self._config, self._plan, self.wrap_reporter, self._buddy_offset)
+        return actor.run_spare.remote(self._config, self._plan, self.ranks.wrap_reporter, self._buddy_offset)
 
     def poll(self, timeout_s: float) -> GroupPoll:
-        self._send_probes()
-        poll = super().poll(timeout_s)
+        poll = self.ranks.poll(timeout_s)
         for beat in poll.heartbeats:
             held = self._held_step(beat)
             if held is not None:
@@ -121,36 +129,8 @@ class WarmRayWorkerGroup(RayWorkerGroup):
             return beat.step - 1
         return None
 
-    def _send_probes(self) -> None:
-        self._probe.send({rank: actor for rank, actor in enumerate(self._actors) if rank not in self._dead})
-
-    def _drain(self, result: GroupPoll) -> None:
-        """The ranks' reports; probes sent first age while the drain waits for a rank that does
-        not answer (a lost node's never does), and are checked after it."""
-        self._send_probes()
-        super()._drain(result)
-
-    def _heard_waiting(self, rank: int) -> None:
-        """A survivor's drain says it waits: probe the others now; the rest of the drain's wait
-        ages the probes, so a lost node is named in this poll."""
-        self._probe.arm([rank])
-        self._send_probes()
-
-    def _find_unreachable(self, result: GroupPoll) -> None:
-        """Ranks whose node is gone while their peers wait for them (runmgr/workers/liveness.py)."""
-        if not self._actors:
-            return
-        for rank, text in self._probe.check(self._infos).unreachable.items():
-            result.failures.append(WorkerFailure(rank, "died", text, self._infos[rank], time.time()))
-            self._runs = {ref: r for ref, r in self._runs.items() if r != rank}
-            self._lose(rank)
-
-    def _lose(self, rank: int) -> None:
-        super()._lose(rank)
-        self._probe.forget(rank)
-
     def warm_cover(self) -> WarmCover:
-        nodes = {info.rank: node_name(info.node_id) for info in self._infos}
+        nodes = {info.rank: node_name(info.node_id) for info in self.ranks.workers}
         holders = {rank: tuple(dict.fromkeys(nodes[holder] for holder in self._holders(rank))) for rank in nodes}
         spares: dict[str, int] = {}
         for spare in self._pool.ready():
@@ -162,27 +142,24 @@ class WarmRayWorkerGroup(RayWorkerGroup):
     def _holders(self, rank: int) -> tuple[int, ...]:
         """The ranks whose memory holds ``rank``'s snapshot: every replica in plain data parallel,
         else ``rank`` and its buddy (trainer/warm.py)."""
-        return snapshot_holders(rank, self._config.layout(self._world), self._buddy_offset)
+        return snapshot_holders(rank, self._config.layout(self.ranks.world_size), self._buddy_offset)
 
     def recover(self, config: TrainerConfig, plan: ResumePlan, warm: WarmStart) -> list[WorkerInfo]:
         lost = sorted(set(warm.ranks))
-        survivors = [rank for rank in range(self._world) if rank not in lost]
+        survivors = [rank for rank in range(self.ranks.world_size) if rank not in lost]
         spares = self._pool.usable(warm.avoid_nodes)[:len(lost)]
         if len(spares) < len(lost) or not survivors:
             raise WarmRecoveryError(f"{len(spares)} ready spare(s) off the avoided nodes for {len(lost)} lost rank(s)")
         donors = {rank: self._donor(rank, set(lost)) for rank in lost}
         for rank in lost:  # a rank on an excluded node may still live
-            ray.kill(self._actors[rank], no_restart=True)
+            self.ranks.kill(rank)
         self._wait_for_survivors(survivors)
         self._pool.take(spares)
-        freed = [Slot(self._strategies[rank], self._infos[rank].node_id) for rank in lost]
+        workers = self.ranks.workers
+        freed = [Slot(self.ranks.strategy(rank), workers[rank].node_id) for rank in lost]
         for rank, spare in zip(lost, spares):
-            self._actors[rank], self._strategies[rank] = spare.actor, spare.strategy
-            self._infos[rank] = WorkerInfo(rank, spare.info.pid, spare.info.node_id, spare.info.node_ip)
-            self._runs = {ref: r for ref, r in self._runs.items() if r != rank}
-            self._runs[spare.run] = rank
-            self._drains.pop(rank, None)
-            self._dead.discard(rank)
+            info = WorkerInfo(rank, spare.info.pid, spare.info.node_id, spare.info.node_ip)
+            self.ranks.replace(rank, spare.actor, spare.strategy, info, spare.run)
         self._answer(plan, warm, donors)
         self._plan_refill(warm, lost, freed)
         self._probe.reset()
@@ -199,10 +176,11 @@ class WarmRayWorkerGroup(RayWorkerGroup):
     def _answer(self, plan: ResumePlan, warm: WarmStart, donors: dict[int, int]) -> None:
         """Tell every rank where the group re-forms: a fresh port on rank 0's node, each replaced
         rank's donor, never past ``warm.step``."""
-        port = ray_cluster.get_while_head_lives([self._actors[0].reserve_port.remote()], self.start_timeout_s)[0]
-        master = self._infos[0].node_ip
-        for rank, actor in enumerate(self._actors):
-            actor.answer.remote(Rejoin(DistEnv(rank, self._world, 0, master, port), plan, donors, warm.step))
+        port = ray_cluster.get_while_head_lives([self.ranks.actor(0).reserve_port.remote()],
+                                                self.ranks.start_timeout_s)[0]
+        master, world = self.ranks.workers[0].node_ip, self.ranks.world_size
+        for rank in range(world):
+            self.ranks.actor(rank).answer.remote(Rejoin(DistEnv(rank, world, 0, master, port), plan, donors, warm.step))
 
     def _plan_refill(self, warm: WarmStart, lost: list[int], freed: list[Slot]) -> None:
         """New spares for the slots the lost ranks left, once the group has stepped; a slot on a
@@ -223,8 +201,8 @@ class WarmRayWorkerGroup(RayWorkerGroup):
         deadline = time.monotonic() + SURVIVOR_WAIT_S
         pending = set(survivors)
         while pending:
-            answers = ray_cluster.get_while_head_lives([self._actors[r].waiting.remote() for r in sorted(pending)],
-                                                       self.start_timeout_s)
+            answers = ray_cluster.get_while_head_lives([self.ranks.actor(r).waiting.remote() for r in sorted(pending)],
+                                                       self.ranks.start_timeout_s)
             pending = {rank for rank, waiting in zip(sorted(pending), answers) if not waiting}
             if pending and time.monotonic() > deadline:
                 raise WarmRecoveryError(f"rank(s) {sorted(pending)} did not notice the lost peer within "
@@ -235,4 +213,12 @@ class WarmRayWorkerGroup(RayWorkerGroup):
     def shutdown(self) -> None:
         self._pool.shutdown()
         self._refill = None
-        super().shutdown()
+        self.ranks.shutdown()
+
+
+def warm_group(*args, warm_spares: int, **kwargs) -> WarmRayWorkerGroup:
+    """A warm group over a :class:`RayWorkerGroup` of ``args`` and ``kwargs`` whose lost ranks its
+    liveness probe names."""
+    probe = PeerProbe()
+    ranks = RayWorkerGroup(*args, lost_ranks=probe, settle_s=WARM_SETTLE_S, **kwargs)
+    return WarmRayWorkerGroup(ranks, probe, warm_spares)

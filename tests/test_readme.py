@@ -22,7 +22,9 @@ why:
 - ``--k8s-label`` runs as written with no Kubernetes API in reach (the one
   line that says so, exit 2): pointed at a real cluster it would label its
   nodes. tests/runmgr/healthcheck/test_k8s.py runs it against a local fake.
-- ``torchrun ... conf=demo`` trains 4 steps instead of 200.
+- ``torchrun ... conf=demo`` trains 4 steps instead of 200; so does the
+  ``trainer.kind=megatron`` launch, on the session's Ray and without probes
+  (the small run's launch starts a local Ray and probes it, as written).
 - ``runmgr simulate ettr`` simulates 2,048 devices, not 16,384 (over a minute of
   sweeps); tests/runmgr/simulate checks the simulator itself.
 - The "Running on Kubernetes" lines (docker, kind, kubectl) need a Docker
@@ -53,6 +55,11 @@ RUN = "readme"
 TRAIN_ITERS = 30
 TINY = ["chaos=none", f"training.train_iters={TRAIN_ITERS}", "cluster.local_nodes=1", "checkpoint.save_interval=10"]
 """The ``[key=value ...]`` of the small run: no faults, 30 steps, one local Ray node."""
+MEGATRON_ITERS = 4
+MEGATRON_TINY = ["chaos=none", f"training.train_iters={MEGATRON_ITERS}", "checkpoint.save_interval=2",
+                 "health.skip=true"]
+"""The Megatron launch's: its torchrun job to step 4 on the session's Ray, the probes skipped (the
+small run's launch probed this machine)."""
 
 
 def normalise(command: str) -> str:
@@ -91,6 +98,8 @@ class Context:
     text: Path
     metrics: Path
     tokenizer: Path
+    ray_address: str
+    """The session's Ray, for a launch that need not start its own (the small run starts its own)."""
 
     def runmgr(self, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
         return cli.runmgr(*args, cwd=self.cwd, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
@@ -114,13 +123,13 @@ def save_tokenizer(directory: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def ctx(tmp_path_factory) -> Context:
+def ctx(tmp_path_factory, shared_ray) -> Context:
     """The table's ``runmgr launch conf=NAME [key=value ...]``, run once: the small run."""
     cwd = tmp_path_factory.mktemp("readme")
     (cwd / "conf").symlink_to(ROOT / "conf")
     (cwd / "notes.txt").write_text("A first paragraph.\n\nA second one.\n", encoding="utf-8")
     save_tokenizer(cwd / "tokenizer")
-    context = Context(cwd, cwd / "notes.txt", cwd / "metrics.jsonl", cwd / "tokenizer")
+    context = Context(cwd, cwd / "notes.txt", cwd / "metrics.jsonl", cwd / "tokenizer", shared_ray.address)
     launched = context.ok("launch", "conf=demo", f"run.name={RUN}", *TINY)
     assert "finished" in launched.stdout and f"logbook: runmgr logbook show runs/{RUN}" in launched.stdout
     context.metrics.write_text(context.ok("logbook", "metrics", RUN, "--json").stdout)
@@ -324,8 +333,9 @@ def case_torchrun(ctx: Context) -> None:
 
 def case_launch_megatron(ctx: Context) -> None:
     run = f"{RUN}-megatron"
-    launched = ctx.ok("launch", "conf=demo", "trainer.kind=megatron", f"run.name={run}", *TINY)
-    assert f"sub-run 1.00 reached step {TRAIN_ITERS}" in launched.stdout
+    launched = ctx.ok("launch", "conf=demo", "trainer.kind=megatron", f"run.name={run}", *MEGATRON_TINY,
+                      f"cluster.address={ctx.ray_address}")
+    assert f"sub-run 1.00 reached step {MEGATRON_ITERS}" in launched.stdout
     events = [json.loads(line) for line in ctx.ok("logbook", "events", run, "--json").stdout.splitlines()]
     commands = [e["data"]["argv"] for e in events if e["type"] == "event" and e["kind"] == "command"]
     assert commands and all("torch.distributed.run" in argv and "trainer" in argv for argv in commands)

@@ -200,9 +200,11 @@ def test_the_timeline_tells_the_story(chaos_run):
 
 
 @pytest.fixture(scope="module")
-def lr_blowup_run(tmp_path_factory) -> dict:
-    """seed 000's too-high LR: the peak LR 300x too high, reached at step 120."""
-    run = LaunchedRun(tmp_path_factory.mktemp("lr-blowup") / "lr_blowup", base=LR_BLOWUP).start()
+def lr_blowup_run(tmp_path_factory, shared_ray) -> dict:
+    """seed 000's too-high LR: the peak LR 300x too high, reached at step 120. On the session's
+    Ray (tests/conftest.py): the remedies restart the ranks, never the cluster."""
+    run = LaunchedRun(tmp_path_factory.mktemp("lr-blowup") / "lr_blowup", base=LR_BLOWUP,
+                      extra=[f"cluster.address={shared_ray.address}"]).start()
     code = run.wait(timeout=600)
     return {"code": code, "run": run, "events": runmgr_json_lines("logbook", "events", str(run.run_dir), "--json"),
             "output": run.output()}

@@ -1,5 +1,5 @@
 """`runmgr logbook compare` on real runs (issue 13, must-show 2): real `runmgr launch`
-runs of the demo model on a local Ray, 30 steps, no faults.
+runs of the demo model on a local Ray, 20 steps, no faults.
 
 - two deterministic runs of the same config: ``identical``;
 - ``optim.weight_decay`` changed: ``diverging from step N``, N the step where the
@@ -30,7 +30,7 @@ from tests.e2e.harness import E2E_OVERRIDES, ROOT, LaunchedRun
 
 pytestmark = pytest.mark.slow
 
-STEPS = 30
+STEPS = 20
 BASE = [o for o in E2E_OVERRIDES if not o.startswith("training.train_iters=")] + [f"training.train_iters={STEPS}"]
 RUNS = {
     "ref": [],

@@ -82,46 +82,51 @@ def test_a_flag_the_script_refuses_needs_a_person_after_one_try_in_the_job_s_wor
 
 
 def test_thirty_skipped_iterations_after_a_rollback_are_not_a_hang(tmp_path, shared_ray):
-    # The data of iterations 45-59 is bad: the loss spikes there, the demo policy rolls back to
-    # checkpoint 30 and skips 5 iterations' samples before the onset to 25 after: iterations 40-69,
-    # each a silent dummy step of 0.3 s (9 s in all) where the demo's hang window is 5 s.
-    bad = f"{44 * BATCH}-{59 * BATCH}"
-    run = launch(tmp_path, shared_ray, "skips", 80, "megatron.env.STANDIN_ITER_S=0.1",
+    # The data of iterations 25-39 is bad (after the demo watcher's 10 steps of history): the loss
+    # spikes there, the demo policy rolls back to checkpoint 10 and skips 5 iterations' samples
+    # before the onset to 25 after: iterations 20-49, each a silent dummy step of 0.3 s (9 s in all)
+    # where the demo's hang window is 5 s (its floor: the trained iterations take 0.02 s). The run
+    # ends 6 iterations after them.
+    bad = f"{24 * BATCH}-{39 * BATCH}"
+    run = launch(tmp_path, shared_ray, "skips", 55, "megatron.env.STANDIN_ITER_S=0.02",
                  "megatron.env.STANDIN_SKIP_ITER_S=0.3", f"megatron.env.STANDIN_BAD_SAMPLES={bad}")
     assert run["code"] == 0 and no_traceback(run["output"]), run["output"][-3000:]
     kinds = [(i["kind"], i["subrun"]) for i in incidents(run["events"])]
     assert ("loss_spike", "1.00") in kinds and not any(kind == "hang" for kind, _ in kinds), kinds
     resumed = [s for s in of_type(run["events"], "subrun_start") if s["subrun"] == "1.01"]
-    assert resumed and resumed[0]["start_step"] == 30
+    assert resumed and resumed[0]["start_step"] == 10
     argv = next(e["data"]["argv"] for e in of_type(run["events"], "event")
                 if e["kind"] == "command" and e["subrun"] == "1.01")
     skipped = argv[argv.index("--iterations-to-skip") + 1:]
-    assert skipped[:30] == [str(i) for i in range(40, 70)]
+    assert skipped[:30] == [str(i) for i in range(20, 50)]
     ends = of_type(run["events"], "subrun_end")
-    assert ends[-1]["subrun"] == "1.01" and ends[-1]["end_state"] == "finished" and ends[-1]["last_step"] == 80
+    assert ends[-1]["subrun"] == "1.01" and ends[-1]["end_state"] == "finished" and ends[-1]["last_step"] == 55
 
 
 def test_a_job_that_finishes_is_finished_though_one_node_ends_long_before_the_other(tmp_path, shared_ray):
     # Rank 1 (node 1) exits right after the last iteration; rank 0 stays 8 s more (its teardown),
     # longer than the demo's hang window, printing one line at its end. (The environment is given
     # as one mapping, megatron.env={K: V, ...}, as a user would write it.)
-    run = launch(tmp_path, shared_ray, "finish", 40,
+    run = launch(tmp_path, shared_ray, "finish", 20,
                  "megatron.env={STANDIN_SLOW_FINISH_RANK: 0, STANDIN_SLOW_FINISH_S: 8}")
     assert run["code"] == 0 and no_traceback(run["output"]), run["output"][-3000:]
     assert incidents(run["events"]) == []
     envs = [e["data"]["env"] for e in of_type(run["events"], "event") if e["kind"] == "command"]
     assert envs and all(env["STANDIN_SLOW_FINISH_S"] == "8" for env in envs)  # the mapping reached every node
     (end,) = of_type(run["events"], "subrun_end")
-    assert (end["subrun"], end["end_state"], end["last_step"]) == ("1.00", "finished", 40)
+    assert (end["subrun"], end["end_state"], end["last_step"]) == ("1.00", "finished", 20)
 
 
 def test_exit_0_before_train_iters_is_an_incident_restarted_once_from_what_it_saved(tmp_path, shared_ray):
-    run = launch(tmp_path, shared_ray, "early", 40, "megatron.env.STANDIN_EXIT_AFTER=25")
+    # The exits are the run's own moments: a step-phase hang window of a minute keeps a loaded machine's
+    # late report of an exit from being taken for a hang (seen: 5 s at a load of 17 on 2 cores).
+    run = launch(tmp_path, shared_ray, "early", 20, "megatron.env.STANDIN_EXIT_AFTER=15",
+                 "watcher.hang.step={initial_s: 60.0, min_s: 60.0, max_s: 60.0}")
     assert run["code"] == 1 and no_traceback(run["output"]), run["output"][-3000:]
     first, second = incidents(run["events"])
-    assert (first["kind"], first["step"], second["kind"], second["step"]) == ("early_exit", 25, "early_exit", 25)
+    assert (first["kind"], first["step"], second["kind"], second["step"]) == ("early_exit", 15, "early_exit", 15)
     decisions = [d["action"] for d in of_type(run["events"], "decision")]
-    assert decisions == ["restart", "abort"]  # it saved step 20 first; the second time nothing newer
+    assert decisions == ["restart", "abort"]  # it saved step 10 first; the second time nothing newer
     assert evidence(first)["saved_since_start"] and not evidence(second)["saved_since_start"]
     ends = of_type(run["events"], "subrun_end")
     assert [e["end_state"] for e in ends] == ["restarting", "failed"]
@@ -142,7 +147,7 @@ def test_a_job_that_prints_garbage_and_exits_0_is_not_finished_at_step_0(tmp_pat
 
 def test_a_silent_job_needs_a_person_after_one_try_with_its_stacks(tmp_path, shared_ray):
     run = launch(tmp_path, shared_ray, "silent", 40, "megatron.env.STANDIN_BEHAVIOUR=silent",
-                 "watcher.hang.init={initial_s: 8.0, min_s: 1.0, max_s: 60.0}")
+                 "watcher.hang.init={initial_s: 4.0, min_s: 1.0, max_s: 60.0}")
     assert run["code"] == 1 and no_traceback(run["output"]), run["output"][-3000:]
     (hang,) = incidents(run["events"])
     assert hang["kind"] == "hang" and evidence(hang)["never_stepped"] is True
@@ -157,11 +162,14 @@ def test_a_silent_job_needs_a_person_after_one_try_with_its_stacks(tmp_path, sha
 def test_a_forced_lr_cut_on_a_job_without_lr_is_passed_over_with_its_reason(tmp_path, shared_ray):
     # The job gives no --lr: lint refuses the demo ladder's LR cut at launch (tests/runmgr/lint);
     # forced, the second instability in a row passes the lower_lr rung over to the optimizer reset.
-    bad = f"{44 * BATCH}-{59 * BATCH},{74 * BATCH}-{89 * BATCH}"
-    no_lr = ["--save", str(tmp_path / "nolr-ckpt"), "--train-iters", "120", "--global-batch-size", str(BATCH),
+    # Iterations 25-39 are bad: rolled back to 10, iterations 20-49 skipped; then 60-74: rolled back
+    # to 50 (saved after the first skip), iterations 55-84 skipped; the run ends 6 iterations after.
+    bad = f"{24 * BATCH}-{39 * BATCH},{59 * BATCH}-{74 * BATCH}"
+    no_lr = ["--save", str(tmp_path / "nolr-ckpt"), "--train-iters", "90", "--global-batch-size", str(BATCH),
              "--save-interval", "10", "--log-interval", "1"]
-    run = launch(tmp_path, shared_ray, "nolr", 120, "lint.ignore=[remedy-lr-cut]",
-                 "megatron.args=[" + ",".join(no_lr) + "]", f"megatron.env.STANDIN_BAD_SAMPLES={bad}")
+    run = launch(tmp_path, shared_ray, "nolr", 90, "lint.ignore=[remedy-lr-cut]",
+                 "megatron.args=[" + ",".join(no_lr) + "]", f"megatron.env.STANDIN_BAD_SAMPLES={bad}",
+                 "megatron.env.STANDIN_ITER_S=0.02", "megatron.env.STANDIN_SKIP_ITER_S=0.02")
     assert run["code"] == 0 and no_traceback(run["output"]), run["output"][-3000:]
     climbed = [d for d in of_type(run["events"], "decision") if d["action"] != "ignore"]
     assert [d["action"] for d in climbed] == ["rollback_skip", "reset_optimizer"]

@@ -2,11 +2,16 @@
 a local Ray with a chaos schedule, and the logbook says it is a rehearsal of run12.
 
 run12's kinds of parallelism at degree 2: TP 2 x DP 2 with FSDP2, 4 ranks. Kept small for CI on
-2 cores: 40 steps, one fault (kill -9 of rank 1 at step 30). The whole schedule (conf/chaos/
-rehearsal.yaml, 200 steps) is `runmgr launch conf=run12 --rehearse`, run by hand (docs/parallel.md)."""
+2 cores: 16 steps, a checkpoint every 5, one fault (kill -9 of rank 1 at step 8, resumed from a
+checkpoint before it). A rehearsal takes its schedule by name from the config directory
+(``rehearse.chaos``), so the test runs on a copy of conf/ with that one-fault schedule added
+(:data:`SCHEDULE`); conf/chaos/kill_worker.yaml's kill at step 30 would triple the steps. The
+whole schedule (conf/chaos/rehearsal.yaml, 200 steps) is `runmgr launch conf=run12 --rehearse`,
+run by hand (docs/parallel.md)."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,17 +24,26 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 
-STEPS = 40
-SMALL = [f"rehearse.train_iters={STEPS}", "rehearse.chaos=kill_worker", "health.skip=true",
-         "data.corpus_max_bytes=400000"]
+STEPS = 16
+SCHEDULE = "ci_kill_worker"
+"""conf/chaos/kill_worker.yaml's fault, earlier: kill -9 of rank 1 at step 8."""
+SMALL = [f"rehearse.train_iters={STEPS}", "rehearse.save_interval=5", f"rehearse.chaos={SCHEDULE}",
+         "health.skip=true", "data.corpus_max_bytes=400000"]
 """The rehearsal's sizes for CI, and two settings of the real run a rehearsal keeps (no node
 probes: the chaos is the test; a smaller slice of the embedded corpus)."""
 
 
+def config_dir(tmp_path: Path) -> Path:
+    """The repository's conf/, copied, with :data:`SCHEDULE` in its chaos/."""
+    conf = shutil.copytree(ROOT / "conf", tmp_path / "conf")
+    (conf / "chaos" / f"{SCHEDULE}.yaml").write_text("faults:\n  - {kind: kill_worker, at_step: 8, rank: 1}\nseed: 0\n")
+    return conf
+
+
 def test_a_rehearsal_of_run12_finishes_past_its_chaos_and_the_logbook_marks_it(tmp_path):
+    conf = config_dir(tmp_path)
     result = subprocess.run(
-        [sys.executable, "-m", "runmgr", "launch", "conf=run12", "--rehearse", "--config-dir", str(ROOT / "conf"),
-         *SMALL],
+        [sys.executable, "-m", "runmgr", "launch", "conf=run12", "--rehearse", "--config-dir", str(conf), *SMALL],
         cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     run_dir = tmp_path / "runs" / "run12-rehearsal"  # never the real run's directory

@@ -23,6 +23,16 @@ pytestmark = pytest.mark.slow
 
 WARM = ["controller.warm_spares=1", "checkpoint.memory_interval=1", pauses_after(15, 25)]
 WARM_ONCE = ["controller.warm_spares=1", "checkpoint.memory_interval=1", pause_after(15)]
+HALF_A_CPU = "cluster.cpus_per_worker=0.5"
+"""On the session's Ray of 2 CPUs (tests/conftest.py: a killed rank is no reconfigured cluster),
+the two ranks and the spare each reserve half a CPU: the spare needs a third slot beside the ranks.
+Ray gives an actor of half a CPU one thread, as it does one of a whole CPU (OMP_NUM_THREADS=1), so
+the losses stay those of the reference, whose ranks reserved a whole CPU each, bit for bit."""
+
+
+def on_shared_ray(shared_ray) -> list[str]:
+    """The overrides that put a warm run (two ranks and a spare) on the session's Ray."""
+    return [f"cluster.address={shared_ray.address}", HALF_A_CPU]
 
 
 def kill_rank(status: dict, rank: int) -> int:
@@ -32,9 +42,8 @@ def kill_rank(status: dict, rank: int) -> int:
     return pid
 
 
-def test_two_killed_ranks_are_replaced_warm_by_the_spare_and_its_refill(tmp_path, reference_losses):
-    # Its own local Ray: the spare needs a third CPU slot beside the two ranks.
-    run = LaunchedRun(tmp_path / "warm", extra=WARM).start()
+def test_two_killed_ranks_are_replaced_warm_by_the_spare_and_its_refill(tmp_path, reference_losses, shared_ray):
+    run = LaunchedRun(tmp_path / "warm", extra=[*WARM, *on_shared_ray(shared_ray)]).start()
     run.wait_for(lambda s: s.get("ready_spares") == 1, what="the spare ready")
     kill_rank(run.wait_paused(15), 0)
     run.release(15)  # rank 1 goes on into step 16's collectives, finds its peer gone and waits
@@ -75,10 +84,10 @@ ZERO1 = ["parallel.use_distributed_optimizer=true"]
 def test_a_killed_zero1_rank_is_replaced_from_its_buddy_s_copy_of_its_shard(tmp_path, shared_ray):
     # ZeRO-1: each rank holds half of AdamW's state, which no replica holds; its buddy (the other
     # rank) keeps a copy of its snapshot and is the donor. The unbroken run of the same config is
-    # the reference (on the session's Ray: it needs no spare).
+    # the reference.
     unbroken = LaunchedRun(tmp_path / "unbroken", extra=[*ZERO1, f"cluster.address={shared_ray.address}"]).start()
     assert unbroken.wait() == 0, unbroken.output()[-3000:]
-    run = LaunchedRun(tmp_path / "warm", extra=[*WARM_ONCE, *ZERO1]).start()
+    run = LaunchedRun(tmp_path / "warm", extra=[*WARM_ONCE, *ZERO1, *on_shared_ray(shared_ray)]).start()
     run.wait_for(lambda s: s.get("ready_spares") == 1, what="the spare ready")
     status = run.wait_paused(15)
     os.kill(next(w["pid"] for w in status["workers"] if w["rank"] == 1), signal.SIGKILL)

@@ -1,42 +1,84 @@
 """Checkpoints that fail differently than expected, on real `runmgr launch`
 relaunches: a shard that cannot be read, a checkpoint whose data disagree with
 its manifest, and a crafted DCP ``.metadata`` whose pickle would run code.
-Each is rejected, the previous checkpoint is used, the logbook names the
+Each is rejected, an older checkpoint is used, the logbook names the
 rejection, and the kept losses are bit for bit those of an uninterrupted run.
 
 One run is stopped once (its driver killed while every rank waits after step
-30: checkpoints 10 and 20 verified, the logbook at step 30); each test damages
-step 20 of its own copy of that run directory and relaunches it."""
+35: checkpoints 10, 20 and 30 verified, saved synchronously so that 30 is
+written before the ranks wait). Two relaunches of copies of its run directory
+share that stop: in one, checkpoint 30's ``.metadata`` is crafted and a shard
+of 20 is unreadable, so that the driver rejects each with its own reason and
+starts from 10; in the other, 30 holds 20's data under its own manifest, which
+only the trainer can tell. The relaunches neither kill nor reconfigure their
+cluster: they run on the session's shared Ray; the stopped run, whose driver
+is killed, has its own, and its kill -9 is also the orphans' case: no process
+of that Ray (GCS, raylet, Ray's agents, the ranks, the device poller) is alive
+15 s later; the reaper started with that Ray ends them. The head's death is the
+other case: tests/faults/test_head_death.py."""
 
 from __future__ import annotations
 
 import shutil
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.harness import LaunchedRun, kept_losses, pause_after, pid_gone, runmgr_json_lines, runmgr_text
 from tests.faults.checkpoint_damage import craft_metadata, reader_prefix, rewrite_manifest
+from tests.faults.ray_processes import Process, descendants, survivors_at
 from trainer.manifest import DCP_METADATA_NAME, MANIFEST_NAME
 
 pytestmark = pytest.mark.slow
 
-KEEP_ALL = ["checkpoint.keep_last=10"]  # the previous checkpoint must be there to fall back to
-STOPPED_AT = 30
-DAMAGED, PREVIOUS = "step_00000020", "step_00000010"
+# keep_last=10: the older checkpoints must be there to fall back to. Synchronous saves:
+# checkpoint 30 is written before the ranks wait after step 35 (the losses are the same).
+KEEP_ALL = ["checkpoint.keep_last=10", "checkpoint.async_save=false"]
+STOPPED_AT = 35
+NEWEST, MIDDLE, OLDEST = "step_00000030", "step_00000020", "step_00000010"
+NO_ORPHAN_AFTER_S = 15
+
+
+@dataclass
+class Killed:
+    """The processes of the stopped run's own Ray just before its driver's kill -9, and those alive 15 s later."""
+
+    ray_processes: dict[Process, str]
+    worker_pids: set[int]
+    survivors: dict[Process, str]
 
 
 @pytest.fixture(scope="module")
-def stopped_run(tmp_path_factory) -> Path:
-    """A run whose driver was killed while the ranks waited after step 30."""
+def killed(tmp_path_factory) -> tuple[Path, Killed]:
+    """A run whose driver was killed while the ranks waited after step 35; its Ray's processes."""
     run = LaunchedRun(tmp_path_factory.mktemp("ckfaults") / "stopped", extra=[*KEEP_ALL, pause_after(STOPPED_AT)])
     status = run.start().wait_paused(STOPPED_AT)
+    ray_processes = descendants(run.proc.pid)
     run.kill_driver()
+    survivors = survivors_at(ray_processes, time.time() + NO_ORPHAN_AFTER_S)
     assert all(pid_gone(w["pid"]) for w in status["workers"]), "workers outlived their driver"
     run.release(STOPPED_AT)  # a relaunch must not wait there again
     checkpoints = run.run_dir / "checkpoints"
-    assert [p.name for p in sorted(checkpoints.glob("step_*")) if (p / MANIFEST_NAME).is_file()] == [PREVIOUS, DAMAGED]
-    return run.run_dir
+    assert [p.name for p in sorted(checkpoints.glob("step_*")) if (p / MANIFEST_NAME).is_file()] == [
+        OLDEST, MIDDLE, NEWEST]
+    return run.run_dir, Killed(ray_processes, {w["pid"] for w in status["workers"]}, survivors)
+
+
+@pytest.fixture(scope="module")
+def stopped_run(killed) -> Path:
+    """The stopped run's directory (each test damages a copy of it)."""
+    return killed[0]
+
+
+def test_no_process_of_the_runs_ray_outlives_a_killed_driver_by_15_s(killed):
+    found = killed[1]
+    names = set(found.ray_processes.values())
+    # what used to outlive the driver by 60-120 s: Ray's agents and the device poller
+    assert {"gcs_server", "raylet", "ray::DashboardAgent", "ray::RuntimeEnvAgent", "ray::DevicePoller"} <= names
+    assert found.worker_pids <= {pid for pid, _ in found.ray_processes}
+    assert found.survivors == {}
 
 
 def copy_of(stopped: Path, tmp_path: Path, name: str) -> Path:
@@ -45,9 +87,9 @@ def copy_of(stopped: Path, tmp_path: Path, name: str) -> Path:
     return target
 
 
-def relaunch(run_dir: Path, prefix: list[str] | None = None) -> list[dict]:
-    """The same `runmgr launch` again over ``run_dir``, to the end; the logbook's events."""
-    run = LaunchedRun(run_dir, extra=KEEP_ALL)
+def relaunch(run_dir: Path, shared_ray, prefix: list[str] | None = None) -> list[dict]:
+    """The same `runmgr launch` again over ``run_dir`` (on the shared Ray), to the end; the logbook's events."""
+    run = LaunchedRun(run_dir, extra=[*KEEP_ALL, f"cluster.address={shared_ray.address}"])
     run.args = [*(prefix or []), *run.args]
     assert run.start().wait() == 0, run.output()[-3000:]
     return runmgr_json_lines("logbook", "events", str(run_dir), "--json")
@@ -55,8 +97,7 @@ def relaunch(run_dir: Path, prefix: list[str] | None = None) -> list[dict]:
 
 def rejections(events: list[dict], subrun: str) -> dict[str, str]:
     """``{checkpoint name: reason}`` of the checkpoints ``subrun`` passed over."""
-    start = next(e for e in events if e["type"] == "subrun_start" and e["subrun"] == subrun)
-    return {Path(path).name: reason for path, reason in start["evidence"]["rejected_checkpoints"]}
+    return {Path(path).name: reason for path, reason in start_of(events, subrun)["evidence"]["rejected_checkpoints"]}
 
 
 def start_of(events: list[dict], subrun: str) -> dict:
@@ -67,58 +108,63 @@ def ends(events: list[dict]) -> dict[str, str]:
     return {e["subrun"]: e["end_state"] for e in events if e["type"] == "subrun_end"}
 
 
-def test_an_unreadable_shard_is_rejected_and_the_previous_checkpoint_used(stopped_run, tmp_path, reference_losses):
-    run_dir = copy_of(stopped_run, tmp_path, "unreadable")
-    shard = max((run_dir / "checkpoints" / DAMAGED).glob("*.distcp"), key=lambda p: p.stat().st_size)
+@pytest.fixture(scope="module")
+def rejected_by_the_driver(stopped_run, tmp_path_factory, shared_ray) -> dict:
+    """A relaunch over a copy whose checkpoint 30 has a crafted ``.metadata`` and whose 20 has an
+    unreadable shard: its events, run directory, the shard and the marker the pickle would create."""
+    tmp = tmp_path_factory.mktemp("driver-rejects")
+    run_dir = copy_of(stopped_run, tmp, "crafted-and-unreadable")
+    marker = tmp / "code-ran"
+    craft_metadata(run_dir / "checkpoints" / NEWEST, marker)  # the manifest vouches for it
+    shard = max((run_dir / "checkpoints" / MIDDLE).glob("*.distcp"), key=lambda p: p.stat().st_size)
     shard.chmod(0)
+    events = relaunch(run_dir, shared_ray, reader_prefix())  # as root: without the capabilities that read it anyway
+    return {"events": events, "run_dir": run_dir, "shard": shard, "marker": marker}
 
-    events = relaunch(run_dir, reader_prefix())  # as root: without the capabilities that read it anyway
 
-    assert f"file {shard.name} cannot be read (Permission denied)" in rejections(events, "1.01")[DAMAGED]
-    assert start_of(events, "1.01")["start_checkpoint"].endswith(PREVIOUS)
+def test_an_unreadable_shard_is_rejected_and_an_older_checkpoint_used(rejected_by_the_driver, reference_losses):
+    events, run_dir, shard = (rejected_by_the_driver[k] for k in ("events", "run_dir", "shard"))
+    assert f"file {shard.name} cannot be read (Permission denied)" in rejections(events, "1.01")[MIDDLE]
+    assert start_of(events, "1.01")["start_checkpoint"].endswith(OLDEST)
     assert ends(events) == {"1.00": "abandoned", "1.01": "finished"}
     assert kept_losses(run_dir) == reference_losses
     timeline = " ".join(runmgr_text("logbook", "show", str(run_dir)).split())  # as read, not as wrapped
-    assert f"rejected {DAMAGED}: {DAMAGED}: file {shard.name} cannot be read" in timeline
+    assert f"rejected {MIDDLE}: {MIDDLE}: file {shard.name} cannot be read" in timeline
 
 
-def test_a_checkpoint_whose_data_disagree_with_its_manifest_is_rejected_once(stopped_run, tmp_path,
+def test_a_crafted_metadata_is_refused_runs_no_code_and_an_older_checkpoint_is_used(rejected_by_the_driver):
+    events = rejected_by_the_driver["events"]
+    assert not rejected_by_the_driver["marker"].exists()
+    reason = rejections(events, "1.01")[NEWEST]
+    assert "is not plain DCP metadata: it asks for io.open" in reason and "not code to run" in reason
+    # each damaged checkpoint rejected once, with its own reason, newest first; 10 is used
+    assert list(rejections(events, "1.01")) == [NEWEST, MIDDLE]
+    assert start_of(events, "1.01")["start_checkpoint"].endswith(OLDEST)
+    assert ends(events) == {"1.00": "abandoned", "1.01": "finished"}
+    # its bit-for-bit losses: test_an_unreadable_shard_is_rejected_and_an_older_checkpoint_used (the same run)
+
+
+def test_a_checkpoint_whose_data_disagree_with_its_manifest_is_rejected_once(stopped_run, tmp_path, shared_ray,
                                                                             reference_losses):
     run_dir = copy_of(stopped_run, tmp_path, "inconsistent")
-    damaged, previous = run_dir / "checkpoints" / DAMAGED, run_dir / "checkpoints" / PREVIOUS
+    damaged, previous = run_dir / "checkpoints" / NEWEST, run_dir / "checkpoints" / MIDDLE
     for data in [*damaged.glob("*.distcp"), damaged / DCP_METADATA_NAME]:
         data.unlink()
     for data in [*previous.glob("*.distcp"), previous / DCP_METADATA_NAME]:
-        shutil.copy2(data, damaged / data.name)  # step 10's data under step 20's manifest ...
+        shutil.copy2(data, damaged / data.name)  # step 20's data under step 30's manifest ...
     rewrite_manifest(damaged)  # ... whose sizes and hashes now match: only the trainer can tell
 
-    events = relaunch(run_dir)
+    events = relaunch(run_dir, shared_ray)
 
-    # 1.01 starts from step 20, its trainer refuses it; one rejection, no restart storm.
+    # 1.01 starts from step 30, its trainer refuses it; one rejection, no restart storm.
     assert ends(events) == {"1.00": "abandoned", "1.01": "restarting", "1.02": "finished"}
-    assert start_of(events, "1.01")["start_checkpoint"].endswith(DAMAGED)
+    assert start_of(events, "1.01")["start_checkpoint"].endswith(NEWEST)
     incident = start_of(events, "1.02")["evidence"]["incident"]
     assert incident["evidence"]["category"] == "checkpoint"
     assert Path(incident["evidence"]["checkpoint"]) == damaged.resolve()
-    assert "its data hold step 10, its manifest says 20" in incident["description"]
-    assert start_of(events, "1.02")["start_checkpoint"].endswith(PREVIOUS)
-    assert DAMAGED in rejections(events, "1.02")
+    assert "its data hold step 20, its manifest says 30" in incident["description"]
+    assert start_of(events, "1.02")["start_checkpoint"].endswith(MIDDLE)
+    assert NEWEST in rejections(events, "1.02")
     assert kept_losses(run_dir) == reference_losses
     timeline = " ".join(runmgr_text("logbook", "show", str(run_dir)).split())  # as read, not as wrapped
-    assert f"reject checkpoint checkpoints/{DAMAGED}" in timeline and f"rejected {DAMAGED}" in timeline
-
-
-def test_a_crafted_metadata_is_refused_runs_no_code_and_the_previous_checkpoint_is_used(stopped_run, tmp_path,
-                                                                                      reference_losses):
-    run_dir = copy_of(stopped_run, tmp_path, "crafted")
-    marker = tmp_path / "code-ran"
-    craft_metadata(run_dir / "checkpoints" / DAMAGED, marker)  # the manifest vouches for it
-
-    events = relaunch(run_dir)
-
-    assert not marker.exists()
-    reason = rejections(events, "1.01")[DAMAGED]
-    assert "is not plain DCP metadata: it asks for io.open" in reason and "not code to run" in reason
-    assert start_of(events, "1.01")["start_checkpoint"].endswith(PREVIOUS)
-    assert ends(events) == {"1.00": "abandoned", "1.01": "finished"}
-    assert kept_losses(run_dir) == reference_losses
+    assert f"reject checkpoint checkpoints/{NEWEST}" in timeline and f"rejected {NEWEST}" in timeline

@@ -5,8 +5,8 @@ its driver's process is gone (or, for a driver on another machine, when Ray no
 longer counts its job alive).
 
 The run trains beside four busy loops on this machine's cores, with a lease of
-one second; at step 10 the driver gets no CPU at all (SIGSTOP) for three
-leases; at step 30 it is killed with kill -9."""
+one second; at step 5 the driver gets no CPU at all (SIGSTOP) for three
+leases; at step 8, once the same ranks trained on after it, it is killed with kill -9."""
 
 from __future__ import annotations
 
@@ -26,9 +26,10 @@ pytestmark = pytest.mark.slow
 
 LEASE_S = 1.0
 MARGIN_S = 10.0
-PAUSES = {10: "0:pause_at_step@10", 30: "1:pause_at_step@30"}
+STARVED_AT, KILLED_AT = 5, 8
+PAUSES = {STARVED_AT: f"0:pause_at_step@{STARVED_AT}", KILLED_AT: f"1:pause_at_step@{KILLED_AT}"}
 EXTRA = [f"controller.worker_lease_s={LEASE_S}", "controller.poll_interval_s=0.05",
-         "chaos.faults=[{kind: pause_at_step, at_step: 10}, {kind: pause_at_step, at_step: 30}]"]
+         "chaos.faults=[" + ", ".join(f"{{kind: pause_at_step, at_step: {step}}}" for step in PAUSES) + "]"]
 
 
 @pytest.fixture
@@ -53,20 +54,20 @@ def wait_paused(run: LaunchedRun, step: int) -> dict:
 
 def test_a_starved_driver_keeps_its_workers_and_a_killed_one_loses_them_within_the_lease(tmp_path, busy_cpu):
     run = LaunchedRun(tmp_path / "starved", extra=EXTRA).start()
-    workers = wait_paused(run, 10)["workers"]
+    workers = wait_paused(run, STARVED_AT)["workers"]
 
     os.kill(run.proc.pid, signal.SIGSTOP)  # no CPU at all: the driver drains nobody ...
     try:
         time.sleep(3 * LEASE_S)  # ... for three leases (the scenario, not a wait for a result)
     finally:
         os.kill(run.proc.pid, signal.SIGCONT)
-    release_file(run.run_dir, PAUSES[10]).touch()
+    release_file(run.run_dir, PAUSES[STARVED_AT]).touch()
 
-    status = wait_paused(run, 30)
+    status = wait_paused(run, KILLED_AT)  # the ranks trained on after the starvation
     assert status["subrun"] == "1.00" and status["workers"] == workers, "the starved driver lost its workers"
     run.kill_driver()
     assert all(pid_gone(w["pid"], timeout=LEASE_S + MARGIN_S) for w in workers), "workers outlived the driver"
-    release_file(run.run_dir, PAUSES[30]).touch()
+    release_file(run.run_dir, PAUSES[KILLED_AT]).touch()
 
     events = runmgr_json_lines("logbook", "events", str(run.run_dir), "--json")
     assert [e for e in events if e["type"] == "incident"] == []

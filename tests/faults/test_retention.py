@@ -35,7 +35,7 @@ def recorded_checkpoints(run: LaunchedRun) -> list[int]:
 
 
 def test_a_driver_killed_inside_a_checkpoint_write_loses_only_the_steps_since_its_newest_recorded_checkpoint(
-        tmp_path):
+        tmp_path, shared_ray):
     run = LaunchedRun(tmp_path / "killed-in-write", extra=EXTRA).start()
     status = run.wait_for(lambda s: s["state"] == "running" and 0 in s.get("paused_ranks", [])
                           and ChaosState(run.run_dir).has_fired(HOLD_LABEL),
@@ -51,7 +51,8 @@ def test_a_driver_killed_inside_a_checkpoint_write_loses_only_the_steps_since_it
     assert all(pid_gone(w["pid"], timeout=LEASE_S + 10) for w in status["workers"]), "workers outlived the driver"
     assert committed_steps(run) == [10], "ranks without a driver committed or deleted a checkpoint"
 
-    resumed = LaunchedRun(run.run_dir, extra=EXTRA).start()  # the same command again
+    # The same command again; it kills nothing, so it runs on the shared Ray.
+    resumed = LaunchedRun(run.run_dir, extra=[*EXTRA, f"cluster.address={shared_ray.address}"]).start()
     assert resumed.wait() == 0, resumed.output()[-3000:]
     events = runmgr_json_lines("logbook", "events", str(run.run_dir), "--json")
     ends = {e["subrun"]: e for e in events if e["type"] == "subrun_end"}

@@ -85,11 +85,13 @@ def local_steps(run_dir: Path) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def mirrored_run(server, tmp_path_factory) -> Path:
+def mirrored_run(server, tmp_path_factory, shared_ray) -> Path:
     """The story above, up to the end of the relaunch; the run directory."""
     run_dir = tmp_path_factory.mktemp("s3-e2e") / "mirrored"
     extra = [*s3_settings(server), pauses_after(OUTAGE_AFTER, BACK_AFTER)]
-    launched = [LaunchedRun(run_dir, extra=extra, env=server.env()) for _ in range(2)]  # the run, its relaunch
+    # The run's driver is killed: it has a Ray of its own. Its relaunch kills nothing: the shared Ray.
+    launched = [LaunchedRun(run_dir, extra=extra, env=server.env()),
+                LaunchedRun(run_dir, extra=[*extra, f"cluster.address={shared_ray.address}"], env=server.env())]
     try:
         return _tell_the_story(*launched, server)
     finally:

@@ -6,7 +6,13 @@ dump, and the same command again resumes it, bit for bit.
 One lineage on real processes: the ranks pause after step 15 (chaos
 pause_at_step), the driver gets SIGTERM; the relaunch resumes from checkpoint
 10 and pauses after step 25, the driver gets SIGINT; the third launch
-finishes. Its kept losses are the uninterrupted run's, float for float."""
+finishes. Its kept losses are the uninterrupted run's, float for float.
+
+The first launch has a Ray of its own, so that a signal's stop is seen once with
+the local Ray the driver started and must take down quietly; a signal stops the
+run the way it stops itself (nothing is killed, the cluster is not
+reconfigured), so the relaunches run on the session's shared Ray instead of
+starting one each."""
 
 from __future__ import annotations
 
@@ -48,17 +54,19 @@ def stop_at_pause(run: LaunchedRun, index: int, step: int, signum: int) -> str:
     return run.output()
 
 
-def test_sigterm_and_sigint_stop_cleanly_and_the_relaunch_resumes_bit_for_bit(tmp_path, reference_losses):  # noqa: F811
+def test_sigterm_and_sigint_stop_cleanly_and_the_relaunch_resumes_bit_for_bit(tmp_path, reference_losses,
+                                                                             shared_ray):
     run_dir = tmp_path / "stopped"
+    on_shared_ray = [SCHEDULE, f"cluster.address={shared_ray.address}"]
     outputs = {}
-    for (index, step), signum in zip(PAUSES, (signal.SIGTERM, signal.SIGINT)):
-        run = LaunchedRun(run_dir, extra=[SCHEDULE]).start()  # the same command each time
+    for (index, step), signum, extra in zip(PAUSES, (signal.SIGTERM, signal.SIGINT), ([SCHEDULE], on_shared_ray)):
+        run = LaunchedRun(run_dir, extra=extra).start()  # the same command each time (but for the cluster)
         name = signal.Signals(signum).name
         outputs[name] = output = stop_at_pause(run, index, step, signum)
         assert f"stopped by signal {name}: sub-run 1.0{index} at step {step}" in output
         assert json.loads((run_dir / "status.json").read_text())["state"] == "stopped"
         run.log.unlink()  # each launch's output on its own
-    finished = LaunchedRun(run_dir, extra=[SCHEDULE]).start()
+    finished = LaunchedRun(run_dir, extra=on_shared_ray).start()
     assert finished.wait() == 0, finished.output()[-3000:]
 
     for name, output in outputs.items():

@@ -112,36 +112,41 @@ def test_the_big_recipes_dry_run_and_say_whether_the_built_in_trainer_can_execut
     assert ("CANNOT be executed: the built-in trainer" in plan.stdout) is not executable
 
 
-def test_an_existing_cluster_too_small_for_the_plan_is_named_by_its_address(tmp_path):
-    head = ray_cluster.LocalCluster(ClusterConfig(local_nodes=1, cpus_per_worker=1))  # a real Ray of 1 CPU
-    try:
-        run_dir = tmp_path / "run"
-        refused_in_one_line(
-            runmgr("launch", "conf=demo", f"run.dir={run_dir}", f"cluster.address={head.address}",
-                   "cluster.num_workers=2", "health.skip=true"),
-            f"cannot run on the cluster in view, Ray cluster at {head.address}: needs 2 CPUs for 2 workers, "
-            "the cluster has 1")
-        assert not run_dir.exists()
-    finally:
-        head.shutdown()
-
-
-def test_a_real_cluster_whose_nodes_cannot_hold_a_megatron_node_is_refused_from_its_node_list(tmp_path):
-    """Two Ray nodes of one CPU each, as Ray lists them once connected: no placement is tried."""
+@pytest.fixture(scope="module")
+def two_small_nodes():
+    """A real Ray of two nodes of one CPU each, shared by the module's refusals (they start nothing on it)."""
     head = ray_cluster.LocalCluster(ClusterConfig(local_nodes=2, cpus_per_worker=1))
     try:
-        run_dir = tmp_path / "run"
-        line = refused_in_one_line(
-            runmgr("launch", "conf=demo", f"run.dir={run_dir}", f"cluster.address={head.address}", "chaos=none",
-                   "health.skip=true", "trainer.kind=megatron", "megatron.nproc_per_node=2"),
-            f"cannot run on the cluster in view, Ray cluster at {head.address}: no node can hold one node of "
-            "megatron.nproc_per_node=2 ranks (CPU 2 on one node = 2 x cluster.cpus_per_worker 1): the closest, ",
-            "has CPU 1; set megatron.nproc_per_node=1, or lower cluster.cpus_per_worker / cluster.devices_per_worker, "
-            "or add nodes that have CPU 2")
-        assert head.head_node.node_ip_address in line  # the node named by its address
-        assert not run_dir.exists()
+        yield head
     finally:
         head.shutdown()
+
+
+def test_an_existing_cluster_too_small_for_the_plan_is_named_by_its_address(tmp_path, two_small_nodes):
+    head = two_small_nodes
+    run_dir = tmp_path / "run"
+    refused_in_one_line(
+        runmgr("launch", "conf=demo", f"run.dir={run_dir}", f"cluster.address={head.address}",
+               "cluster.num_workers=4", "health.skip=true"),
+        f"cannot run on the cluster in view, Ray cluster at {head.address}: needs 4 CPUs for 4 workers, "
+        "the cluster has 2")
+    assert not run_dir.exists()
+
+
+def test_a_real_cluster_whose_nodes_cannot_hold_a_megatron_node_is_refused_from_its_node_list(tmp_path,
+                                                                                             two_small_nodes):
+    """Two Ray nodes of one CPU each, as Ray lists them once connected: no placement is tried."""
+    head = two_small_nodes
+    run_dir = tmp_path / "run"
+    line = refused_in_one_line(
+        runmgr("launch", "conf=demo", f"run.dir={run_dir}", f"cluster.address={head.address}", "chaos=none",
+               "health.skip=true", "trainer.kind=megatron", "megatron.nproc_per_node=2"),
+        f"cannot run on the cluster in view, Ray cluster at {head.address}: no node can hold one node of "
+        "megatron.nproc_per_node=2 ranks (CPU 2 on one node = 2 x cluster.cpus_per_worker 1): the closest, ",
+        "has CPU 1; set megatron.nproc_per_node=1, or lower cluster.cpus_per_worker / cluster.devices_per_worker, "
+        "or add nodes that have CPU 2")
+    assert head.head_node.node_ip_address in line  # the node named by its address
+    assert not run_dir.exists()
 
 
 @pytest.fixture(scope="module")

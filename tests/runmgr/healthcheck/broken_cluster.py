@@ -7,7 +7,7 @@ keeps the cluster up until its stdin closes (the test ended, or died).
 
 Roles: ``head`` and ``spare`` are healthy; ``device``'s npu-smi reports a
 double-bit ECC error; ``slow``'s raylet and every worker it starts are capped
-to a tenth of a CPU by a cgroup; ``mount``'s HPFS directory is missing;
+to a twentieth of a CPU by a cgroup; ``mount``'s HPFS directory is missing;
 ``torch``'s package metadata says torch 2.12.0.
 
 Each node stands for a machine of its own (RUNMGR_HOST_ID, see

@@ -1,6 +1,8 @@
-"""``runmgr health-check`` as people run it: a newcomer on this machine, a
-check whose mount hangs (bounded, reported, the Kubernetes node labelled and,
-asked with --k8s-taint, tainted), and bad input (one line, exit 2)."""
+"""``runmgr health-check`` as people run it: a check whose mount hangs (bounded,
+reported, the Kubernetes node labelled and, asked with --k8s-taint, tainted),
+and bad input (one line, exit 2). The newcomer's check (no arguments, the
+readable table) runs on a busy machine in test_shared_host.py: one local Ray
+of three nodes for both."""
 
 from __future__ import annotations
 
@@ -23,22 +25,6 @@ HELPER = Path(__file__).with_name("hung_mount_run.py")
 
 def runmgr(*args: str, cwd: Path, timeout: float = 540):  # a limit on waiting, not on speed
     return cli.runmgr(*args, cwd=cwd, timeout=timeout)
-
-
-def test_a_newcomer_gets_a_readable_table(tmp_path):
-    result = runmgr("health-check", cwd=tmp_path)  # no arguments: the demo's config, a local Ray
-    assert result.returncode in (0, 1), result.stderr[-2000:]  # 1: some node excluded
-    report = json.loads(next((tmp_path / "runs" / ".health" / "reports").glob("*.json")).read_text())
-    count = report["summary"]["nodes"]  # the demo's local Ray: one or a few nodes on this machine
-    table = result.stdout.splitlines()
-    assert table[0].startswith("runmgr health-check ") and f"{count} node(s) checked" in table[0]
-    assert table[1].split() == ["NODE", "VERDICT", "KEY", "FIGURES", "REASONS"]
-    rows = [line for line in table[3:] if line.split()[:1] == [os.uname().nodename]]
-    assert len(rows) == count and all("TF/s" in row and "GB/s" in row for row in rows)
-    assert all(len(line) <= 100 for line in table)
-    assert f"{count} nodes: " in result.stdout
-    assert "storage: no shared mount configured" in result.stdout  # says what it did not check
-    assert f"probing {count} node(s)" in result.stderr and f"[{count}/{count}]" in result.stderr
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -77,6 +63,7 @@ def test_a_hung_mount_ends_at_its_timeout_and_the_node_is_labelled(tmp_path):
         result = subprocess.run(
             ["unshare", "-m", "--propagation", "private", sys.executable, str(HELPER), str(mount),
              "health-check", spec, "health.storage.timeout_s=2", "cluster.local_nodes=1", "--json",
+             "health.compute.matmul_size=256", "health.compute.bandwidth_mb=8",  # small: the mount is the story
              "--k8s-label", "--k8s-taint", "--k8s-host", k8s.url],
             cwd=tmp_path, capture_output=True, text=True, timeout=540,
             env={**os.environ, "RUNMGR_K8S_NODE_NAME": "npu-node-17", "PYTHONPATH": str(ROOT)})

@@ -5,20 +5,19 @@ again are cleared; --readmit clears marks by hand; nothing else is touched."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import json
+import os
+from pathlib import Path
 
 from runmgr.healthcheck.k8s import (
     BASELINE_ANNOTATION, CHECK_ANNOTATION, HEALTH_LABEL, REASON_ANNOTATION, TAINT_KEY, apply_health_labels,
     clear_mark, core_api, mark_excluded, readmit, refusal_line,
 )
+from tests import cli
 from tests.runmgr.healthcheck.fake_k8s import FakeKubernetes
 
 ROOT = Path(__file__).resolve().parents[3]
+
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
 
@@ -85,10 +84,10 @@ def test_refusals_make_one_line_and_none_when_all_went_through():
 def test_health_check_fails_when_the_api_refused_every_call(tmp_path):
     # Before: the check printed its table and exited 0, and no node was marked.
     with FakeKubernetes({}, refuse=403) as fake:
-        result = subprocess.run([sys.executable, "-m", "runmgr", "health-check", "cluster.local_nodes=1",
-                                 "--k8s-label", "--k8s-host", fake.url],
-                                cwd=tmp_path, capture_output=True, text=True, timeout=180,
-                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        # Small probes: what is checked here is what happens after them.
+        result = cli.runmgr("health-check", "cluster.local_nodes=1", "health.compute.matmul_size=256",
+                            "health.compute.bandwidth_mb=8", "--k8s-label", "--k8s-host", fake.url,
+                            cwd=tmp_path, timeout=180, env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert fake.requests and not [r for r in fake.requests if r["method"] == "PATCH"]
     assert result.returncode == 3, result.stderr[-2000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("runmgr: error:")]

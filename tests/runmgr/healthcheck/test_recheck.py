@@ -20,6 +20,9 @@ from tests.runmgr.healthcheck.fake_k8s import FakeKubernetes
 ROOT = Path(__file__).resolve().parents[3]
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 OUR_TAINT = {"key": TAINT_KEY, "value": "excluded", "effect": "NoSchedule"}
+QUICK = ["health.compute.matmul_size=256", "health.compute.bandwidth_mb=8", "health.storage.probe_mb=1",
+         "health.storage.latency_ops=2"]
+"""Small probes (as tests/runmgr/healthcheck/test_gate.py's): what these tests check is not a figure's size."""
 
 
 def runmgr(*args: str, cwd: Path, **env: str):
@@ -90,7 +93,7 @@ def test_an_excluded_machine_rechecked_alone_is_readmitted_only_when_it_passes(t
             "max_latency_ms: 100000}]")
     with FakeKubernetes({"gpu-07": {"metadata": {"labels": {"zone": "a"}}, "spec": {"taints": [GPU_TAINT]}}}) as fake:
         node = fake.nodes["gpu-07"]
-        check = runmgr("health-check", "cluster.local_nodes=1", spec, "--k8s-label", "--k8s-host", fake.url,
+        check = runmgr("health-check", "cluster.local_nodes=1", spec, *QUICK, "--k8s-label", "--k8s-host", fake.url,
                        "--json", cwd=tmp_path, RUNMGR_K8S_NODE_NAME="gpu-07")
         assert check.returncode == 1, check.stderr[-3000:]
         node = fake.nodes["gpu-07"]
@@ -109,8 +112,8 @@ def test_an_excluded_machine_rechecked_alone_is_readmitted_only_when_it_passes(t
                       "figures": {"compute.matmul_tflops": {"median": 1000.0, "sigma": 1.0, "hosts": 8}}}
         annotations[BASELINE_ANNOTATION] = json.dumps(slow_fleet)
         node["spec"]["taints"].append(OUR_TAINT)  # as an earlier --k8s-taint left it
-        still = runmgr("health-check", spec, "--recheck-self", "--k8s-label", "--k8s-host", fake.url, cwd=tmp_path,
-                       RUNMGR_K8S_NODE_NAME="gpu-07")
+        still = runmgr("health-check", spec, *QUICK, "--recheck-self", "--k8s-label", "--k8s-host", fake.url,
+                       cwd=tmp_path, RUNMGR_K8S_NODE_NAME="gpu-07")
         assert still.returncode == 1, still.stderr[-3000:]
         assert "1 node(s) checked" in still.stdout  # alone, though the demo config has three local nodes
         assert "recheck: node gpu-07 still fails: compute.matmul_tflops" in still.stdout
@@ -123,7 +126,7 @@ def test_an_excluded_machine_rechecked_alone_is_readmitted_only_when_it_passes(t
         # As fast as the fleet was: every mark of runmgr's goes, the pool's taint stays.
         node["metadata"]["annotations"][BASELINE_ANNOTATION] = json.dumps(
             {**slow_fleet, "figures": {"compute.matmul_tflops": {"median": 1e-6, "sigma": 0.0, "hosts": 8}}})
-        passed = runmgr("health-check", spec, "--recheck-self", "--k8s-label", "--k8s-host", fake.url,
+        passed = runmgr("health-check", spec, *QUICK, "--recheck-self", "--k8s-label", "--k8s-host", fake.url,
                         cwd=tmp_path, RUNMGR_K8S_NODE_NAME="gpu-07")
         node = fake.nodes["gpu-07"]
     assert passed.returncode == 0, passed.stderr[-3000:]

@@ -15,6 +15,7 @@ import pytest
 from logbook import Logbook
 from runmgr.config.compose import load_run_config
 from runmgr.lint.checkpoint import check_checkpoint
+from tests import cli
 from trainer.data.indexed import IndexedDatasetWriter
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -86,14 +87,15 @@ def test_a_tied_model_from_an_untied_checkpoint_is_an_error(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_launch_records_its_warnings_and_its_ignored_rules_in_the_logbook(tmp_path):
+def test_a_launch_records_its_warnings_and_its_ignored_rules_in_the_logbook(tmp_path, shared_ray):
+    # The session's Ray (no Ray of its own) and no probes: the lint runs before either.
     run_dir = tmp_path / "warned"
-    done = subprocess.run(
-        [sys.executable, "-m", "runmgr", "launch", "conf=demo", f"run.dir={run_dir}", "chaos=none",
-         "training.train_iters=2", "checkpoint.save_interval=2", "cluster.local_nodes=1", "cluster.num_workers=1",
-         "training.global_batch_size=4", "optim.adam_beta2=0.999", "model.hidden_dropout=0.1",
-         "lint.ignore=[dropout]", "metrics.enabled=false", *SMALL],
-        capture_output=True, text=True, timeout=600, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    done = cli.runmgr(
+        "launch", "conf=demo", f"run.dir={run_dir}", "chaos=none", f"cluster.address={shared_ray.address}",
+        "health.skip=true", "training.train_iters=2", "checkpoint.save_interval=2", "cluster.num_workers=1",
+        "training.global_batch_size=4", "optim.adam_beta2=0.999", "model.hidden_dropout=0.1",
+        "lint.ignore=[dropout]", "metrics.enabled=false", *SMALL,
+        cwd=ROOT, timeout=600, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "lint warning adam-beta2: optim.adam_beta2 is 0.999" in done.stdout
     with Logbook.open(run_dir, create=False) as book:

@@ -1,8 +1,9 @@
 """A real Prometheus (the Debian package; `make test` installs it) scrapes a
-real run's driver. The ranks hold after step 15 (chaos pause_at_step) and the
-test kills rank 1; the run restarts as sub-run 1.01 and holds again after step
-30: at that moment Prometheus' loss, ETTR, sub-run and incidents are the
-logbook's, and every query of the committed Grafana dashboard returns data."""
+real run's driver (on the session's Ray). The ranks hold after step 6 (chaos
+pause_at_step) and the test kills rank 1; the run restarts from its step-5
+checkpoint as sub-run 1.01 and holds again after step 12: at that moment
+Prometheus' loss, ETTR, sub-run and incidents are the logbook's, and every query
+of the committed Grafana dashboard returns data."""
 
 from __future__ import annotations
 
@@ -23,13 +24,16 @@ import pytest
 from logbook import Logbook
 from runmgr.chaos.build import release_file
 from runmgr.chaos.state import ChaosState
-from tests.e2e.harness import LaunchedRun, runmgr_text
+from tests.e2e.harness import E2E_OVERRIDES, LaunchedRun, runmgr_text
 from tests.runmgr.metrics.test_dashboard import dashboard_queries
 
 pytestmark = pytest.mark.slow
 
-PAUSES = ((0, 15), (1, 30))
+PAUSES = ((0, 6), (1, 12))
 """(index in the chaos schedule, step): where every rank waits for the test."""
+SHORT = [o for o in E2E_OVERRIDES if not o.startswith(("training.train_iters=", "checkpoint.save_interval="))] + [
+    "training.train_iters=14", "checkpoint.save_interval=5"]
+"""The e2e config, as short as the story allows: a checkpoint before the kill, steps after each pause."""
 SCHEDULE = "chaos.faults=[" + ", ".join(f"{{kind: pause_at_step, at_step: {step}}}" for _, step in PAUSES) + "]"
 
 
@@ -140,8 +144,9 @@ def logbook_now(run_dir: Path) -> dict:
 
 
 def test_prometheus_scraping_a_run_sees_what_its_logbook_holds_and_every_dashboard_query_has_data(
-        tmp_path, prometheus):
-    run = LaunchedRun(tmp_path / "scraped", extra=[SCHEDULE]).start()
+        tmp_path, prometheus, shared_ray):
+    run = LaunchedRun(tmp_path / "scraped", base=SHORT,
+                      extra=[SCHEDULE, f"cluster.address={shared_ray.address}"]).start()
     status = wait_paused(run, *PAUSES[0])
     address = json.loads(runmgr_text("status", str(run.run_dir), "--json"))["metrics"]["address"]
     assert address == status["metrics"]["address"] and address.startswith("127.0.0.1:")

@@ -81,11 +81,12 @@ class Ranks:
 
 
 def launch_processes(out: Path, config: dict, plan: Optional[dict], world_size: int,
-                     forkserver: Optional[ForkServer] = None) -> Ranks:
+                     forkserver: Optional[ForkServer] = None, own_peak: bool = False) -> Ranks:
     """Start ``world_size`` rank processes training ``config`` under ``plan``,
-    writing into ``out``: forked by ``forkserver``, or each a new Python."""
+    writing into ``out``: forked by ``forkserver``, or each a new Python. ``own_peak``:
+    each rank resets its peak resident set before training (rank_worker.py)."""
     spec = out / "spec.json"
-    spec.write_text(json.dumps({"config": config, "plan": plan or {}}))
+    spec.write_text(json.dumps({"config": config, "plan": plan or {}, "own_peak": own_peak}))
     port = free_port()
     procs: list[Union[subprocess.Popen, ForkedProcess]] = []
     for rank in range(world_size):

@@ -3,7 +3,9 @@
 real trainer, appends every report to ``<out>/rank<R>.events`` as it happens
 (so a test can watch progress and inject a fault), and writes the result to
 ``<out>/rank<R>.json``. Rank, world size and rendezvous come from the
-environment, as under torchrun."""
+environment, as under torchrun. With ``"own_peak": true`` in the spec, the rank first
+resets its peak resident set to what it holds now: a rank forked from the fork server
+then reports its own peak, not the server's, as a new Python would."""
 
 from __future__ import annotations
 
@@ -43,8 +45,17 @@ class FileReporter:
         self._write("heartbeat", dataclasses.asdict(beat))
 
 
+def reset_peak_rss() -> None:
+    """Make this process's peak resident set (``VmHWM``, what trainer.device reads) its resident
+    set now: a forked child's starts as its parent's (Linux >= 4.0, ``proc(5)``: clear_refs 5)."""
+    with open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")
+
+
 def main(spec_path: str, out_dir: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
+    if spec.get("own_peak"):
+        reset_peak_rss()
     env = DistEnv.from_environ()
     out = Path(out_dir)
     result = train(config_from_dict(spec["config"]), ResumePlan.from_dict(spec.get("plan", {})),

@@ -36,6 +36,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow  # torchrun starts 2 real ranks (new Pythons): run first under xdist
 def test_torchrun_trains_two_ranks_then_the_cli_resumes_from_the_newest_verified(tmp_path, capsys,
                                                                                    restore_torch_globals):
     save = tmp_path / "ckpt"

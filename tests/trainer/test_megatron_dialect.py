@@ -17,6 +17,8 @@ from tests.trainer.conftest import free_port
 from trainer import exitcodes
 from trainer.megatron_args import LLAMA_FLAGS
 
+pytestmark = pytest.mark.slow  # every test runs the trainer as real ranks under torchrun
+
 REPO = Path(__file__).resolve().parents[2]
 B = 4  # global batch
 # Tiny and fixed: --lr-decay-iters keeps the schedule when --train-iters changes between runs.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,25 +26,42 @@ from tests.trainer.warm_worker import write_whole
 
 pytestmark = pytest.mark.slow  # several ranks training for minutes: run first under xdist
 
-STEPS = 30
 WORKER = Path(__file__).with_name("warm_worker.py")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A layout the warm recovery is checked under, and the run it trains."""
+
+    world: int
+    """Ranks."""
+    parallel: dict
+    """The config's ``parallel`` section."""
+    steps: int
+    """Steps the run trains: a few past the latest kill of the layout's cases."""
+    batch: int = 16
+    """The global batch: whole micro-batches of 4 per replica."""
+
+
 LAYOUTS = {
-    "dp2": (2, {}),
-    "dp3": (3, {}),
-    "zero1": (2, {"use_distributed_optimizer": True}),
-    "fsdp2": (2, {"use_torch_fsdp2": True}),
-    "tp2": (2, {"tensor_model_parallel_size": 2, "sequence_parallel": True}),
-    "pp2": (2, {"pipeline_model_parallel_size": 2}),
-    "fsdp2xtp2": (4, {"use_torch_fsdp2": True, "tensor_model_parallel_size": 2}),
+    "dp2": Layout(2, {}, steps=30),
+    "dp3": Layout(3, {}, steps=30, batch=12),
+    "zero1": Layout(2, {"use_distributed_optimizer": True}, steps=30),
+    "fsdp2": Layout(2, {"use_torch_fsdp2": True}, steps=30),
+    # Tensor parallel steps cost ~10x a data-parallel one (DTensor's dispatch per operation, on 2
+    # cores), so these runs are shorter and take one micro-batch per replica a step: gradient
+    # accumulation across a warm recovery is what the data-parallel and pipeline layouts check.
+    "tp2": Layout(2, {"tensor_model_parallel_size": 2, "sequence_parallel": True}, steps=16, batch=4),
+    "pp2": Layout(2, {"pipeline_model_parallel_size": 2}, steps=30),  # 1F1B: 4 micro-batches a step
+    "fsdp2xtp2": Layout(4, {"use_torch_fsdp2": True, "tensor_model_parallel_size": 2}, steps=12, batch=8),
 }
-"""Layout name -> (world size, parallel settings)."""
+"""Layout name -> its ranks, settings and run."""
 
 
 def config(save_dir: Path, layout: str) -> dict:
-    world, parallel = LAYOUTS[layout]
-    batch = 16 if world != 3 else 12  # whole micro-batches of 4 per replica
-    return tiny_config(save_dir, training={"train_iters": STEPS, "global_batch_size": batch}, parallel=parallel,
-                       checkpoint={"memory_interval": 1, "save_interval": 10})
+    run = LAYOUTS[layout]
+    return tiny_config(save_dir, training={"train_iters": run.steps, "global_batch_size": run.batch},
+                       parallel=run.parallel, checkpoint={"memory_interval": 1, "save_interval": 10})
 
 
 def start(rank_forkserver, out: Path, role: str, rank: int = 0, world: int = 2, port: int = 0):
@@ -71,7 +89,7 @@ def uninterrupted(tmp_path_factory, rank_forkserver):
         if layout not in runs:
             out = tmp_path_factory.mktemp(f"reference-{layout}")
             (out / "spec.json").write_text(json.dumps({"config": config(out / "checkpoints", layout)}))
-            world, port = LAYOUTS[layout][0], free_port()
+            world, port = LAYOUTS[layout].world, free_port()
             procs = [start(rank_forkserver, out, "rank", rank, world, port) for rank in range(world)]
             for rank, proc in enumerate(procs):
                 assert proc.wait(timeout=600) == 0, (out / f"rank{rank}.stderr").read_text()[-3000:]
@@ -88,7 +106,7 @@ def uninterrupted(tmp_path_factory, rank_forkserver):
 ])
 def test_a_killed_rank_is_replaced_warm_and_the_losses_match_the_unbroken_run(
         tmp_path, rank_forkserver, uninterrupted, layout, victim, phase, step):
-    world = LAYOUTS[layout][0]
+    world, last = LAYOUTS[layout].world, LAYOUTS[layout].steps
     buddies = not layout.startswith("dp")  # the lost rank's state is only in its buddy's memory: the next rank's
     donor = (victim + 1) % world  # a replica in plain data parallel, the buddy otherwise
     kill = {"rank": victim, "phase": phase, "step": step}
@@ -122,7 +140,7 @@ def test_a_killed_rank_is_replaced_warm_and_the_losses_match_the_unbroken_run(
     reporter = tmp_path / ("spare.events" if victim == 0 else "rank0.events")
     steps = [json.loads(line) for line in reporter.read_text().splitlines() if '"kind": "step"' in line]
     resumed = [s["step"] for s in steps if s["subrun"] == "0.01"]
-    assert resumed == list(range(resumed[0], STEPS + 1)), kill
+    assert resumed == list(range(resumed[0], last + 1)), kill
     assert resumed[0] == step if phase != "random" else resumed[0] >= step, kill
     if phase == "inside_snapshot":  # the victim's own snapshot of the step was never finished
         assert asked["newest"] == step

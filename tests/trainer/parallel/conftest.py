@@ -9,9 +9,15 @@ from typing import Optional
 
 import pytest
 
-PARALLEL_STEPS = 50
-"""Steps each layout trains before its losses are compared with data parallel's."""
+SCHEDULE_STEPS = 50
+"""The LR decays over 50 steps (``optim.lr_decay_iters``) whatever a run's length: a shorter
+run trains the first steps of the 50-step one, the run the modules' measured figures describe."""
+PARALLEL_STEPS = 25
+"""Steps each layout trains before its losses are compared with data parallel's: past the
+run's gradient spike at step 22, where the order of float sums shows most."""
 WORLD = 4
+RESUME_STEP = 20
+"""tiny_config saves every 20 steps (and at its last): the checkpoint a resumed run starts from."""
 
 
 def tiny_config(save_dir: Optional[Path] = None, **sections) -> dict:
@@ -27,12 +33,12 @@ def tiny_config(save_dir: Optional[Path] = None, **sections) -> dict:
         "model": {"family": "llama", "num_layers": 4, "hidden_size": 64, "ffn_hidden_size": 128,
                   "num_attention_heads": 4, "num_query_groups": 2, "seq_length": 32, "max_position_embeddings": 32,
                   "untie_embeddings_and_output_weights": True},
-        "optim": {"lr": 3e-3, "min_lr": 3e-4, "lr_warmup_iters": 5},
+        "optim": {"lr": 3e-3, "min_lr": 3e-4, "lr_warmup_iters": 5, "lr_decay_iters": SCHEDULE_STEPS},
         "data": {"corpus_max_bytes": 200_000},
         "training": {"micro_batch_size": 4, "global_batch_size": 16, "train_iters": PARALLEL_STEPS, "seed": 11,
                      "deterministic": True, "local_norms_interval": 0},
         "parallel": {"dist_timeout_s": 60.0},
-        "checkpoint": {"save": str(save_dir) if save_dir else None, "save_interval": 25, "keep_last": 0,
+        "checkpoint": {"save": str(save_dir) if save_dir else None, "save_interval": RESUME_STEP, "keep_last": 0,
                        "async_save": False},
     }
     for section, values in sections.items():
@@ -40,13 +46,9 @@ def tiny_config(save_dir: Optional[Path] = None, **sections) -> dict:
     return config
 
 
-RESUME_STEP = 25
-"""tiny_config saves every 25 steps: the checkpoint a resumed run starts from."""
-RESUMED_UNTIL = 30
-"""Where a resume's check ends: 5 steps show bit-for-bit or not (the LR schedule is still the
-50-step run's: ``optim.lr_decay_iters`` keeps it)."""
-SAME_SCHEDULE = {"lr_decay_iters": PARALLEL_STEPS}
-"""A shorter run with the LR schedule of the 50-step one."""
+RESUMED_UNTIL = PARALLEL_STEPS
+"""Where a resume's check ends: 5 steps show bit-for-bit or not (the LR schedule is the
+unbroken run's: :data:`SCHEDULE_STEPS`)."""
 
 
 def max_relative(values: list[float], reference: list[float]) -> float:
@@ -68,18 +70,18 @@ def checkpoint_of(ranks, step: int = RESUME_STEP) -> str:
 
 @pytest.fixture(scope="session")
 def launch_layout(tmp_path_factory, rank_forkserver):
-    """``launch_layout(parallel: dict, world_size=4, fresh_python=False, **sections) -> Ranks``:
-    the tiny config at a parallel layout, on real rank processes (forked from the
-    session's rank fork server; ``fresh_python``: each a new Python, for memory figures)."""
+    """``launch_layout(parallel: dict, world_size=4, own_peak=False, **sections) -> Ranks``:
+    the tiny config at a parallel layout, on real rank processes forked from the
+    session's rank fork server (``own_peak``: each reports its own peak memory)."""
     from tests.trainer.conftest import Ranks, launch_processes
 
     launched: list[Ranks] = []
 
-    def launch(parallel: dict, world_size: int = WORLD, plan: Optional[dict] = None, fresh_python: bool = False,
+    def launch(parallel: dict, world_size: int = WORLD, plan: Optional[dict] = None, own_peak: bool = False,
                **sections) -> Ranks:
         out = tmp_path_factory.mktemp("layout")
         config = tiny_config(out / "checkpoints", parallel={**{"dist_timeout_s": 60.0}, **parallel}, **sections)
-        ranks = launch_processes(out, config, plan, world_size, None if fresh_python else rank_forkserver)
+        ranks = launch_processes(out, config, plan, world_size, rank_forkserver, own_peak=own_peak)
         launched.append(ranks)
         return ranks
 
@@ -91,13 +93,12 @@ def launch_layout(tmp_path_factory, rank_forkserver):
 @pytest.fixture(scope="session")
 def resume_layout(launch_layout):
     """``resume_layout(parallel, checkpoint, world_size=4, until=RESUMED_UNTIL) -> Ranks``:
-    a sub-run from ``checkpoint`` to step ``until`` at a layout, the 50-step LR schedule."""
+    a sub-run from ``checkpoint`` to step ``until`` at a layout (the same LR schedule)."""
 
     def resume(parallel: dict, checkpoint: str, world_size: int = WORLD, until: int = RESUMED_UNTIL,
                subrun: str = "0.01"):
         plan = {"subrun": subrun, "start_checkpoint": checkpoint}
-        return launch_layout(parallel, world_size=world_size, plan=plan, training={"train_iters": until},
-                             optim=SAME_SCHEDULE)
+        return launch_layout(parallel, world_size=world_size, plan=plan, training={"train_iters": until})
 
     return resume
 

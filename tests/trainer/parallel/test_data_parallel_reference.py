@@ -2,7 +2,11 @@
 
 import math
 
+import pytest
+
 from tests.trainer.parallel.conftest import PARALLEL_STEPS
+
+pytestmark = pytest.mark.slow  # 4 ranks training: run first under xdist
 
 
 def test_data_parallel_reference_trains_and_every_rank_agrees(data_parallel_run):

@@ -14,11 +14,14 @@ measuring at the end of its training (trainer/memory.py):
   against the estimate's total: at least the static part (nothing held is missed), at
   most :data:`RSS_FACTORS` x the total. RSS also holds gloo's buffers, the data, autograd's
   temporaries and the allocator's free pages, which no estimate of the model counts.
-  Measured (micro-batches of 4): plain DP 100-102 MB per rank against the 58.4 MB
-  estimate (48.5 static + 9.8 activations), ratio 1.7; ZeRO-1 85-86 MB against 40.2 MB,
-  ratio 2.2; FSDP2 94-119 MB against 22.0 MB, ratio 4.3-5.4; TP 2 x DP 2 75-80 MB
-  against 30.5 MB, ratio 2.5-2.6; PP 2 x DP 2 73-75 MB against 33.8 MB, ratio 2.1-2.2
-  (see :data:`RSS_FACTORS`).
+  Measured (micro-batches of 4, ranks forked from the tests' fork server): plain DP
+  118-120 MB per rank against the 58.4 MB estimate (48.5 static + 9.8 activations), ratio
+  2.0; ZeRO-1 106-108 MB against 40.2 MB, ratio 2.6-2.7; FSDP2 124-133 MB against 22.0 MB,
+  ratio 5.6-6.1; TP 2 x DP 2 100-104 MB against 30.5 MB, ratio 3.3-3.4; PP 2 x DP 2 91-93 MB
+  against 33.8 MB, ratio 2.7-2.8 (see :data:`RSS_FACTORS`). Ranks started as new Pythons
+  (as torchrun and Ray start them; docs/throughput.md's figures) grow 15-30 MB less: fork
+  copies no page tables of the server's library mappings, so the torch code a forked rank
+  runs again counts as its growth.
 
 Held states, measured: DP 48.53 MB per rank, ZeRO-1 30.33 MB (optimizer 6.07 = 24.27 / 4),
 FSDP2 12.13 MB (parameters and gradients 3.03 = 12.13 / 4, optimizer 6.07), TP 2 24.29 MB
@@ -72,8 +75,10 @@ def measured(launch_layout) -> dict:
     out = {}
     names = list(LAYOUTS)
     for wave in range(0, len(names), AT_ONCE):
-        # New Pythons: a forked rank's resident pages start as its parent's.
-        launched = {name: launch_layout(LAYOUTS[name], fresh_python=True, **WIDE)
+        # Forked ranks, each resetting its peak resident set first: a forked child's starts as
+        # the fork server's (its baseline, the resident set when training begins, holds the
+        # server's pages as a new Python's holds its imports').
+        launched = {name: launch_layout(LAYOUTS[name], own_peak=True, **WIDE)
                     for name in names[wave:wave + AT_ONCE]}
         for name, ranks in launched.items():
             out[name] = [result["memory"] for result in ranks.wait(timeout=600)]

@@ -5,14 +5,14 @@ in one line.
 
 Measured on CPU (gloo, fp32; only the order of float sums differs: 2
 micro-batches per replica instead of 1, a 2-rank average instead of a
-4-rank one): over 50 steps the losses of PP 2 x DP 2 differ from plain DP
-4's by at most 4.8e-7 relative (assert: 1e-4). The gradient norms agree to
-1.8e-6 relative for the first 21 steps (assert: 1e-4); step 22 is a gradient
-spike (norm 4.3 among ~1-2) that amplifies the sum-order noise, to 2.0e-4
+4-rank one): over 25 steps the losses of PP 2 x DP 2 differ from plain DP
+4's by at most 4.2e-6 relative (assert: 1e-4). The gradient norms agree to
+4.9e-6 relative for the first 21 steps (assert: 1e-4); step 22 is a gradient
+spike (norm 4.3 among ~1-2) that amplifies the sum-order noise, to 4.5e-3
 (assert: 2e-2 at every step; with micro-batches of 2 it measured 9.5e-3).
 Resumed at another layout, the losses of the 5 steps after the checkpoint
-stay within the same 1e-4 of data parallel (measured: PP 2 -> DP 4 2.8e-7,
-DP 4 -> PP 2 2.1e-8).
+stay within the same 1e-4 of data parallel (measured: PP 2 -> DP 4 4.3e-6,
+DP 4 -> PP 2 2.0e-7).
 """
 
 from __future__ import annotations
@@ -28,24 +28,25 @@ from tests.trainer.parallel.conftest import (
 )
 
 LOSS_TOLERANCE = 1e-4
-"""Max relative loss difference from data parallel (measured 4.8e-7)."""
+"""Max relative loss difference from data parallel (measured 4.2e-6)."""
 NORM_TOLERANCE = 2e-2
-"""Max relative gradient-norm difference from data parallel (measured 2.0e-4, at the step-22 spike)."""
+"""Max relative gradient-norm difference from data parallel (measured 4.5e-3, at the step-22 spike)."""
 CALM_STEPS, CALM_NORM_TOLERANCE = 21, 1e-4
-"""Before the spike the norms agree closer (measured 1.8e-6)."""
+"""Before the spike the norms agree closer (measured 4.9e-6)."""
 PIPELINE = {"pipeline_model_parallel_size": 2}
+SLOW = pytest.mark.slow  # the tests that start ranks: their module runs first under xdist
 
 
 @pytest.fixture(scope="module")
 def pipeline_run(launch_layout):
-    """PP 2 x DP 2 on 4 ranks for 50 steps (checkpoints at 25 and 50)."""
+    """PP 2 x DP 2 on 4 ranks for 25 steps (checkpoints at 20 and 25)."""
     ranks = launch_layout(PIPELINE)
     return {"ranks": ranks, "results": ranks.wait(timeout=900)}
 
 
 @pytest.fixture(scope="module")
 def resumed_runs(resume_layout, pipeline_run, data_parallel_run):
-    """From step 25 to 30, at the same time: the pipeline's checkpoint at PP 2
+    """From step 20 to 25, at the same time: the pipeline's checkpoint at PP 2
     (its own layout) and at plain DP 4, and data parallel's checkpoint at PP 2."""
     launches = {
         "pp_from_pp": resume_layout(PIPELINE, checkpoint_of(pipeline_run["ranks"])),
@@ -55,6 +56,7 @@ def resumed_runs(resume_layout, pipeline_run, data_parallel_run):
     return {name: ranks.wait(timeout=900) for name, ranks in launches.items()}
 
 
+@SLOW
 def test_pipeline_trains_as_data_parallel_does(pipeline_run, data_parallel_run):
     results = pipeline_run["results"]
     losses, reference = results[0]["losses"], data_parallel_run["results"][0]["losses"]
@@ -70,6 +72,7 @@ def test_pipeline_trains_as_data_parallel_does(pipeline_run, data_parallel_run):
     assert calm_difference < CALM_NORM_TOLERANCE and norm_difference < NORM_TOLERANCE
 
 
+@SLOW
 def test_a_pipeline_checkpoint_lists_the_whole_model(pipeline_run):
     from trainer.checkpoint import config_shapes
     from trainer.cli import config_from_dict
@@ -80,11 +83,13 @@ def test_a_pipeline_checkpoint_lists_the_whole_model(pipeline_run):
     assert {"embedding.weight", "blocks.3.mlp.down.weight", "output.weight"} <= set(manifest["parameters"])
 
 
+@SLOW
 def test_a_pipeline_checkpoint_resumes_at_its_own_layout_bit_for_bit(pipeline_run, resumed_runs):
     unbroken = pipeline_run["results"][0]["losses"][RESUME_STEP:RESUMED_UNTIL]
     assert resumed_runs["pp_from_pp"][0]["losses"] == unbroken
 
 
+@SLOW
 @pytest.mark.parametrize("name", ["dp_from_pp", "pp_from_dp"])
 def test_a_checkpoint_resumes_at_another_pipeline_size(name, resumed_runs, data_parallel_run):
     results = resumed_runs[name]

@@ -6,11 +6,11 @@ its checkpoint resumes at its own layout bit for bit.
 
 Measured on CPU (gloo, fp32; only the order of float sums differs), TP 2 x
 PP 2 against plain DP 4: for the first 21 steps the losses differ by at most
-1.2e-7 relative (assert: 1e-6) and the gradient norms by 2.6e-5 (assert:
+1.2e-7 relative (assert: 1e-6) and the gradient norms by 8.7e-6 (assert:
 1e-4). Step 22 is the run's gradient spike (norm 4.3 among ~1-2, clipped at
-1.0): it amplifies the sum-order noise to 2.7e-2 in that step's norm
-(assert: 1e-1 at every step), and the losses after it stay within 6.0e-5
-(assert: 3e-4 over all 50 steps). Without sequence parallel (the stream replicated over
+1.0): it amplifies the sum-order noise to 7.3e-3 in the norms (assert: 1e-1
+at every step), and the losses after it stay within 6.9e-6 (assert: 3e-4 over
+all 25 steps; the 50-step run measured 6.0e-5 and 2.7e-2). Without sequence parallel (the stream replicated over
 tp at the boundary) the first 4 steps measured 6.6e-8, by hand.
 """
 
@@ -24,16 +24,18 @@ from tests.trainer.parallel.conftest import (
     PARALLEL_STEPS, RESUME_STEP, RESUMED_UNTIL, checkpoint_of, grad_norms, max_relative,
 )
 
+pytestmark = pytest.mark.slow  # several ranks training for minutes: run first under xdist
+
 LOSS_TOLERANCE, NORM_TOLERANCE = 3e-4, 1e-1
-"""Max relative differences from data parallel over 50 steps (measured 6.0e-5 and 2.7e-2, the spike's)."""
+"""Max relative differences from data parallel over 25 steps (measured 6.9e-6 and 7.3e-3, the spike's)."""
 CALM_STEPS, CALM_LOSS_TOLERANCE, CALM_NORM_TOLERANCE = 21, 1e-6, 1e-4
-"""Before the run's step-22 spike (measured 1.2e-7 and 2.6e-5)."""
+"""Before the run's step-22 spike (measured 1.2e-7 and 8.7e-6)."""
 TENSOR_PIPELINE = {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2, "sequence_parallel": True}
 
 
 @pytest.fixture(scope="module")
 def tensor_pipeline_run(launch_layout):
-    """TP 2 x PP 2 on 4 ranks for 50 steps (checkpoints at 25 and 50)."""
+    """TP 2 x PP 2 on 4 ranks for 25 steps (checkpoints at 20 and 25)."""
     ranks = launch_layout(TENSOR_PIPELINE)
     return {"ranks": ranks, "results": ranks.wait(timeout=1200)}
 

@@ -23,8 +23,10 @@ why:
   line that says so, exit 2): pointed at a real cluster it would label its
   nodes. tests/runmgr/healthcheck/test_k8s.py runs it against a local fake.
 - ``torchrun ... conf=demo`` trains 4 steps instead of 200; so does the
-  ``trainer.kind=megatron`` launch, on the session's Ray and without probes
-  (the small run's launch starts a local Ray and probes it, as written).
+  ``trainer.kind=megatron`` launch, without probes (the small run's launch
+  probes this machine, as written); it starts its own local Ray (on the
+  session's shared one a launch whose ranks are torchrun jobs was seen to
+  have an actor cancelled before it ran, under CI's load: not yet understood).
 - ``runmgr simulate ettr`` simulates 2,048 devices, not 16,384 (over a minute of
   sweeps); tests/runmgr/simulate checks the simulator itself.
 - The "Running on Kubernetes" lines (docker, kind, kubectl) need a Docker
@@ -58,8 +60,8 @@ TINY = ["chaos=none", f"training.train_iters={TRAIN_ITERS}", "cluster.local_node
 MEGATRON_ITERS = 4
 MEGATRON_TINY = ["chaos=none", f"training.train_iters={MEGATRON_ITERS}", "checkpoint.save_interval=2",
                  "health.skip=true"]
-"""The Megatron launch's: its torchrun job to step 4 on the session's Ray, the probes skipped (the
-small run's launch probed this machine)."""
+"""The Megatron launch's: its torchrun job to step 4, the probes skipped (the small run's launch
+probed this machine)."""
 
 
 def normalise(command: str) -> str:
@@ -98,8 +100,6 @@ class Context:
     text: Path
     metrics: Path
     tokenizer: Path
-    ray_address: str
-    """The session's Ray, for a launch that need not start its own (the small run starts its own)."""
 
     def runmgr(self, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
         return cli.runmgr(*args, cwd=self.cwd, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
@@ -123,13 +123,13 @@ def save_tokenizer(directory: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def ctx(tmp_path_factory, shared_ray) -> Context:
+def ctx(tmp_path_factory) -> Context:
     """The table's ``runmgr launch conf=NAME [key=value ...]``, run once: the small run."""
     cwd = tmp_path_factory.mktemp("readme")
     (cwd / "conf").symlink_to(ROOT / "conf")
     (cwd / "notes.txt").write_text("A first paragraph.\n\nA second one.\n", encoding="utf-8")
     save_tokenizer(cwd / "tokenizer")
-    context = Context(cwd, cwd / "notes.txt", cwd / "metrics.jsonl", cwd / "tokenizer", shared_ray.address)
+    context = Context(cwd, cwd / "notes.txt", cwd / "metrics.jsonl", cwd / "tokenizer")
     launched = context.ok("launch", "conf=demo", f"run.name={RUN}", *TINY)
     assert "finished" in launched.stdout and f"logbook: runmgr logbook show runs/{RUN}" in launched.stdout
     context.metrics.write_text(context.ok("logbook", "metrics", RUN, "--json").stdout)
@@ -333,8 +333,7 @@ def case_torchrun(ctx: Context) -> None:
 
 def case_launch_megatron(ctx: Context) -> None:
     run = f"{RUN}-megatron"
-    launched = ctx.ok("launch", "conf=demo", "trainer.kind=megatron", f"run.name={run}", *MEGATRON_TINY,
-                      f"cluster.address={ctx.ray_address}")
+    launched = ctx.ok("launch", "conf=demo", "trainer.kind=megatron", f"run.name={run}", *MEGATRON_TINY)
     assert f"sub-run 1.00 reached step {MEGATRON_ITERS}" in launched.stdout
     events = [json.loads(line) for line in ctx.ok("logbook", "events", run, "--json").stdout.splitlines()]
     commands = [e["data"]["argv"] for e in events if e["type"] == "event" and e["kind"] == "command"]

@@ -82,25 +82,23 @@ def test_a_flag_the_script_refuses_needs_a_person_after_one_try_in_the_job_s_wor
 
 
 def test_thirty_skipped_iterations_after_a_rollback_are_not_a_hang(tmp_path, shared_ray):
-    # The data of iterations 25-39 is bad (after the demo watcher's 10 steps of history): the loss
-    # spikes there, the demo policy rolls back to checkpoint 10 and skips 5 iterations' samples
-    # before the onset to 25 after: iterations 20-49, each a silent dummy step of 0.3 s (9 s in all)
-    # where the demo's hang window is 5 s (its floor: the trained iterations take 0.02 s). The run
-    # ends 6 iterations after them.
-    bad = f"{24 * BATCH}-{39 * BATCH}"
-    run = launch(tmp_path, shared_ray, "skips", 55, "megatron.env.STANDIN_ITER_S=0.02",
+    # The data of iterations 45-59 is bad: the loss spikes there, the demo policy rolls back to
+    # checkpoint 30 and skips 5 iterations' samples before the onset to 25 after: iterations 40-69,
+    # each a silent dummy step of 0.3 s (9 s in all) where the demo's hang window is 5 s.
+    bad = f"{44 * BATCH}-{59 * BATCH}"
+    run = launch(tmp_path, shared_ray, "skips", 80, "megatron.env.STANDIN_ITER_S=0.1",
                  "megatron.env.STANDIN_SKIP_ITER_S=0.3", f"megatron.env.STANDIN_BAD_SAMPLES={bad}")
     assert run["code"] == 0 and no_traceback(run["output"]), run["output"][-3000:]
     kinds = [(i["kind"], i["subrun"]) for i in incidents(run["events"])]
     assert ("loss_spike", "1.00") in kinds and not any(kind == "hang" for kind, _ in kinds), kinds
     resumed = [s for s in of_type(run["events"], "subrun_start") if s["subrun"] == "1.01"]
-    assert resumed and resumed[0]["start_step"] == 10
+    assert resumed and resumed[0]["start_step"] == 30
     argv = next(e["data"]["argv"] for e in of_type(run["events"], "event")
                 if e["kind"] == "command" and e["subrun"] == "1.01")
     skipped = argv[argv.index("--iterations-to-skip") + 1:]
-    assert skipped[:30] == [str(i) for i in range(20, 50)]
+    assert skipped[:30] == [str(i) for i in range(40, 70)]
     ends = of_type(run["events"], "subrun_end")
-    assert ends[-1]["subrun"] == "1.01" and ends[-1]["end_state"] == "finished" and ends[-1]["last_step"] == 55
+    assert ends[-1]["subrun"] == "1.01" and ends[-1]["end_state"] == "finished" and ends[-1]["last_step"] == 80
 
 
 def test_a_job_that_finishes_is_finished_though_one_node_ends_long_before_the_other(tmp_path, shared_ray):

@@ -40,7 +40,16 @@ LOCAL_RAY_SYSTEM_CONFIG = {
     # nice 15 anything else on the host (a busy neighbour, an agent) takes ~97% of
     # a core from them, and the health check's benchmark measures the neighbour.
     "worker_niceness": 0,
+    # Ray starts idle workers ahead of tasks (one per CPU when the driver connects); each
+    # imports Ray (~0.6 CPU-seconds) and a run's actors want processes of their own anyway.
+    "prestart_worker_first_driver": False,
+    "enable_worker_prestart": False,
 }
+LOCAL_HEAD_PROCESSES = {"include_dashboard": False, "no_monitor": True, "include_log_monitor": False}
+"""What a run's own local Ray leaves out of its head: the dashboard, the autoscaler's monitor (a
+local cluster has nothing to scale) and the log monitor (the driver takes no worker output,
+``log_to_driver=False``; each worker still writes its own log files). About 1.5 CPU-seconds and
+2-3 s of a start on a 2-core machine."""
 DRIVER_INIT_KWARGS = {"logging_level": logging.ERROR, "log_to_driver": False}
 """ray.init's settings for the driver, whichever cluster it joins or starts."""
 RAY_MESSAGES_FILE = "ray_messages.log"
@@ -106,7 +115,7 @@ class LocalCluster:
 
         node_args = {"num_cpus": local_node_cpus(cluster)}
         # A copy: Ray writes into the dict it is given (the spilling directory of that start's session).
-        head_args = {**node_args, "include_dashboard": False, "_system_config": dict(LOCAL_RAY_SYSTEM_CONFIG)}
+        head_args = {**node_args, **LOCAL_HEAD_PROCESSES, "_system_config": dict(LOCAL_RAY_SYSTEM_CONFIG)}
         self._cluster = Cluster(initialize_head=True, head_node_args=head_args)
         # Cluster() records itself as "the current cluster" of this machine
         # (/tmp/ray/ray_current_cluster), which a plain ray.init() elsewhere would

@@ -48,7 +48,8 @@ from runmgr.megatron.model import (
 )
 from runmgr.megatron.model import parameter_count as job_parameter_count
 from runmgr.placement import (
-    RAY_ACCELERATOR_RESOURCE, accelerator_resource, amounts, bundle_for, closest_node, node_bundle, resolve_device_kind,
+    RAY_ACCELERATOR_RESOURCE, accelerator_resource, amounts, bundle_for, closest_node, local_accelerator_resources,
+    node_bundle, resolve_device_kind,
 )
 from runmgr.policy.capacity import slots_of
 from trainer.shapes import parameter_count
@@ -216,10 +217,8 @@ def _local_view(cluster: ClusterConfig) -> ClusterView:
     """The local Ray of ``cluster`` (address null), from the config: ``cluster.local_nodes``
     nodes of one rank's CPUs each (runmgr/cluster.py), or one node of them all; each node
     sees this machine's accelerators."""
-    from trainer.device import local_accelerators
-
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    accels = {accelerator_resource(kind) or kind: float(n) for kind, n in local_accelerators().items() if n}
+    accels = local_accelerator_resources()
     cores = os.cpu_count() or 1
     count = cluster.local_nodes
     if count > 1:

@@ -6,6 +6,9 @@ Ray places NVIDIA GPUs under its native ``GPU`` resource and Ascend NPUs under
 
 from __future__ import annotations
 
+import glob
+import os
+import re
 from collections.abc import Iterable, Mapping
 
 RAY_ACCELERATOR_RESOURCE = {"cuda": "GPU", "npu": "NPU"}
@@ -22,6 +25,32 @@ def bundle_for(device_kind: str, cpus: float, devices: int) -> dict[str, float]:
 
 def accelerator_resource(device_kind: str) -> str | None:
     return RAY_ACCELERATOR_RESOURCE.get(device_kind)
+
+
+def local_accelerator_resources(environ: Mapping[str, str] = os.environ, root: str = "/") -> dict[str, float]:
+    """The accelerators a local Ray started on this machine would advertise (``GPU``, ``NPU``;
+    only those present), counted as Ray's accelerator managers count them: the visible-devices
+    variable when it is set, else the devices the driver exposes (``/proc/driver/nvidia/gpus/*``,
+    ``/dev/davinci<N>``). Neither torch nor Ray is imported: a dry run stays without Ray, and a
+    launch's driver spares torch's import (about 2 CPU-seconds)."""
+    found = {}
+    for resource, (variable, pattern) in _VISIBLE_DEVICES.items():
+        visible = environ.get(variable)
+        if visible is not None:
+            count = len([d for d in visible.split(",") if d.strip()])
+        else:
+            count = len([p for p in glob.glob(os.path.join(root, pattern)) if _DEVICE_NAME.search(p)])
+        if count:
+            found[resource] = float(count)
+    return found
+
+
+_VISIBLE_DEVICES = {"GPU": ("CUDA_VISIBLE_DEVICES", "proc/driver/nvidia/gpus/*"),
+                    "NPU": ("ASCEND_RT_VISIBLE_DEVICES", "dev/davinci*")}
+"""Per Ray resource: the variable that narrows the devices a process sees, and where the driver
+lists them."""
+_DEVICE_NAME = re.compile(r"(gpus/[^/]+|davinci\d+)$")
+"""A device's own entry (``/dev/davinci_manager`` is not a device)."""
 
 
 def node_bundle(device_kind: str, cpus_per_rank: float, devices_per_rank: int, ranks: int) -> dict[str, float]:

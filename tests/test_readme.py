@@ -23,7 +23,7 @@ why:
   line that says so, exit 2): pointed at a real cluster it would label its
   nodes. tests/runmgr/healthcheck/test_k8s.py runs it against a local fake.
 - ``torchrun ... conf=demo`` trains 4 steps instead of 200; so does the
-  ``trainer.kind=megatron`` launch, without probes (the small run's launch
+  ``trainer.kind=megatron`` launch, on one local Ray node and without probes (the small run's launch
   probes this machine, as written); it starts its own local Ray (on the
   session's shared one a launch whose ranks are torchrun jobs was seen to
   have an actor cancelled before it ran, under CI's load: not yet understood).
@@ -59,9 +59,10 @@ TINY = ["chaos=none", f"training.train_iters={TRAIN_ITERS}", "cluster.local_node
 """The ``[key=value ...]`` of the small run: no faults, 30 steps, one local Ray node."""
 MEGATRON_ITERS = 4
 MEGATRON_TINY = ["chaos=none", f"training.train_iters={MEGATRON_ITERS}", "checkpoint.save_interval=2",
-                 "health.skip=true"]
-"""The Megatron launch's: its torchrun job to step 4, the probes skipped (the small run's launch
-probed this machine)."""
+                 "health.skip=true", "cluster.local_nodes=1"]
+"""The Megatron launch's: its torchrun job to step 4 on one local Ray node (one torchrun of both
+ranks: tests/e2e runs one per node), the probes skipped (the small run's launch probed this
+machine)."""
 
 
 def normalise(command: str) -> str:

@@ -29,9 +29,11 @@ GARBAGE = "chaos.faults=[{kind: garbage_data, at_step: 45, steps: 12}]"
 @pytest.fixture(scope="module")
 def garbage_run(tmp_path_factory, shared_ray) -> dict:
     """The built-in trainer as a Megatron-LM job on the session's Ray (the remedy restarts the ranks,
-    never the cluster): two nodes of one rank each."""
+    never the cluster): one node of two ranks, one torchrun (a job across nodes, one torchrun
+    each, is tests/e2e/test_megatron_standin_chaos.py's)."""
     base = ["chaos=garbage_data", GARBAGE, "watcher=demo", "policy=demo", "health.skip=true",
-            "cluster.num_workers=2", f"cluster.address={shared_ray.address}", "trainer.kind=megatron",
+            "cluster.num_workers=2", "megatron.nproc_per_node=2", f"cluster.address={shared_ray.address}",
+            "trainer.kind=megatron",
             f"training.train_iters={TRAIN_ITERS}", "checkpoint.save_interval=10"]
     run = LaunchedRun(tmp_path_factory.mktemp("megatron") / "garbage", base=base).start()
     code = run.wait(timeout=600)

@@ -7,9 +7,17 @@ Ray, each case as a user met it:
 - a job that finishes is finished, even when one node ends well before the other;
 - a job that exits 0 before ``--train-iters`` is an incident: restarted from what it saved, and a
   person is needed when it saved nothing new (or never printed an iteration line at all);
-- a job that prints nothing at all needs a person after one try, its stacks dumped.
+- a job that prints nothing at all needs a person after one try, its stacks dumped;
+- absurd numbers in every field of its lines never crash the driver, each refused value recorded.
 
-Two nodes of one rank each on the session's shared Ray; each case is one short launch.
+A forced LR cut on a job without ``--lr`` is a decision and a command line, no outcome of the
+torchrun: tests/runmgr/megatron/test_lr_cut_passed_over.py steps the launch's own runner and judge.
+
+Each case is one short launch on the session's shared Ray, of one node of one rank unless it is
+about several: the uneven finish takes two nodes of one rank (and carries the absurd numbers' lines
+on the same launch: one job, two outcomes), the silent job two ranks on one node (every rank's
+stacks). Each node costs a torchrun and each rank a torch import per sub-run; how a job's stacks
+are gathered from several nodes is checked in tests/runmgr/workers/test_megatron_group.py.
 """
 
 from __future__ import annotations
@@ -35,10 +43,13 @@ def job_args(save: Path, train_iters: int, *extra: str) -> str:
     return "megatron.args=[" + ",".join(args) + "]"
 
 
-def launch(tmp_path: Path, shared_ray, name: str, train_iters: int, *overrides: str, extra_args=()) -> dict:
-    """One launch of the stand-in; its exit code, console output and logbook events."""
+def launch(tmp_path: Path, shared_ray, name: str, train_iters: int, *overrides: str, extra_args=(),
+           nodes: int = 1, ranks_per_node: int = 1) -> dict:
+    """One launch of the stand-in on ``nodes`` nodes (a torchrun each) of ``ranks_per_node`` ranks;
+    its exit code, console output and logbook events."""
     run_dir = tmp_path / name
-    base = ["chaos=none", "watcher=demo", "policy=demo", "health.skip=true", "cluster.num_workers=2",
+    base = ["chaos=none", "watcher=demo", "policy=demo", "health.skip=true",
+            f"cluster.num_workers={nodes * ranks_per_node}", f"megatron.nproc_per_node={ranks_per_node}",
             "trainer.kind=megatron", f"megatron.script={STANDIN}",
             job_args(run_dir.parent / f"{name}-ckpt", train_iters, *extra_args)]
     run = LaunchedRun(run_dir, base=base, extra=[f"cluster.address={shared_ray.address}", *overrides]).start()
@@ -101,18 +112,75 @@ def test_thirty_skipped_iterations_after_a_rollback_are_not_a_hang(tmp_path, sha
     assert ends[-1]["subrun"] == "1.01" and ends[-1]["end_state"] == "finished" and ends[-1]["last_step"] == 80
 
 
-def test_a_job_that_finishes_is_finished_though_one_node_ends_long_before_the_other(tmp_path, shared_ray):
-    # Rank 1 (node 1) exits right after the last iteration; rank 0 stays 8 s more (its teardown),
-    # longer than the demo's hang window, printing one line at its end. (The environment is given
-    # as one mapping, megatron.env={K: V, ...}, as a user would write it.)
-    run = launch(tmp_path, shared_ray, "finish", 20,
-                 "megatron.env={STANDIN_SLOW_FINISH_RANK: 0, STANDIN_SLOW_FINISH_S: 8}")
+TOTAL = 30
+
+
+def absurd_lines(where: Path) -> Path:
+    """The table of tests/runmgr/watch/absurd_lines.py as the stand-in's STANDIN_LINES: 25 iterations
+    whose own line holds an absurd field, and 11 lines refused whole (an iteration past 2^63, of 5000
+    digits or past its total, a save, a load and straggler reports past what can be) among the job's
+    ordinary lines."""
+    from tests.runmgr.watch.absurd_lines import FIELD_CASES, LINE_CASES
+
+    before: dict[str, list[str]] = {}
+    for case in LINE_CASES:
+        before.setdefault(str(case.step), []).append(case.line(TOTAL))
+    script = where / "absurd.json"
+    script.write_text(json.dumps({"instead": {str(case.step): case.line(TOTAL) for case in FIELD_CASES},
+                                  "before": before}))
+    return script
+
+
+@pytest.fixture(scope="module")
+def uneven_finish(tmp_path_factory, shared_ray) -> dict:
+    """One job of two nodes that finishes unevenly while its last rank prints the absurd table:
+    rank 1 (node 1) exits right after the last iteration; rank 0 stays 8 s more (its teardown),
+    longer than the demo's hang window, printing one line at its end. (The environment is given as
+    one mapping, megatron.env={K: V, ...}, as a user would write it.) Two cases of the module read
+    it: the finish and the absurd numbers, which neither needs a launch of its own to show."""
+    where = tmp_path_factory.mktemp("unattended")
+    script = absurd_lines(where)
+    return launch(where, shared_ray, "finish", TOTAL,
+                  f"megatron.env={{STANDIN_SLOW_FINISH_RANK: 0, STANDIN_SLOW_FINISH_S: 8, STANDIN_LINES: '{script}'}}",
+                  nodes=2)
+
+
+def test_a_job_that_finishes_is_finished_though_one_node_ends_long_before_the_other(uneven_finish):
+    run = uneven_finish
     assert run["code"] == 0 and no_traceback(run["output"]), run["output"][-3000:]
     assert incidents(run["events"]) == []
     envs = [e["data"]["env"] for e in of_type(run["events"], "event") if e["kind"] == "command"]
-    assert envs and all(env["STANDIN_SLOW_FINISH_S"] == "8" for env in envs)  # the mapping reached every node
+    assert len(envs) == 2 and all(env["STANDIN_SLOW_FINISH_S"] == "8" for env in envs)  # the mapping reached each node
     (end,) = of_type(run["events"], "subrun_end")
-    assert (end["subrun"], end["end_state"], end["last_step"]) == ("1.00", "finished", 20)
+    assert (end["subrun"], end["end_state"], end["last_step"]) == ("1.00", "finished", TOTAL)
+
+
+def test_absurd_numbers_in_every_field_never_crash_the_driver_and_are_recorded(uneven_finish):
+    # The table's lines, printed by the uneven finish's last rank (absurd_lines above).
+    from runmgr.watch.megatron_log import printable
+    from tests.runmgr.watch.absurd_lines import FIELD_CASES, LINE_CASES
+
+    run = uneven_finish
+    assert run["code"] == 0 and no_traceback(run["output"]), run["output"][-3000:]
+    (end,) = of_type(run["events"], "subrun_end")
+    assert (end["end_state"], end["last_step"]) == ("finished", TOTAL)
+    assert [i for i in incidents(run["events"]) if i["kind"] == "nonfinite"] == []  # no word read as infinity
+    rows = runmgr_json_lines("logbook", "metrics", str(run["run"].run_dir), "--json")
+    assert [row["step"] for row in rows] == list(range(1, TOTAL + 1))  # each step once, no absurd one
+    by_step = {row["step"]: row for row in rows}
+    unknown = lambda value: value is None or math.isnan(value)  # noqa: E731  # how the logbook keeps "not known"
+    assert unknown(by_step[5]["loss"]) and unknown(by_step[7]["grad_norm"]) and unknown(by_step[8]["loss_scale"])
+    assert unknown(by_step[23]["loss"]) and unknown(by_step[24]["grad_norm"])  # "12ab", "information"
+    assert by_step[4]["loss"] == pytest.approx(5.0 - 4 * 0.01)  # the rest of an absurd field's line is kept
+    assert by_step[3]["consumed_samples"] is None and by_step[22]["consumed_samples"] is None
+    assert by_step[TOTAL]["consumed_samples"] == TOTAL * BATCH
+    refused = [(e["data"]["field"], e["data"]["raw"]) for e in of_type(run["events"], "event")
+               if e["kind"] == "refused_value"]
+    assert len(refused) == len(FIELD_CASES) + len(LINE_CASES) >= 20  # every one, each named (none counted)
+    assert sorted(r for r in refused if r[0] in {c.name for c in FIELD_CASES}) == sorted(
+        (case.name, printable(case.raw, 100)) for case in FIELD_CASES)
+    assert sorted(name for name, _ in refused if name not in {c.name for c in FIELD_CASES}) == sorted(
+        case.field for case in LINE_CASES)
 
 
 def test_exit_0_before_train_iters_is_an_incident_restarted_once_from_what_it_saved(tmp_path, shared_ray):
@@ -145,7 +213,7 @@ def test_a_job_that_prints_garbage_and_exits_0_is_not_finished_at_step_0(tmp_pat
 
 def test_a_silent_job_needs_a_person_after_one_try_with_its_stacks(tmp_path, shared_ray):
     run = launch(tmp_path, shared_ray, "silent", 40, "megatron.env.STANDIN_BEHAVIOUR=silent",
-                 "watcher.hang.init={initial_s: 4.0, min_s: 1.0, max_s: 60.0}")
+                 "watcher.hang.init={initial_s: 4.0, min_s: 1.0, max_s: 60.0}", ranks_per_node=2)
     assert run["code"] == 1 and no_traceback(run["output"]), run["output"][-3000:]
     (hang,) = incidents(run["events"])
     assert hang["kind"] == "hang" and evidence(hang)["never_stepped"] is True
@@ -155,61 +223,3 @@ def test_a_silent_job_needs_a_person_after_one_try_with_its_stacks(tmp_path, sha
     assert [s["subrun"] for s in of_type(run["events"], "subrun_start")] == ["1.00"]
     dumped = [e for e in of_type(run["events"], "event") if e["kind"] == "stacks_dumped"]
     assert dumped and sorted(dumped[0]["data"]["files"]) == ["rank0.txt", "rank1.txt"]
-
-
-def test_a_forced_lr_cut_on_a_job_without_lr_is_passed_over_with_its_reason(tmp_path, shared_ray):
-    # The job gives no --lr: lint refuses the demo ladder's LR cut at launch (tests/runmgr/lint);
-    # forced, the second instability in a row passes the lower_lr rung over to the optimizer reset.
-    # Iterations 25-39 are bad: rolled back to 10, iterations 20-49 skipped; then 60-74: rolled back
-    # to 50 (saved after the first skip), iterations 55-84 skipped; the run ends 6 iterations after.
-    bad = f"{24 * BATCH}-{39 * BATCH},{59 * BATCH}-{74 * BATCH}"
-    no_lr = ["--save", str(tmp_path / "nolr-ckpt"), "--train-iters", "90", "--global-batch-size", str(BATCH),
-             "--save-interval", "10", "--log-interval", "1"]
-    run = launch(tmp_path, shared_ray, "nolr", 90, "lint.ignore=[remedy-lr-cut]",
-                 "megatron.args=[" + ",".join(no_lr) + "]", f"megatron.env.STANDIN_BAD_SAMPLES={bad}",
-                 "megatron.env.STANDIN_ITER_S=0.02", "megatron.env.STANDIN_SKIP_ITER_S=0.02")
-    assert run["code"] == 0 and no_traceback(run["output"]), run["output"][-3000:]
-    climbed = [d for d in of_type(run["events"], "decision") if d["action"] != "ignore"]
-    assert [d["action"] for d in climbed] == ["rollback_skip", "reset_optimizer"]
-    assert "rung 2 (lower_lr, LR x 0.67) passed over: the job's arguments give no --lr" in climbed[1]["reason"]
-    for event in of_type(run["events"], "event"):
-        if event["kind"] == "command":
-            assert "--lr" not in event["data"]["argv"]  # no sub-run was ever asked to scale one
-    assert of_type(run["events"], "subrun_end")[-1]["end_state"] == "finished"
-
-
-def test_absurd_numbers_in_every_field_never_crash_the_driver_and_are_recorded(tmp_path, shared_ray):
-    # The table of tests/runmgr/watch/absurd_lines.py: 25 iterations whose own line holds an absurd
-    # field, and 11 lines refused whole (an iteration past 2^63, of 5000 digits or past its total, a
-    # save, a load and straggler reports past what can be) among the job's ordinary lines.
-    from runmgr.watch.megatron_log import printable
-    from tests.runmgr.watch.absurd_lines import FIELD_CASES, LINE_CASES
-
-    total = 30
-    before: dict[str, list[str]] = {}
-    for case in LINE_CASES:
-        before.setdefault(str(case.step), []).append(case.line(total))
-    script = tmp_path / "absurd.json"
-    script.write_text(json.dumps({"instead": {str(case.step): case.line(total) for case in FIELD_CASES},
-                                  "before": before}))
-    run = launch(tmp_path, shared_ray, "absurd", total, f"megatron.env.STANDIN_LINES={script}")
-    assert run["code"] == 0 and no_traceback(run["output"]), run["output"][-3000:]
-    (end,) = of_type(run["events"], "subrun_end")
-    assert (end["end_state"], end["last_step"]) == ("finished", total)
-    assert [i for i in incidents(run["events"]) if i["kind"] == "nonfinite"] == []  # no word read as infinity
-    rows = runmgr_json_lines("logbook", "metrics", str(run["run"].run_dir), "--json")
-    assert [row["step"] for row in rows] == list(range(1, total + 1))  # each step once, no absurd one
-    by_step = {row["step"]: row for row in rows}
-    unknown = lambda value: value is None or math.isnan(value)  # noqa: E731  # how the logbook keeps "not known"
-    assert unknown(by_step[5]["loss"]) and unknown(by_step[7]["grad_norm"]) and unknown(by_step[8]["loss_scale"])
-    assert unknown(by_step[23]["loss"]) and unknown(by_step[24]["grad_norm"])  # "12ab", "information"
-    assert by_step[4]["loss"] == pytest.approx(5.0 - 4 * 0.01)  # the rest of an absurd field's line is kept
-    assert by_step[3]["consumed_samples"] is None and by_step[22]["consumed_samples"] is None
-    assert by_step[30]["consumed_samples"] == total * BATCH
-    refused = [(e["data"]["field"], e["data"]["raw"]) for e in of_type(run["events"], "event")
-               if e["kind"] == "refused_value"]
-    assert len(refused) == len(FIELD_CASES) + len(LINE_CASES) >= 20  # every one, each named (none counted)
-    assert sorted(r for r in refused if r[0] in {c.name for c in FIELD_CASES}) == sorted(
-        (case.name, printable(case.raw, 100)) for case in FIELD_CASES)
-    assert sorted(name for name, _ in refused if name not in {c.name for c in FIELD_CASES}) == sorted(
-        case.field for case in LINE_CASES)

@@ -13,10 +13,14 @@ def main() -> None:
     import ray
     from ray.cluster_utils import Cluster
 
+    from runmgr.cluster import LOCAL_HEAD_PROCESSES, LOCAL_RAY_SYSTEM_CONFIG
     from runmgr.config.schema import ClusterConfig
     from runmgr.healthcheck.nodes import rank_nodes
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    # The head a run's own local Ray has (runmgr.cluster.LocalCluster): no autoscaler
+    # monitor, no log monitor, no idle workers started ahead of tasks; nothing here needs them.
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 0, **LOCAL_HEAD_PROCESSES, "_system_config": dict(LOCAL_RAY_SYSTEM_CONFIG)})
     ray._common.utils.reset_ray_address()  # no other ray.init() on this machine may join it
     try:
         workers = [cluster.add_node(num_cpus=1) for _ in range(2)]

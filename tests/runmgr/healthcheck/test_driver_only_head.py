@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests import cli
 from tests.runmgr.healthcheck.cluster_process import cluster_process
 
 ROOT = Path(__file__).resolve().parents[3]
 HELPER = Path(__file__).with_name("driver_only_cluster.py")
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled"}
-QUICK = ["health.compute.matmul_size=256", "health.compute.bandwidth_mb=8", "health.collectives.megabytes=1",
-         "health.collectives.iterations=1"]
+QUICK = ["health.compute.matmul_size=256", "health.compute.bandwidth_mb=8", "health.compute.repeats=1",
+         "health.collectives.megabytes=1", "health.collectives.iterations=1"]
 """Small probes: this test checks which nodes are probed, not what they measure."""
 
 
@@ -37,10 +36,8 @@ def test_rank_nodes_leaves_out_a_node_without_the_rank_s_resources(cluster):
 
 
 def test_only_the_nodes_that_can_hold_a_rank_are_checked(cluster, tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "runmgr", "health-check", f"cluster.address={cluster['address']}",
-         "cluster.cpus_per_worker=1", f"run.dir={tmp_path / 'run'}", *QUICK, "--json"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=ENV)
+    result = cli.runmgr("health-check", f"cluster.address={cluster['address']}", "cluster.cpus_per_worker=1",
+                        f"run.dir={tmp_path / 'run'}", *QUICK, "--json", cwd=tmp_path, timeout=300, env=ENV)
     assert result.returncode in (0, 1) and result.stdout, result.stderr[-3000:]
     report = json.loads(result.stdout)
     assert sorted(entry["node"] for entry in report["nodes"]) == cluster["workers"]

@@ -1,6 +1,8 @@
 """The launch gate on a real (local) Ray: it admits healthy nodes, refuses to
 launch on none with one line, keeps the last check's exclusions when the
-probes are skipped, and ends by its deadline when a node's probes hang."""
+probes are skipped, and ends by its deadline when a node's probes hang.
+(Each probing check starts a benchmark worker of its own, torch imported: the
+refusal, the skip and the admission are one run's history, two checks.)"""
 
 from __future__ import annotations
 
@@ -26,19 +28,11 @@ def config(tmp_path: Path, mount: Path, *extra: str):
                                     *QUICK, *extra], CONF_DIR)
 
 
-def test_a_healthy_node_is_admitted_and_the_report_kept_with_the_run(local_ray, tmp_path):
-    out = io.StringIO()
-    gate = preflight_health(config(tmp_path, tmp_path), out)
-    node = local_ray.get_runtime_context().get_node_id()
-    assert gate.admitted_node_ids == [node] and gate.excluded == {}
-    evidence = gate.evidence()
-    report = json.loads((tmp_path / "run" / evidence["report"]).read_text())
-    assert report["admitted_node_ids"] == [node] and evidence["check_id"] == report["check_id"]
-    assert "ADMIT" in out.getvalue() and "[1/1]" in out.getvalue()
-    assert [c.source for c in store_for(config(tmp_path, tmp_path)).checks()] == ["launch"]
-
-
-def test_no_admitted_node_is_one_line_and_skipping_keeps_the_exclusion(local_ray, tmp_path):
+def test_no_admitted_node_is_one_line_skipping_keeps_the_exclusion_and_a_healthy_node_is_admitted(
+        local_ray, tmp_path):
+    """One run's history: its mount missing (refused in one line), launched with the probes
+    skipped (still refused), repaired (admitted, the report kept with the run), skipped again
+    (nothing kept out). One probing check per verdict the story needs."""
     missing = tmp_path / "hpfs" / "ckpt"
     with pytest.raises(NoAdmittedNodesError) as caught:
         preflight_health(config(tmp_path, missing), io.StringIO())
@@ -50,7 +44,17 @@ def test_no_admitted_node_is_one_line_and_skipping_keeps_the_exclusion(local_ray
         preflight_health(config(tmp_path, tmp_path, "health.skip=true"), out)
     assert "probes skipped" in out.getvalue()
 
-    preflight_health(config(tmp_path, tmp_path), io.StringIO())  # repaired: admitted again
+    out = io.StringIO()
+    gate = preflight_health(config(tmp_path, tmp_path), out)  # repaired: admitted again
+    node = local_ray.get_runtime_context().get_node_id()
+    assert gate.admitted_node_ids == [node] and gate.excluded == {}
+    evidence = gate.evidence()
+    report = json.loads((tmp_path / "run" / evidence["report"]).read_text())
+    assert report["admitted_node_ids"] == [node] and evidence["check_id"] == report["check_id"]
+    assert "ADMIT" in out.getvalue() and "[1/1]" in out.getvalue()
+    # Each probing check is in the history as the launch's; the skipped ones are not checks.
+    assert [c.source for c in store_for(config(tmp_path, tmp_path)).checks()] == ["launch", "launch"]
+
     gate = preflight_health(config(tmp_path, tmp_path, "health.skip=true"), io.StringIO())
     assert gate.admitted_node_ids is None and gate.excluded == {}
 

@@ -81,13 +81,18 @@ def test_refusals_make_one_line_and_none_when_all_went_through():
         assert refusal_line(apply_health_labels(report, core_api(fake.url), lambda line: None)) is None
 
 
-def test_health_check_fails_when_the_api_refused_every_call(tmp_path):
+def test_health_check_fails_when_the_api_refused_every_call(local_ray, tmp_path):
     # Before: the check printed its table and exited 0, and no node was marked.
+    # The check joins this process's Ray (its one node: the Kubernetes node by its host name)
+    # instead of starting one of its own: what is checked here is what happens after the probes.
+    address = local_ray.get_runtime_context().gcs_address
     with FakeKubernetes({}, refuse=403) as fake:
         # Small probes: what is checked here is what happens after them.
-        result = cli.runmgr("health-check", "cluster.local_nodes=1", "health.compute.matmul_size=256",
-                            "health.compute.bandwidth_mb=8", "--k8s-label", "--k8s-host", fake.url,
-                            cwd=tmp_path, timeout=180, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        result = cli.runmgr("health-check", f"cluster.address={address}", "cluster.cpus_per_worker=1",
+                            "health.compute.matmul_size=256", "health.compute.bandwidth_mb=8",
+                            "health.compute.repeats=1", f"run.dir={tmp_path / 'run'}",
+                            "--k8s-label", "--k8s-host", fake.url, cwd=tmp_path, timeout=180,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})  # Ray's auth mode: this process's
         assert fake.requests and not [r for r in fake.requests if r["method"] == "PATCH"]
     assert result.returncode == 3, result.stderr[-2000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("runmgr: error:")]

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from health.config import DataChecks
 from runmgr.healthcheck.nodes import alive_nodes
 from runmgr.healthcheck.staging import stage_on_nodes
-
-ROOT = Path(__file__).resolve().parents[3]
+from tests import cli
 
 
 def dataset(tmp_path: Path, megabytes: int = 3) -> tuple[Path, str]:
@@ -52,8 +49,7 @@ def test_a_damaged_shared_copy_fails_the_node_with_the_reason(local_ray, tmp_pat
 
 
 def test_stage_without_paths_is_one_line_and_exit_2(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "runmgr", "health-check", "--stage"], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=60)
+    result = cli.runmgr("health-check", "--stage", cwd=tmp_path, timeout=60)  # refused before any Ray
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1
     assert "--stage needs health.data.shared_path" in lines[0]

@@ -1,6 +1,6 @@
 """The scenario of test_joining.py in a process of its own (a pytest worker may
-hold another Ray connection): a real local Ray of one raylet to which raylets are
-added while JoiningNodes watches; prints what it saw as one JSON object."""
+hold another Ray connection): a real local Ray of one raylet to which a raylet is
+added while two JoiningNodes watch; prints what it saw as one JSON object."""
 
 from __future__ import annotations
 
@@ -33,23 +33,25 @@ def main(root: Path) -> None:
     from ray.cluster_utils import Cluster
 
     from health.config import MountSpec
+    from runmgr.cluster import LOCAL_HEAD_PROCESSES, LOCAL_RAY_SYSTEM_CONFIG
     from runmgr.nodes import node_name
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    # The head a run's own local Ray has (runmgr.cluster.LocalCluster): no autoscaler
+    # monitor, no log monitor, no idle workers started ahead of tasks; nothing here needs them.
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, **LOCAL_HEAD_PROCESSES, "_system_config": dict(LOCAL_RAY_SYSTEM_CONFIG)})
     ray._common.utils.reset_ray_address()
     ray.init(address=cluster.address, log_to_driver=False)
     try:
+        # Two runs watch the same cluster, one whose mount the new node lacks, one with none:
+        # one node joins both (one raylet fewer than a node each), judged by each on its own.
         missing, missing_admitted, _ = joining(root / "a", [MountSpec(path=str(root / "no-such-mount"))])
-        before_missing = missing.room(())
-        cluster.add_node(num_cpus=1)
-        cluster.wait_for_nodes()
-        after_missing = missing.room(())
         polled: list[str] = []
         healthy, admitted, said = joining(root / "b", [], polled.append)
-        before = healthy.room(())
+        before_missing, before = missing.room(()), healthy.room(())
         cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
-        after = healthy.room(())
+        after_missing, after = missing.room(()), healthy.room(())
         print(json.dumps({
             "missing": {"before": before_missing, "after": after_missing, "admitted": len(missing_admitted),
                         "turned_away": list(missing.turned_away.values())},

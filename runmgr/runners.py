@@ -88,11 +88,13 @@ def megatron_runner(config: RunConfig, device_kind: str, admitted_node_ids: Opti
 
     layout = config.trainer_config()
     job_data_parallel = layout.data_parallel_size(config.world_size)
+    threads_per_rank = max(1, int(config.cluster.cpus_per_worker))  # Ray's rule for one actor's threads
 
     def make_commands(plan: ResumePlan, master_addr: str, master_port: int, nnodes: int) -> list[NodeCommand]:
         flags = script_args(args, plan, job.flavor, checkpoint_step(plan.start_checkpoint),
                             data_parallel_size=job_data_parallel)
-        return [node_command(job, flags, nnodes, rank, master_addr, master_port, device_kind)
+        return [node_command(job, flags, nnodes, rank, master_addr, master_port, device_kind,
+                             threads_per_rank=threads_per_rank)
                 for rank in range(nnodes)]
 
     seq_length = flag_value(args, "--seq-length")

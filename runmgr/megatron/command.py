@@ -12,6 +12,7 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Optional
 
 from runmgr.config.argv import is_flag
 from runmgr.config.megatron import MegatronConfig
@@ -54,10 +55,16 @@ def _masked_argv(argv: Sequence[str]) -> list[str]:
 
 
 def node_command(job: MegatronConfig, args: Sequence[str], nnodes: int, node_rank: int, master_addr: str,
-                 master_port: int, device_kind: str, python: str = sys.executable) -> NodeCommand:
+                 master_port: int, device_kind: str, python: str = sys.executable,
+                 threads_per_rank: Optional[int] = None) -> NodeCommand:
     """torchrun on node ``node_rank`` of ``nnodes`` for the script of ``job`` with ``args``
     (the sub-run's: see runmgr.megatron.flags.script_args). No restarts by torchrun:
-    runmgr's policy decides what a failure leads to."""
+    runmgr's policy decides what a failure leads to.
+
+    ``threads_per_rank``: each rank's ``OMP_NUM_THREADS`` (its share of the node's CPUs), unless
+    ``megatron.env`` sets it. Ray gives the node's actor the whole node's CPU count there, and
+    torchrun keeps a value it finds: every rank would run that many threads, the node's CPUs
+    oversubscribed ``nproc_per_node`` times over."""
     if not 0 <= node_rank < nnodes:
         raise ValueError(f"node rank {node_rank} is not within the job's {nnodes} node(s)")
     module = job.module()
@@ -65,5 +72,6 @@ def node_command(job: MegatronConfig, args: Sequence[str], nnodes: int, node_ran
     argv = (python, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--node-rank", str(node_rank),
             "--nproc-per-node", str(job.nproc_per_node), "--master-addr", master_addr,
             "--master-port", str(master_port), "--max-restarts", "0", *target, *args)
-    env = {**device_env(device_kind, job.flavor), **job.env}
+    threads = {} if threads_per_rank is None else {"OMP_NUM_THREADS": str(threads_per_rank)}
+    env = {**device_env(device_kind, job.flavor), **threads, **job.env}
     return NodeCommand(node_rank=node_rank, argv=argv, env=env)

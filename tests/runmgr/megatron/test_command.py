@@ -45,3 +45,23 @@ def test_masked_hides_secret_variables_and_argument_values_but_nothing_else():
                              "NCCL_DEBUG": "WARN"}
     assert masked["argv"][-7:] == ["--wandb-api-key", "***", "--hub-token=***", "--save", "/ckpt", "--lr", "1e-4"]
     assert masked["node_rank"] == 0 and "abc" not in str(masked) and "xyz" not in str(masked)
+
+
+def test_each_rank_runs_its_share_of_the_nodes_cpus_unless_the_user_says_otherwise(tmp_path):
+    # Ray sets the node actor's OMP_NUM_THREADS to the whole node's CPUs and torchrun keeps it:
+    # two ranks of 2 CPUs each would each run 4 threads on the node's 4 CPUs.
+    from runmgr.config.compose import load_run_config
+    from runmgr.runners import megatron_runner
+    from trainer.plan import ResumePlan
+
+    def commands(*overrides: str):
+        config = load_run_config("demo", [f"run.dir={tmp_path}", "chaos=none", "trainer.kind=megatron",
+                                          "cluster.num_workers=2", "megatron.nproc_per_node=2",
+                                          "cluster.cpus_per_worker=2", *overrides])
+        return megatron_runner(config, "cpu", None).make_group().make_commands(ResumePlan(), "127.0.0.1", 29500, 1)
+
+    (command,) = commands()
+    assert command.env["OMP_NUM_THREADS"] == "2"
+    (command,) = commands("megatron.env.OMP_NUM_THREADS=8")
+    assert command.env["OMP_NUM_THREADS"] == "8"
+    assert "OMP_NUM_THREADS" not in node_command(MegatronConfig(), [], 1, 0, "127.0.0.1", 1, "cpu").env

@@ -153,9 +153,7 @@ class Judge:
                            check_silence: bool = False) -> list[Judgement]:
         """Feed ``observations`` to the watcher (and check for silence), then decide on
         each incident in order, with the checkpoints verified up to ``last_step``."""
-        incidents: list[Incident] = []
-        for observation in observations:
-            incidents += self.watcher.observe(observation, now)
+        incidents = self.watcher.observe_all(observations, now)
         if check_silence:
             incidents += self.watcher.check(now)
         return [self._decide(self._explained(incident), last_step) for incident in incidents]

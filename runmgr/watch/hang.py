@@ -18,6 +18,7 @@ such a gap is not learned as a duration of its phase. A rank that finished
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from typing import Optional
 
@@ -27,6 +28,7 @@ from runmgr.watch.observations import HeartbeatObservation
 from runmgr.watch.silences import PlannedSilences
 
 STEP, CHECKPOINT = "step", "checkpoint"
+PHASES = ("init", "step", "checkpoint", "eval")
 
 
 class HangDetector:
@@ -39,6 +41,14 @@ class HangDetector:
         self._reported: set[int] = set()
         self._finished: set[int] = set()
         self._plan: Optional[PlannedSilences] = None
+        self._subrun: Optional[str] = None
+        """The sub-run of the beats in ``_last``."""
+        self._oldest: list[tuple[float, int]] = []
+        """Heap of (beat time, rank) of every beat taken; an entry whose rank has beaten since
+        is dropped when it comes to the top. Its top is the oldest last beat, so that a check
+        looks at every rank only when one may be silent (thousands of ranks beat each step)."""
+        self._shortest_s = min(min(config.bounds(p).min_s, config.bounds(p).initial_s) for p in PHASES)
+        """No phase's timeout is shorter (a planned silence only widens one)."""
 
     def for_new_subrun(self) -> "HangDetector":
         """A detector for the next sub-run's ranks that keeps the durations measured so far."""
@@ -50,20 +60,27 @@ class HangDetector:
 
     def update(self, beat: HeartbeatObservation, now: float) -> list[Incident]:
         """Feed one heartbeat, then check every rank against ``now``."""
-        if any(seen.subrun != beat.subrun for seen in self._last.values()):
+        self.take(beat)
+        return self.check(now)
+
+    def take(self, beat: HeartbeatObservation) -> None:
+        """Feed one heartbeat without checking: a poll's beats are taken together, then one
+        :meth:`check` (a beat later in the batch may be the silent-looking rank's)."""
+        if beat.subrun != self._subrun:
             # A new sub-run: ranks of the old one will never beat again.
+            self._subrun = beat.subrun
             self._last = {r: b for r, b in self._last.items() if b.subrun == beat.subrun}
             self._reported.clear()
             self._finished.clear()
         if beat.rank in self._finished:
-            return self.check(now)
+            return
         previous = self._last.get(beat.rank)
         if previous is not None and beat.time >= previous.time and not self._planned_s(previous)[0]:
             seen = self._durations.setdefault(previous.phase, deque(maxlen=self.config.history))
             seen.append(beat.time - previous.time)
         self._last[beat.rank] = beat
+        heapq.heappush(self._oldest, (beat.time, beat.rank))
         self._reported.discard(beat.rank)
-        return self.check(now)
 
     def forget(self, rank: int) -> None:
         """Stop watching ``rank`` (it finished, or its worker is being replaced)."""
@@ -83,10 +100,15 @@ class HangDetector:
             return bounds.initial_s
         return min(max(self.config.safety_factor * max(seen), bounds.min_s), bounds.max_s)
 
-    def limit(self, beat: HeartbeatObservation) -> float:
+    def limit(self, beat: HeartbeatObservation, timeouts: Optional[dict[str, float]] = None) -> float:
         """Seconds of silence tolerated after ``beat``: its phase's timeout, widened by the
-        silences the plan makes after it."""
-        return self.timeout(beat.phase) + self._planned_s(beat)[0]
+        silences the plan makes after it. ``timeouts``: the phases' timeouts, where a caller
+        that asks for many beats keeps them."""
+        if timeouts is None:
+            return self.timeout(beat.phase) + self._planned_s(beat)[0]
+        if beat.phase not in timeouts:
+            timeouts[beat.phase] = self.timeout(beat.phase)
+        return timeouts[beat.phase] + self._planned_s(beat)[0]
 
     def _planned_s(self, beat: HeartbeatObservation) -> tuple[float, list[str]]:
         """Extra seconds the plan's silences after ``beat`` take, and what they are."""
@@ -115,15 +137,30 @@ class HangDetector:
 
     def check(self, now: float) -> list[Incident]:
         """Report the ranks silent past their phase's timeout, once per silence."""
-        silent = []
+        if not self._may_be_silent(now):
+            return []
+        silent, timeouts = [], {}
         for rank, beat in sorted(self._last.items()):
-            limit = self.limit(beat)
-            if rank not in self._reported and now - beat.time > limit:
+            if rank in self._reported or now - beat.time <= self._shortest_s:
+                continue
+            limit = self.limit(beat, timeouts)
+            if now - beat.time > limit:
                 silent.append((beat, limit))
         if not silent:
             return []
         self._reported.update(beat.rank for beat, _ in silent)
         return [self._incident(silent, now)]
+
+    def _may_be_silent(self, now: float) -> bool:
+        """Whether the oldest last beat is older than the shortest timeout any phase has."""
+        oldest = self._oldest
+        while oldest:
+            time, rank = oldest[0]
+            last = self._last.get(rank)
+            if last is not None and last.time == time:
+                return now - time > self._shortest_s
+            heapq.heappop(oldest)  # the rank beat since, or is no longer watched
+        return False
 
     def _incident(self, silent: list[tuple[HeartbeatObservation, float]], now: float) -> Incident:
         first, limit = silent[0]

@@ -8,7 +8,7 @@ periodically so that silence (a hang) is noticed without any observation.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 from runmgr.config.watcher import WatcherConfig
 from runmgr.watch.deaths import DeathDetector
@@ -75,6 +75,19 @@ class Watcher:
         fresh.spikes = self.spikes
         fresh.local_norms = self.local_norms
         return fresh
+
+    def observe_all(self, observations: Sequence[Observation], now: float) -> list[Incident]:
+        """Feed observations seen together (one poll's): the heartbeats are taken as they come
+        and the ranks checked for silence once, after the others' incidents."""
+        incidents: list[Incident] = []
+        beats = False
+        for obs in observations:
+            if isinstance(obs, HeartbeatObservation):
+                self.hang.take(obs)
+                beats = True
+            else:
+                incidents += self.observe(obs, now)
+        return incidents + (self.hang.check(now) if beats else [])
 
     def observe(self, obs: Observation, now: float) -> list[Incident]:
         """Feed one observation; returns the incidents it produced (usually none)."""

@@ -59,6 +59,55 @@ class Unreachable(Protocol):
     unreachable: Mapping[int, str]
 
 
+class RankActors(Protocol):
+    """Where a group's rank actors come from and go: one Ray actor process per rank
+    (:class:`RayRankActors`), or the scale harness's simulated ranks, many to a process
+    (runmgr/scale/hosts.py)."""
+
+    def place(self, count: int, what: str, avoid_nodes: Sequence[str]) -> tuple[object, list]:
+        """Room for ``count`` actors (``what``, for the error): a handle for :meth:`release` and
+        where each actor goes; a :class:`ClusterError` when the cluster cannot hold them."""
+
+    def create(self, strategy, rank: int, world: int, driver: DriverIdentity):
+        """The actor of ``rank`` (-1: a spare) of ``world``, placed by ``strategy``; it starts
+        in the background."""
+
+    def kill(self, actor) -> None:
+        """End ``actor`` now."""
+
+    def release(self, placement: object) -> None:
+        """Give back the room :meth:`place` took."""
+
+
+class RayRankActors:
+    """One Ray actor process per rank running the trainer, in a placement group of the
+    cluster's bundles (on the admitted nodes, off the plan's nodes to avoid)."""
+
+    def __init__(self, cluster: ClusterConfig, device_kind: str, start_timeout_s: float, lease_s: float,
+                 admitted_node_ids: Optional[list[str]]) -> None:
+        self.cluster = cluster
+        self.device_kind = device_kind
+        self.start_timeout_s = start_timeout_s
+        self.lease_s = lease_s
+        self.admitted_node_ids = admitted_node_ids
+
+    def place(self, count: int, what: str, avoid_nodes: Sequence[str]) -> tuple[object, list]:
+        bundle = bundle_for(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
+        return place(bundle, count, what, self.cluster.placement_strategy, self.start_timeout_s,
+                     self.admitted_node_ids, avoid_nodes)
+
+    def create(self, strategy, rank: int, world: int, driver: DriverIdentity):
+        resources = actor_resources(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
+        return RemoteTrainerWorker.options(**resources, scheduling_strategy=strategy).remote(
+            rank, world, self.lease_s, driver)
+
+    def kill(self, actor) -> None:
+        ray.kill(actor, no_restart=True)
+
+    def release(self, placement: object) -> None:
+        release(placement)
+
+
 class RayWorkerGroup:
     """One actor per rank, placed as the plan says. A warm group
     (runmgr/workers/warm_group.py) holds one and changes its ranks only through
@@ -66,12 +115,16 @@ class RayWorkerGroup:
 
     def __init__(self, cluster: ClusterConfig, device_kind: str, start_timeout_s: float, lease_s: float,
                  admitted_node_ids: Optional[list[str]] = None, wrap_reporter: WrapReporter | None = None,
-                 lost_ranks: LostRanks | None = None, settle_s: float = FAILURE_SETTLE_S) -> None:
+                 lost_ranks: LostRanks | None = None, settle_s: float = FAILURE_SETTLE_S,
+                 rank_actors: RankActors | None = None) -> None:
         """``admitted_node_ids``: the nodes the health check admitted (None: it did not
         run, every alive node may be used). ``wrap_reporter``: what every rank's
         reports pass through (chaos's pauses). ``lost_ranks``: what names a lost node's
         ranks before Ray does (a warm group's probe). ``settle_s``: how long, after a
-        first failure, the others are given to surface."""
+        first failure, the others are given to surface. ``rank_actors``: where the ranks'
+        actors come from (None: one trainer process per rank, :class:`RayRankActors`)."""
+        self.rank_actors = rank_actors or RayRankActors(cluster, device_kind, start_timeout_s, lease_s,
+                                                        admitted_node_ids)
         self.wrap_reporter = wrap_reporter
         self.lost_ranks = lost_ranks
         self.cluster = cluster
@@ -120,10 +173,8 @@ class RayWorkerGroup:
         ray_cluster.check_head()  # placing ranks needs the head: without it Ray waits until it ends the driver
         world = config.world_size_of(plan.data_parallel_size) if plan.data_parallel_size else self.cluster.num_workers
         self._world = world
-        bundle = bundle_for(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
         what = f"workers and {extra} spare(s)" if extra else "workers"
-        self._pg, strategies = place(bundle, world + extra, what, self.cluster.placement_strategy,
-                                     self.start_timeout_s, self.admitted_node_ids, plan.avoid_nodes)
+        self._pg, strategies = self.rank_actors.place(world + extra, what, plan.avoid_nodes)
         self._strategies, self._extra_strategies = strategies[:world], strategies[world:]
         self._actors, self._infos = self.spawn(self._strategies, list(range(world)), "workers")
         port = ray.get(self._actors[0].reserve_port.remote())
@@ -146,7 +197,7 @@ class RayWorkerGroup:
             infos = ray_cluster.get_while_head_lives([a.describe.remote() for a in actors], self.start_timeout_s)
         except GetTimeoutError:
             for actor in actors:
-                ray.kill(actor, no_restart=True)
+                self.rank_actors.kill(actor)
             self.shutdown()
             raise ClusterError(f"{len(actors)} {what} did not start within {self.start_timeout_s:.0f} s "
                                f"(free resources: {ray.available_resources()})") from None
@@ -154,9 +205,7 @@ class RayWorkerGroup:
 
     def create_actor(self, strategy, rank: int):
         """A rank's actor (``rank`` -1: a spare) placed by ``strategy``; it starts in the background."""
-        resources = actor_resources(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
-        return RemoteTrainerWorker.options(**resources, scheduling_strategy=strategy).remote(
-            rank, self._world, self.lease_s, self._driver)
+        return self.rank_actors.create(strategy, rank, self._world, self._driver)
 
     def replace(self, rank: int, actor, strategy, info: WorkerInfo, run) -> None:
         """``actor`` (placed by ``strategy``, training as ``run``) is ``rank`` from now on: a
@@ -169,7 +218,7 @@ class RayWorkerGroup:
 
     def kill(self, rank: int) -> None:
         """End ``rank``'s actor (a lost rank's, which may still live on an excluded node)."""
-        ray.kill(self._actors[rank], no_restart=True)
+        self.rank_actors.kill(self._actors[rank])
 
     def poll(self, timeout_s: float) -> GroupPoll:
         self._send_probes()
@@ -272,9 +321,9 @@ class RayWorkerGroup:
 
     def shutdown(self) -> None:
         for actor in self._actors:
-            ray.kill(actor, no_restart=True)
+            self.rank_actors.kill(actor)
         self._actors, self._runs, self._drains, self._dead = [], {}, {}, set()
-        release(self._pg)
+        self.rank_actors.release(self._pg)
         self._pg = None
 
 

@@ -171,3 +171,19 @@ def test_durations_are_the_lineage_s_across_sub_runs():
     detector = HangDetector(HangConfig(safety_factor=5.0, step=PhaseTimeout(600.0, 1.0, 1800.0)))
     beats(detector, 0, "step", [0.0, 2.0, 4.0])
     assert detector.for_new_subrun().timeout("step") == 10.0
+
+
+def test_a_polls_beats_are_taken_together_so_a_late_beat_in_the_batch_is_no_silence():
+    from runmgr.config.watcher import WatcherConfig
+    from runmgr.watch.watcher import Watcher
+
+    watcher = Watcher(WatcherConfig(hang=HangConfig(step=PhaseTimeout(5.0, 5.0, 5.0))))
+    first = [HeartbeatObservation(rank, "step", 1, 0.0, "node-a", "1.00") for rank in range(3)]
+    assert watcher.observe_all(first, 0.0) == []
+    # A driver that polls late: rank 0's beat of step 2 comes before ranks 1 and 2's in the batch,
+    # at a moment when their step-1 beats are older than the timeout. Neither is silent.
+    late = [HeartbeatObservation(rank, "step", 2, 4.0, "node-a", "1.00") for rank in range(3)]
+    assert watcher.observe_all(late, 6.0) == []
+    # Rank 2 then falls silent; the others beat on: one incident, rank 2's.
+    on = [HeartbeatObservation(rank, "step", 3, 8.0, "node-a", "1.00") for rank in (0, 1)]
+    assert [i.ranks for i in watcher.observe_all(on, 9.5)] == [(2,)]

@@ -1,0 +1,37 @@
+"""512 simulated ranks on 64 simulated nodes through real Ray and the real driver
+(runmgr/scale/): a killed rank, a hung rank and a straggler are each an incident with the
+policy's decision, the run goes on past them, and the logbook records every sub-run."""
+
+from __future__ import annotations
+
+import pytest
+
+from logbook import Logbook
+from runmgr.scale.harness import ScaleJob, run_job
+from runmgr.scale.ranks import RankFault
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_kill_a_hang_and_a_straggler_among_512_ranks_are_judged_and_gotten_past(local_ray, tmp_path):
+    # The hang's timeout (8 s) outlasts what the driver needs to collect the kill of step 3 on a
+    # loaded machine, so that the kill is heard as the death it is, not as its peers' silence.
+    job = ScaleJob(ranks=512, hosts=2, step_s=0.3, train_iters=36, save_interval=4, hang_min_s=8.0,
+                   faults=(RankFault("kill", 1, 3), RankFault("hang", 2, 7), RankFault("slow", 5, 10, factor=1.6)))
+    result = run_job(job, tmp_path / "run")
+    assert result.final == "Finished", result
+    by_kind = {}
+    for (kind, _), decision in zip(result.incidents, result.decisions):
+        by_kind.setdefault(kind, []).append(decision)
+    assert by_kind["worker_death"][0] == "restart", by_kind
+    assert by_kind["hang"][0] == "dump_and_restart", by_kind
+    assert "straggler" in by_kind, by_kind
+    with Logbook.open(tmp_path / "run", create=False) as book:
+        lineage = book.lineage()
+        incidents = [e for e in book.events() if e.get("type") == "incident"]
+    assert [s.id for s in lineage] == ["1.00", "1.01", "1.02"]
+    assert lineage[-1].end_state == "finished" and lineage[-1].last_step == 36
+    death = next(i for i in incidents if i["kind"] == "worker_death")
+    straggler = next(i for i in incidents if i["kind"] == "straggler")
+    assert death["ranks"] == [1] and straggler["ranks"] == [5]
+    assert "on sim00000 " in death["summary"] and "sim00000" in straggler["summary"]

@@ -68,6 +68,7 @@ class ScaleJob:
             f"cluster.num_workers={self.ranks}", "training.micro_batch_size=1",
             f"training.global_batch_size={self.ranks}", f"training.train_iters={self.train_iters}",
             f"checkpoint.save_interval={self.save_interval}", f"controller.poll_interval_s={self.poll_interval_s}",
+            f"controller.worker_lease_s={max(10.0, 20 * self.poll_interval_s)}",  # the config's rule
             f"watcher.hang.step.min_s={self.hang_min_s}", "training.local_norms_interval=0"])
 
 

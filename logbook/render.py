@@ -230,8 +230,8 @@ def workers_text(event: dict, started_at: float) -> str:
     """``2 workers up in 1.4 s`` (how long the start took, of the downtime)."""
     data = event.get("data") if isinstance(event.get("data"), Mapping) else {}
     workers = data.get("workers")
-    what = (f"{len(workers)} worker{'s' if len(workers) != 1 else ''} up" if isinstance(workers, list)
-            else event["message"])
+    count = len(workers) if isinstance(workers, list) else data.get("worker_count")  # many: summed up per node
+    what = f"{count} worker{'s' if count != 1 else ''} up" if isinstance(count, int) else event["message"]
     return f"{what} in {duration(max(0.0, event['time'] - started_at))}"
 
 

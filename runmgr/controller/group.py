@@ -92,6 +92,9 @@ class GroupPoll:
     steps: list[StepReport] = field(default_factory=list)
     checkpoints: list[CheckpointReport] = field(default_factory=list)
     heartbeats: list[Heartbeat] = field(default_factory=list)
+    node_beats: list[Heartbeat] = field(default_factory=list)
+    """Beats that each stand for every rank of their node (a node agent's summary: its laggard
+    rank's last beat, runmgr/agents/summary.py): the hang detector watches the node."""
     starts: list[StartReport] = field(default_factory=list)
     local_norms: list[LocalNormsReport] = field(default_factory=list)
     """Per-weight gradient norms of the steps that reported them (rank 0)."""

@@ -191,6 +191,8 @@ class Judge:
                   else [StepObservation.from_report(report) for report in poll.steps])
         found += [HeartbeatObservation.from_heartbeat(beat, self._nodes.get(beat.rank, ""), subrun)
                   for beat in poll.heartbeats]
+        found += [HeartbeatObservation.from_heartbeat(beat, self._nodes.get(beat.rank, ""), subrun, for_node=True)
+                  for beat in poll.node_beats]
         return found + list(readings)
 
     def _exit_of(self, failure: WorkerFailure, subrun: str) -> WorkerExit:

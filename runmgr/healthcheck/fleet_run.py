@@ -28,6 +28,8 @@ from runmgr.healthcheck.node_task import compute_on_this_node, probe_this_node
 
 Progress = Callable[[str], None]
 Clock = Callable[[], float]
+Gather = Callable[[Sequence[RayNode], HealthConfig, Progress], list[NodeReport]]
+"""Every node's probes: their reports, in the nodes' order."""
 
 
 @dataclass
@@ -193,16 +195,19 @@ def not_judged_on_one_machine(findings: Sequence[Finding]) -> list[Finding]:
 def run_fleet_check(config: HealthConfig, device_kind: str, progress: Progress,
                     clock: Clock = time.time, nodes: Optional[Sequence[RayNode]] = None,
                     measure: Optional[Measure] = None,
-                    extra_findings: Optional[Mapping[str, list[Finding]]] = None) -> FleetCheck:
+                    extra_findings: Optional[Mapping[str, list[Finding]]] = None,
+                    gather: Optional[Gather] = None) -> FleetCheck:
     """The whole check on the connected Ray cluster (``nodes``: its alive nodes);
-    ``extra_findings`` (node id -> findings, e.g. a failed staging) join the reports."""
+    ``extra_findings`` (node id -> findings, e.g. a failed staging) join the reports.
+    ``measure`` and ``gather``: what measures the collectives and probes the nodes, where
+    not Ray (the scale harness's simulated fleet, runmgr/scale/fleet.py)."""
     started = clock()
     nodes = list(nodes) if nodes is not None else alive_nodes()
     if not nodes:
         raise ClusterError("the Ray cluster has no alive node to check: start the nodes first")
     progress(f"health-check: probing {len(nodes)} node(s) at once (devices, storage, data, "
              f"software, compute; at most {config.node_timeout_s:g} s each)")
-    reports = gather_node_reports(nodes, config, progress)
+    reports = (gather or gather_node_reports)(nodes, config, progress)
     for report in reports:
         report.findings.extend((extra_findings or {}).get(report.node, []))
     verdicts = decide(reports, config.fleet)

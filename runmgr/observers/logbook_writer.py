@@ -5,11 +5,12 @@ The driver is the logbook's only writer, and this is the only place it writes.""
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 
 from logbook import Logbook
 from runmgr.controller.judgement import Judgement
 from runmgr.controller.states import Failed, Finished, Launching, Restarting, Running, State
-from runmgr.controller.group import GroupPoll
+from runmgr.controller.group import GroupPoll, WorkerInfo
 from runmgr.stacks import stacks_dir
 from runmgr.watch.observations import RefusedValue
 
@@ -17,6 +18,39 @@ REFUSALS_PER_FIELD = 5
 """Refused values of one field recorded one by one in a sub-run; past them they are counted, and
 the count recorded when the sub-run ends (a job that prints nothing but garbage would otherwise
 write an event per line)."""
+
+
+WORKERS_LISTED = 64
+"""Up to this many workers, a sub-run's start records each (rank, pid, node, address); past
+it, each node's ranks and address: at 16,384 ranks and a restart every few hours a list per
+sub-run would make most of the logbook (the live list with pids is in the status file)."""
+
+
+def workers_record(workers: Sequence[WorkerInfo]) -> dict:
+    """A sub-run's workers for its ``workers_started`` event."""
+    if len(workers) <= WORKERS_LISTED:
+        return {"workers": [w.to_dict() for w in workers]}
+    nodes: dict[str, dict] = {}
+    for worker in workers:
+        nodes.setdefault(worker.node_id, {"node_ip": worker.node_ip, "ranks": []})["ranks"].append(worker.rank)
+    for entry in nodes.values():
+        entry["ranks"] = rank_ranges(entry["ranks"])
+    return {"worker_count": len(workers), "nodes": nodes}
+
+
+def rank_ranges(ranks: Sequence[int]) -> str:
+    """``[0, 1, 2, 3, 9]`` -> ``"0-3,9"``."""
+    parts: list[str] = []
+    ordered = sorted(ranks)
+    start = previous = ordered[0]
+    for rank in ordered[1:] + [None]:
+        if rank is not None and rank == previous + 1:
+            previous = rank
+            continue
+        parts.append(f"{start}-{previous}" if previous > start else str(start))
+        if rank is not None:
+            start = previous = rank
+    return ",".join(parts)
 
 
 def metric_row(report) -> dict:
@@ -148,8 +182,8 @@ class LogbookObserver:
         if isinstance(new, Launching):
             self._start(new)
         elif isinstance(new, Running):
-            workers = [w.to_dict() for w in new.workers]
-            self.book.record_event(new.subrun, "workers_started", f"{len(workers)} workers started", {"workers": workers})
+            self.book.record_event(new.subrun, "workers_started", f"{len(new.workers)} workers started",
+                                   workers_record(new.workers))
         elif isinstance(new, Restarting):
             decision = new.judgement.decision
             record_stacks(self.book, new.subrun)

@@ -15,7 +15,7 @@ import resource
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import ray
 from prometheus_client import CollectorRegistry
@@ -30,10 +30,16 @@ from runmgr.controller.states import Launching, Running, State
 from runmgr.metrics.exporter import MetricsObserver
 from runmgr.observers.logbook_writer import LogbookObserver
 from runmgr.resume import ResumePoint
+from runmgr.controller.group import WorkerGroup
+from runmgr.scale.agent_hosts import RemoteNodeAgentHost, SimulatedNodeAgents
 from runmgr.scale.hosts import RemoteRankHost, SimulatedRanks
+from runmgr.workers.agent_group import AgentWorkerGroup
 from runmgr.scale.ranks import JobScript, RankFault
 from runmgr.workers.group import RayWorkerGroup
 from trainer.plan import ResumePlan
+
+
+Design = Literal["per_rank", "agents"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,11 @@ class ScaleJob:
     hang_min_s: float = 1.0
     """``watcher.hang.step.min_s``: the learned hang timeout's floor (the default's 60 s would
     make every hang in a short simulated run take a minute)."""
+    design: Design = "per_rank"
+    """``per_rank``: today's worker group, one actor (here, a simulated one) per rank, each drained
+    every poll; ``agents``: one agent per node pushing a summary, one drain per poll."""
+    push_interval_s: float = 0.5
+    """``agents``: how often a node's agent pushes its report (at once when a rank ended)."""
 
     @property
     def nodes(self) -> list[str]:
@@ -128,6 +139,7 @@ class ScaleResult:
 
     ranks: int
     nodes: int
+    design: Design
     final: str
     """The run's last state (``Finished``, ``Failed``)."""
     driver_cpu_s: float
@@ -149,7 +161,8 @@ class ScaleResult:
 def run_job(job: ScaleJob, run_dir: Path) -> ScaleResult:
     """Drive ``job`` to its end through the real controller; Ray must be initialised."""
     config = job.config(run_dir)
-    hosts = [RemoteRankHost.remote(job.script()) for _ in range(job.hosts)]
+    hosts = [RemoteRankHost.remote(job.script()) if job.design == "per_rank"
+             else RemoteNodeAgentHost.remote(job.script(), job.push_interval_s) for _ in range(job.hosts)]
     registry = CollectorRegistry()
     measures = Measures()
     with Logbook.open(run_dir) as book:
@@ -164,7 +177,7 @@ def run_job(job: ScaleJob, run_dir: Path) -> ScaleResult:
     incidents = tuple((str(j.incident.kind.value), when - met.get(_fault_kind(j.incident.kind), when))
                       for when, j in measures.judgements)
     return ScaleResult(
-        ranks=job.ranks, nodes=len(job.nodes), final=type(final).__name__, driver_cpu_s=cpu, wall_s=wall,
+        ranks=job.ranks, nodes=len(job.nodes), design=job.design, final=type(final).__name__, driver_cpu_s=cpu, wall_s=wall,
         steps=measures.steps, poll_periods=tuple(b - a for a, b in zip(measures.polls, measures.polls[1:])),
         incidents=incidents, decisions=tuple(str(j.decision.action.value) for _, j in measures.judgements),
         max_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, memory=tuple(measures.memory),
@@ -175,11 +188,17 @@ def build_controller(job: ScaleJob, config: RunConfig, book: Logbook, hosts: lis
     """The controller a launch builds, with the simulated ranks in place of trainer processes."""
     nodes = job.nodes
     trainer_config = config.trainer_config()
-    ranks = SimulatedRanks(hosts, nodes, job.ranks_per_node)  # one for the lineage: its actors' slots stay unique
+    if job.design == "agents":
+        agents = SimulatedNodeAgents(hosts, nodes, job.ranks_per_node)  # one for the lineage: keys stay unique
 
-    def make_group() -> RayWorkerGroup:
-        return RayWorkerGroup(config.cluster, "cpu", config.controller.start_timeout_s,
-                              config.controller.worker_lease_s, rank_actors=ranks)
+        def make_group() -> WorkerGroup:
+            return AgentWorkerGroup(agents, job.ranks)
+    else:
+        ranks = SimulatedRanks(hosts, nodes, job.ranks_per_node)  # one for the lineage: slots stay unique
+
+        def make_group() -> WorkerGroup:
+            return RayWorkerGroup(config.cluster, "cpu", config.controller.start_timeout_s,
+                                  config.controller.worker_lease_s, rank_actors=ranks)
 
     def resume_at(step: Optional[int], why: str) -> ResumePoint:
         saved = ((step or 0) // job.save_interval) * job.save_interval

@@ -38,11 +38,9 @@ class RankHost:
     the moments the driver's ``run`` calls reach them."""
 
     def __init__(self, script: JobScript) -> None:
-        self.script = script
-        self._schedules: dict[str, SubrunSchedule] = {}
+        self.schedules = Schedules(script)
         self._views: dict[Slot, RankView] = {}
         self._stops: dict[Slot, asyncio.Event] = {}
-        self._met: dict[RankFault, float] = {}
 
     async def describe(self, slot: Slot) -> WorkerInfo:
         return WorkerInfo(rank=slot[1], pid=os.getpid(), node_id=slot[0], node_ip="127.0.0.1")
@@ -52,17 +50,18 @@ class RankHost:
 
     async def run(self, slot: Slot, config: Any, plan: Any, *_ignored: Any) -> None:
         """Until the rank's sub-run ends (None), its kill (Ray's ``ActorDiedError``), or its stop."""
-        schedule = self._schedule(plan.subrun, plan_start(plan), config.training.train_iters)
+        schedule = self.schedules.of(plan.subrun, plan_start(plan), config.training.train_iters)
+        self._views = {slot: view for slot, view in self._views.items() if view.schedule is schedule}
         rank = slot[1]
         self._views[slot] = RankView(schedule, rank)
         stop = self._stops.setdefault(slot, asyncio.Event())
         fault = schedule.fault_at_stall()
         if fault is not None and fault.kind == "kill" and fault.rank == rank:
-            if await _sleep_until(schedule.fault_time(fault), stop):
+            if await sleep_until(schedule.fault_time(fault), stop):
                 raise ActorDiedError()
             return None
         end = schedule.finished_at()
-        await (stop.wait() if end is None else _sleep_until(end, stop))
+        await (stop.wait() if end is None else sleep_until(end, stop))
         self._stops.pop(slot, None)
         return None
 
@@ -77,21 +76,31 @@ class RankHost:
 
     async def met_faults(self) -> list[tuple[RankFault, float]]:
         """The faults the sub-runs here have reached so far, with when each happened."""
-        met = dict(self._met)
-        for schedule in self._schedules.values():
-            met.update(_met_by(schedule))
-        return sorted(met.items(), key=lambda item: item[1])
+        return self.schedules.met_faults()
 
-    def _schedule(self, subrun: str, start_step: int, final_step: int) -> SubrunSchedule:
-        if subrun not in self._schedules:
-            now = time.time()
-            for old in self._schedules.values():  # a sub-run's faults are met once per lineage
-                self._met.update(_met_by(old))
-            self._views = {slot: view for slot, view in self._views.items() if view.schedule.subrun == subrun}
-            self._schedules = {subrun: SubrunSchedule(
-                self.script, subrun, start_step, final_step, now,
-                tuple(f for f in self.script.faults if f not in self._met))}
-        return self._schedules[subrun]
+
+class Schedules:
+    """A host's sub-run schedules: the one of the sub-run running now, computed from its first
+    start here, with the faults no earlier sub-run met (a fault is met once per lineage)."""
+
+    def __init__(self, script: JobScript) -> None:
+        self.script = script
+        self._current: Optional[SubrunSchedule] = None
+        self._met: dict[RankFault, float] = {}
+
+    def of(self, subrun: str, start_step: int, final_step: int) -> SubrunSchedule:
+        if self._current is None or self._current.subrun != subrun:
+            if self._current is not None:
+                self._met.update(_met_by(self._current))
+            self._current = SubrunSchedule(self.script, subrun, start_step, final_step, time.time(),
+                                           tuple(f for f in self.script.faults if f not in self._met))
+        return self._current
+
+    def met_faults(self) -> list[tuple[RankFault, float]]:
+        met = dict(self._met)
+        if self._current is not None:
+            met.update(_met_by(self._current))
+        return sorted(met.items(), key=lambda item: item[1])
 
 
 def _met_by(schedule: SubrunSchedule) -> dict[RankFault, float]:
@@ -107,7 +116,7 @@ def plan_start(plan: Any) -> int:
     return int(path.rsplit("/", 1)[1]) if path.startswith("sim://step/") else 0
 
 
-async def _sleep_until(deadline: float, stop: asyncio.Event) -> bool:
+async def sleep_until(deadline: float, stop: asyncio.Event) -> bool:
     """True when ``deadline`` came before the stop."""
     try:
         await asyncio.wait_for(stop.wait(), timeout=max(0.0, deadline - time.time()))

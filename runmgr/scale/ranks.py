@@ -73,6 +73,8 @@ class SubrunSchedule:
         self.stall_step: Optional[int] = min(stops) if stops else None
         """The step no rank finishes (a kill or a hang in it), if the sub-run reaches it."""
         self._starts = [self.started_at + self.script.init_s]  # the start of step start_step + 1
+        self._asked: tuple[float, int] = (float("-inf"), self.start_step)
+        """The last :meth:`last_started` question and its answer."""
 
     def fault_at_stall(self) -> Optional[RankFault]:
         return next((f for f in self.faults if f.kind in ("kill", "hang") and f.at_step == self.stall_step), None)
@@ -112,10 +114,12 @@ class SubrunSchedule:
 
     def last_started(self, now: float) -> int:
         """The last step started by ``now`` (``start_step``: none yet), up to the stall or the end."""
-        step = self.start_step
+        # Thousands of ranks ask about the same moments: go on from the last answer when it is earlier.
+        since, step = self._asked if self._asked[0] <= now else (float("-inf"), self.start_step)
         limit = self.final_step if self.stall_step is None else min(self.final_step, self.stall_step)
         while step < limit and self.start_of(step + 1) <= now:
             step += 1
+        self._asked = (now, step)
         return step
 
     def finished_at(self) -> Optional[float]:

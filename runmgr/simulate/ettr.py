@@ -84,14 +84,20 @@ def failures_for(a: EttrAssumptions, seed: int) -> list[Failure]:
                          rate_per_device_s=rate)
 
 
-def simulate(a: EttrAssumptions, warm: bool, failures: Sequence[Failure]) -> EttrResult:
-    """Drive the real controller and policy over ``failures`` until the job trained all its steps."""
+def simulate(a: EttrAssumptions, warm: bool, failures: Sequence[Failure], observers: Sequence = (),
+             every_step: bool = False) -> EttrResult:
+    """Drive the real controller and policy over ``failures`` until the job trained all its steps.
+    ``observers``: the controller's (a logbook writer, a metrics exporter); ``every_step``: the
+    group reports each step to them, as a run's rank 0 does (else the last of each poll)."""
     problems = a.problems()
     if problems:
         raise SimulationError(f"simulate ettr: {problems[0]}")
     # The warm path pays for its snapshots on every step it trains.
     world = SimWorld(a, list(failures), a.warm_step_time_s if warm else a.step_time_s)
-    make_group = (lambda: WarmSimulatedGroup(world)) if warm else (lambda: SimulatedGroup(world))
+    group_kind = WarmSimulatedGroup if warm else SimulatedGroup
+
+    def make_group() -> SimulatedGroup:
+        return group_kind(world, every_step)
 
     def checkpoints(max_step: int) -> list[VerifiedCheckpoint]:
         saved = world.saved_step
@@ -110,7 +116,7 @@ def simulate(a: EttrAssumptions, warm: bool, failures: Sequence[Failure]) -> Ett
     judge = Judge(WatcherConfig(enabled=False), SIMULATION_POLICY, checkpoints)
     controller = Controller(Launching("1.00", ResumePlan(subrun="1.00"), 0, "launch"), TrainerConfig(),
                             make_group=make_group, resume_at=resume_at, judge=judge, subrun_ids=SubrunIds(1, 1),
-                            poll_interval_s=POLL_S, clock=world.clock.time, sleep=wait)
+                            poll_interval_s=POLL_S, clock=world.clock.time, sleep=wait, observers=list(observers))
     end = controller.run()
     if isinstance(end, Failed):
         raise SimulationError(f"simulate ettr: the simulated run stopped at step {end.last_step}: {end.reason}")

@@ -35,12 +35,17 @@ def step_of_path(path: Optional[str]) -> int:
 class SimulatedGroup:
     """The ranks of one sub-run in the simulated world (the cold path)."""
 
-    def __init__(self, world: SimWorld) -> None:
+    def __init__(self, world: SimWorld, every_step: bool = False) -> None:
+        """``every_step``: report each step, as a run's rank 0 does (for a logbook of the run);
+        otherwise only the last one of each poll (enough for the controller)."""
         self.world = world
+        self.every_step = every_step
         self.subrun = ""
         self.failed_at_step = 0
         """The last step completed when this group's failure stopped it."""
         self._last_reported: Optional[int] = None
+        self._last_step = 0
+        """The last step reported."""
 
     def start(self, config: TrainerConfig, plan: ResumePlan) -> list[WorkerInfo]:
         world = self.world
@@ -54,6 +59,7 @@ class SimulatedGroup:
         world.replace_nodes(plan.avoid_nodes)
         world.start_segment(step)
         self.subrun, self._last_reported = plan.subrun, world.saved_step
+        self._last_step = step
         return list(world.workers())
 
     def poll(self, timeout_s: float) -> GroupPoll:
@@ -77,12 +83,20 @@ class SimulatedGroup:
         """What the ranks reported up to ``at``: the last step and a new checkpoint."""
         world, poll = self.world, GroupPoll()
         done = min(world.steps_done(at), world.train_steps)
-        poll.steps = [StepReport(self.subrun, done, 2.0, 1.0, 1e-4, 1.0, 0, 0, world.step_time_s, (), False, at)]
+        first = done
+        if self.every_step and world.segment is not None:
+            first = max(world.segment.start_step + 1, self._last_step + 1)
+        poll.steps = [self._step_report(step, at if step == done else world.completed_at(step))
+                      for step in range(first, done + 1)] or [self._step_report(done, at)]
+        self._last_step = done
         saved = world.newest_save(at)
         if saved is not None and saved != self._last_reported:
             self._last_reported = saved
             poll.checkpoints = [CheckpointReport(self.subrun, saved, checkpoint_path(saved), 0.0, at)]
         return poll
+
+    def _step_report(self, step: int, at: float) -> StepReport:
+        return StepReport(self.subrun, step, 2.0, 1.0, 1e-4, 1.0, 0, 0, self.world.step_time_s, (), False, at)
 
     def _fail(self, failure: Failure, at: float) -> GroupPoll:
         world = self.world
@@ -106,8 +120,8 @@ class WarmSimulatedGroup(SimulatedGroup):
     """The warm path: snapshots in memory every ``snapshot_interval_steps``, each also on the
     next node's memory (its data-parallel peer), and ``warm_spares`` ready processes."""
 
-    def __init__(self, world: SimWorld) -> None:
-        super().__init__(world)
+    def __init__(self, world: SimWorld, every_step: bool = False) -> None:
+        super().__init__(world, every_step)
         self._cover: Optional[WarmCover] = None
 
     def warm_cover(self) -> WarmCover:

@@ -14,13 +14,18 @@ skipped iterations, evaluations, saves, the final save and teardown) widens
 the window after the beat it follows, by what the measured times say it takes;
 such a gap is not learned as a duration of its phase. A rank that finished
 (exit 0) is never waited for again in its sub-run.
+
+A beat may stand for a whole node (``HeartbeatObservation.for_node``: a node agent's
+summary, its laggard rank's last beat); the detector then keeps one last beat per
+node, so its work grows with nodes, and a silence names the laggard rank.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import deque
-from typing import Optional
+from typing import Optional, Union
 
 from runmgr.config.watcher import HangConfig
 from runmgr.watch.incidents import HANG, Incident
@@ -28,6 +33,8 @@ from runmgr.watch.observations import HeartbeatObservation
 from runmgr.watch.silences import PlannedSilences
 
 STEP, CHECKPOINT = "step", "checkpoint"
+Watched = Union[int, str]
+"""A rank, or a node whose beats stand for its ranks."""
 PHASES = ("init", "step", "checkpoint", "eval")
 
 
@@ -37,18 +44,20 @@ class HangDetector:
     def __init__(self, config: HangConfig, durations: Optional[dict[str, deque[float]]] = None) -> None:
         self.config = config
         self._durations: dict[str, deque[float]] = durations if durations is not None else {}
-        self._last: dict[int, HeartbeatObservation] = {}
-        self._reported: set[int] = set()
+        self._last: dict[Watched, HeartbeatObservation] = {}
+        """The last beat of each rank, or of each node whose beats stand for its ranks."""
+        self._reported: set[Watched] = set()
         self._finished: set[int] = set()
         self._plan: Optional[PlannedSilences] = None
         self._subrun: Optional[str] = None
         """The sub-run of the beats in ``_last``."""
-        self._oldest: list[tuple[float, int]] = []
-        """Heap of (beat time, rank) of every beat taken; an entry whose rank has beaten since
-        is dropped when it comes to the top. Its top is the oldest last beat, so that a check
-        looks at every rank only when one may be silent (thousands of ranks beat each step)."""
-        self._shortest_s = min(min(config.bounds(p).min_s, config.bounds(p).initial_s) for p in PHASES)
-        """No phase's timeout is shorter (a planned silence only widens one)."""
+        self._oldest: list[tuple[float, int, Watched]] = []
+        """Heap of (beat time, order, rank or node) of every beat taken; an entry whose rank or
+        node has beaten since is dropped when it comes to the top. Its top is the oldest last beat,
+        so that a check looks at every rank only when one may be silent (thousands beat each step)."""
+        self._pushed = itertools.count()  # the order: ties in the heap never compare a rank with a node
+        self._watched_as: dict[int, Watched] = {}
+        """Where each rank's last beat is kept: under itself, or under its node (its laggard's beat)."""
 
     def for_new_subrun(self) -> "HangDetector":
         """A detector for the next sub-run's ranks that keeps the durations measured so far."""
@@ -74,18 +83,26 @@ class HangDetector:
             self._finished.clear()
         if beat.rank in self._finished:
             return
-        previous = self._last.get(beat.rank)
-        if previous is not None and beat.time >= previous.time and not self._planned_s(previous)[0]:
+        key = beat.watched_as
+        previous = self._last.get(key)
+        # A node's laggard may change from beat to beat: only one rank's own gaps are its phase's durations.
+        if (previous is not None and previous.rank == beat.rank and beat.time >= previous.time
+                and not self._planned_s(previous)[0]):
             seen = self._durations.setdefault(previous.phase, deque(maxlen=self.config.history))
             seen.append(beat.time - previous.time)
-        self._last[beat.rank] = beat
-        heapq.heappush(self._oldest, (beat.time, beat.rank))
-        self._reported.discard(beat.rank)
+        self._last[key] = beat
+        self._watched_as[beat.rank] = key
+        heapq.heappush(self._oldest, (beat.time, next(self._pushed), key))
+        self._reported.discard(key)
 
     def forget(self, rank: int) -> None:
-        """Stop watching ``rank`` (it finished, or its worker is being replaced)."""
-        self._last.pop(rank, None)
-        self._reported.discard(rank)
+        """Stop watching ``rank`` (it finished, or its worker is being replaced), and a node whose
+        last beat was ``rank``'s (its agent sends the next laggard's while a rank of it runs)."""
+        key = self._watched_as.pop(rank, rank)
+        last = self._last.get(key)
+        if last is not None and last.rank == rank:
+            del self._last[key]
+            self._reported.discard(key)
 
     def finish(self, rank: int) -> None:
         """``rank`` ended with exit 0: never wait for it again in this sub-run."""
@@ -137,28 +154,34 @@ class HangDetector:
 
     def check(self, now: float) -> list[Incident]:
         """Report the ranks silent past their phase's timeout, once per silence."""
-        if not self._may_be_silent(now):
+        shortest = self._shortest_s()
+        if not self._may_be_silent(now, shortest):
             return []
         silent, timeouts = [], {}
-        for rank, beat in sorted(self._last.items()):
-            if rank in self._reported or now - beat.time <= self._shortest_s:
+        for key, beat in sorted(self._last.items(), key=lambda item: item[1].rank):
+            if key in self._reported or now - beat.time <= shortest:
                 continue
             limit = self.limit(beat, timeouts)
             if now - beat.time > limit:
                 silent.append((beat, limit))
         if not silent:
             return []
-        self._reported.update(beat.rank for beat, _ in silent)
+        self._reported.update(beat.watched_as for beat, _ in silent)
         return [self._incident(silent, now)]
 
-    def _may_be_silent(self, now: float) -> bool:
+    def _shortest_s(self) -> float:
+        """No beat's silence is tolerated for less: the shortest timeout of the phases now (a
+        planned silence only widens one; a phase never learned has its initial value)."""
+        return min(self.timeout(phase) for phase in {*PHASES, *self._durations})
+
+    def _may_be_silent(self, now: float, shortest: float) -> bool:
         """Whether the oldest last beat is older than the shortest timeout any phase has."""
         oldest = self._oldest
         while oldest:
-            time, rank = oldest[0]
-            last = self._last.get(rank)
+            time, _, key = oldest[0]
+            last = self._last.get(key)
             if last is not None and last.time == time:
-                return now - time > self._shortest_s
+                return now - time > shortest
             heapq.heappop(oldest)  # the rank beat since, or is no longer watched
         return False
 
@@ -171,7 +194,9 @@ class HangDetector:
         if planned:
             basis += f", + {planned_s:.1f} s for {' and '.join(planned)} the plan makes"
         ranks = tuple(beat.rank for beat, _ in silent)
-        description = (f"{len(ranks)} rank(s) silent in phase {first.phase}: rank {first.rank} for "
+        # A node agent's beats name each node's laggard rank: the others of its node are silent too.
+        who = f"{len(ranks)} node(s)" if first.for_node else f"{len(ranks)} rank(s)"
+        description = (f"{who} silent in phase {first.phase}: rank {first.rank} for "
                        f"{now - first.time:.1f} s at step {first.step}, timeout {limit:.1f} s ({basis})")
         return Incident(
             kind=HANG, time=now, subrun=first.subrun, description=description,

@@ -135,11 +135,22 @@ class HeartbeatObservation:
     node: str = ""
     """Node the rank runs on (the controller knows the placement)."""
     subrun: str = ""
+    for_node: bool = False
+    """The beat stands for every rank of ``node``: a node agent's summary, the last beat of the
+    node's laggard (the running rank that beat least recently). The hang detector then watches
+    the node, not the rank (runmgr/agents/summary.py)."""
 
     @classmethod
-    def from_heartbeat(cls, beat: Heartbeat, node: str = "", subrun: str = "") -> "HeartbeatObservation":
+    def from_heartbeat(cls, beat: Heartbeat, node: str = "", subrun: str = "",
+                       for_node: bool = False) -> "HeartbeatObservation":
         """The observation of a trainer heartbeat, placed on ``node``."""
-        return cls(rank=beat.rank, phase=beat.phase, step=beat.step, time=beat.time, node=node, subrun=subrun)
+        return cls(rank=beat.rank, phase=beat.phase, step=beat.step, time=beat.time, node=node, subrun=subrun,
+                   for_node=for_node)
+
+    @property
+    def watched_as(self) -> int | str:
+        """What the hang detector keeps this beat under: its rank, or its node when it stands for it."""
+        return self.node if self.for_node else self.rank
 
 
 @dataclass(frozen=True)

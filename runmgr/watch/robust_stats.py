@@ -8,7 +8,7 @@ where a mean and a standard deviation would be dragged by them.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 # MAD * 1.4826 estimates the standard deviation of a normal distribution.
 MAD_TO_SIGMA = 1.4826
@@ -23,6 +23,33 @@ def median(values: Iterable[float]) -> float:
     if len(ordered) % 2:
         return ordered[middle]
     return (ordered[middle - 1] + ordered[middle]) / 2.0
+
+
+def medians_without_each(values: Sequence[float]) -> list[float]:
+    """For each value, the median of the others (index as ``values``, at least two of them), in
+    O(n log n): one sort, then each median read off the sorted order with that value left out.
+    A straggler check over thousands of ranks or nodes takes one per step."""
+    if len(values) < 2:
+        raise ValueError("the median of the others needs at least two values")
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ordered = [values[i] for i in order]
+    position = [0] * len(values)
+    for place, index in enumerate(order):
+        position[index] = place
+    rest = len(values) - 1
+    middle = rest // 2
+
+    def kth_without(k: int, gone: int) -> float:
+        return ordered[k] if k < gone else ordered[k + 1]
+
+    out = []
+    for index in range(len(values)):
+        gone = position[index]
+        if rest % 2:
+            out.append(kth_without(middle, gone))
+        else:
+            out.append((kth_without(middle - 1, gone) + kth_without(middle, gone)) / 2.0)
+    return out
 
 
 def robust_sigma(values: Iterable[float], center: float) -> float:

@@ -23,7 +23,7 @@ from typing import Optional
 from runmgr.config.watcher import StragglerConfig
 from runmgr.watch.incidents import STRAGGLER, Incident
 from runmgr.watch.observations import RankTimings, StepObservation
-from runmgr.watch.robust_stats import median
+from runmgr.watch.robust_stats import median, medians_without_each
 
 
 class StragglerDetector:
@@ -49,9 +49,9 @@ class StragglerDetector:
             times, absent = dict(enumerate(obs.compute_times)), []
         if len(times) < 2:
             return []
-        for rank, seconds in times.items():
-            peers = median(t for r, t in times.items() if r != rank)
-            self._record(rank, obs.step, seconds / peers if peers > 0 else 1.0)
+        ranks, seconds = list(times), list(times.values())
+        for rank, own, peers in zip(ranks, seconds, medians_without_each(seconds)):
+            self._record(rank, obs.step, own / peers if peers > 0 else 1.0)
         for rank in absent:
             self._record(rank, obs.step, 1.0)
         return self._judge(obs.subrun, now, world=len(self._ratios))

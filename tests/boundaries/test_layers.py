@@ -17,7 +17,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"config", "placement"}),
     frozenset({"watch"}),
     frozenset({"policy", "megatron"}),
-    frozenset({"controller", "resume"}),
+    frozenset({"controller", "resume", "agents"}),
     frozenset({"workers", "observers", "metrics", "chaos", "healthcheck", "stacks", "status", "rundir", "cluster",
                "dryrun", "refusals", "stopping", "logbook_samples", "reaper", "headwatch", "diskspace", "s3",
                "precision", "simulate", "kuberay", "rehearsal", "scale"}),
@@ -25,7 +25,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"preflight", "launch", "lineage", "wiring", "runners", "replay", "cli", "logbook_command", "__main__"}),
 )
 """Lowest first. A part may import its own layer and the ones below."""
-RAY_FREE = ("controller", "policy", "megatron", "watch", "config", "simulate")
+RAY_FREE = ("controller", "policy", "megatron", "watch", "config", "simulate", "agents")
 
 
 def layer_of(part: str) -> int:
@@ -95,7 +95,7 @@ def test_controller_policy_watch_and_config_name_no_ray():
 def test_importing_them_loads_no_ray_at_run_time():
     modules = ["runmgr.controller.machine", "runmgr.controller.judge", "runmgr.controller.group",
                "runmgr.policy.ladder", "runmgr.watch.watcher", "runmgr.config.schema", "runmgr.resume",
-               "runmgr.simulate.ettr"]
+               "runmgr.simulate.ettr", "runmgr.agents.summary"]
     code = (f"import sys, importlib; [importlib.import_module(m) for m in {modules!r}]; "
             "loaded = sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')); "
             "print(loaded); sys.exit(1 if loaded else 0)")

@@ -191,3 +191,22 @@ def test_refused_values_are_events_a_few_per_field_then_one_count_when_the_subru
     assert one_by_one == [("lm loss", "-1")] * REFUSALS_PER_FIELD + [("loss scale", "0.0")]
     (counted,) = [e for e in events if e["kind"] == "refused_values"]
     assert counted["data"] == {"field": "lm loss", "count": 12} and "7 more values of lm loss" in counted["message"]
+
+
+def test_a_large_jobs_workers_are_recorded_per_node_and_told_as_a_count(tmp_path):
+    from logbook.render import workers_text
+    from runmgr.controller.group import WorkerInfo
+    from runmgr.observers.logbook_writer import WORKERS_LISTED, rank_ranges, workers_record
+
+    few = [WorkerInfo(rank, 100 + rank, f"node{rank // 8}", "10.0.0.1") for rank in range(8)]
+    assert workers_record(few) == {"workers": [w.to_dict() for w in few]}  # each, with its pid
+    # 2,048 ranks on 256 nodes; after a warm restart a spare on node 255 holds rank 5.
+    many = [WorkerInfo(rank, 100 + rank, f"node{rank // 8}", f"10.0.{rank // 8}.1") for rank in range(2048)]
+    many[5] = WorkerInfo(5, 9999, "node255", "10.0.255.1")
+    record = workers_record(many)
+    assert len(many) > WORKERS_LISTED and record["worker_count"] == 2048 and len(record["nodes"]) == 256
+    assert record["nodes"]["node0"] == {"node_ip": "10.0.0.1", "ranks": "0-4,6-7"}
+    assert record["nodes"]["node255"]["ranks"] == "5,2040-2047"
+    assert rank_ranges([3]) == "3" and rank_ranges([1, 2]) == "1-2"
+    event = {"time": 12.0, "message": "2048 workers started", "data": record}
+    assert workers_text(event, started_at=10.0).startswith("2048 workers up in 2")

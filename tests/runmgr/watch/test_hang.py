@@ -187,3 +187,41 @@ def test_a_polls_beats_are_taken_together_so_a_late_beat_in_the_batch_is_no_sile
     # Rank 2 then falls silent; the others beat on: one incident, rank 2's.
     on = [HeartbeatObservation(rank, "step", 3, 8.0, "node-a", "1.00") for rank in (0, 1)]
     assert [i.ranks for i in watcher.observe_all(on, 9.5)] == [(2,)]
+
+
+def node_beat(rank, step, time, node, subrun="1.00"):
+    """A node agent's summary: its laggard rank's last beat, standing for the node."""
+    return HeartbeatObservation(rank, "step", step, time, node, subrun, for_node=True)
+
+
+def test_a_nodes_beats_are_watched_per_node_and_a_silence_names_its_laggard_rank():
+    detector = HangDetector(HangConfig(safety_factor=2.0, step=PhaseTimeout(600.0, 1.0, 1800.0)))
+    # Two nodes of 4 ranks: a node's laggard changes from step to step (rank 1, then 2, then 1).
+    for step, (a, b) in enumerate([(0, 4), (1, 5), (2, 4), (1, 6)], start=1):
+        t = 10.0 * step
+        assert detector.update(node_beat(a, step, t, "node-a"), t) == []
+        assert detector.update(node_beat(b, step, t, "node-b"), t) == []
+    # An old laggard (rank 0, 2 or 5) is no silence, and no gap is learned across laggards.
+    assert detector.timeout("step") == 600.0
+    assert detector.check(55.0) == []
+    # Node b's laggard, rank 7, stops; node a goes on (its laggard rank 1 now: 10 s steps learned).
+    detector.update(node_beat(7, 5, 50.0, "node-b"), 50.0)
+    for step in (5, 6, 7, 8):
+        detector.take(node_beat(1, step, 10.0 * step, "node-a"))
+    [hang] = detector.check(80.0)
+    assert hang.ranks == (7,) and hang.nodes == ("node-b",)
+    assert hang.description.startswith("1 node(s) silent in phase step: rank 7 for 30.0 s")
+
+
+def test_a_node_whose_ranks_all_finished_is_no_longer_waited_for():
+    detector = HangDetector(HangConfig(safety_factor=2.0, step=PhaseTimeout(600.0, 1.0, 1800.0)))
+    for step in (1, 2, 3):
+        detector.update(node_beat(3, step, 10.0 * step, "node-a"), 10.0 * step)
+        detector.update(node_beat(4, step, 10.0 * step, "node-b"), 10.0 * step)
+    for rank in (0, 1, 2):  # not the laggard: the node is still watched
+        detector.finish(rank)
+    detector.update(node_beat(4, 4, 40.0, "node-b"), 40.0)
+    detector.finish(3)  # the node's last beat was rank 3's, and rank 3 finished
+    for step in (5, 6, 7):
+        detector.update(node_beat(4, step, 10.0 * step, "node-b"), 10.0 * step)
+    assert detector.check(75.0) == []

@@ -82,3 +82,14 @@ def test_the_slowest_place_changing_hands_names_no_straggler():
 
 def test_partial_reports_within_the_ratio_name_no_straggler():
     assert feed(StragglerDetector(StragglerConfig(), NODES), timings(30, slowest=5, slow_ms=1200.0)) == []
+
+
+def test_each_ranks_peers_median_is_the_median_of_the_others_at_any_count():
+    import statistics
+
+    from runmgr.watch.robust_stats import medians_without_each
+
+    for values in ([1.0, 3.0], [2.0, 1.0, 3.0], [5.0, 1.0, 1.0, 2.0], [0.9, 1.1, 1.0, 3.0, 1.0, 1.2, 0.8],
+                   [float(i % 7) for i in range(40)]):
+        assert medians_without_each(values) == [statistics.median(values[:i] + values[i + 1:])
+                                                for i in range(len(values))]

@@ -1,0 +1,52 @@
+"""What a node's agent pushes to the driver: one :class:`NodeReport` per interval.
+
+Plain data (the driver reads it through :class:`runmgr.workers.inbox.ReportInbox`). Rank 0's
+reports pass through as they are; everything per rank is summed up per node: one heartbeat
+(the node's laggard's), the end of each rank that ended, and, on rank 0's node, each step's
+compute times as the slowest rank of every node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+from trainer.report import Heartbeat
+
+RankEndKind = Literal["finished", "died", "error"]
+
+
+@dataclass(frozen=True)
+class RankEnd:
+    """A rank of the node ended: ``finished`` (exit 0), ``died`` (its process is gone) or
+    ``error`` (it raised; ``text`` is the end of its traceback)."""
+
+    rank: int
+    kind: RankEndKind
+    text: str
+    time: float
+    exit_code: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """What one node's agent has to say since its last report."""
+
+    node: str
+    subrun: str
+    sent: float
+    """When the agent made the report (its clock)."""
+    items: tuple[tuple[str, object], ...] = ()
+    """Its ranks' reports as ``(kind, report)``, as a rank's drain gives them (``started``,
+    ``step``, ``checkpoint``, ``local_norms``, ``waiting``), plus ``timings``
+    (:class:`runmgr.watch.observations.RankTimings`) in place of each step's per-rank compute
+    times; no heartbeats: those are :attr:`beat`."""
+    beat: Optional[Heartbeat] = None
+    """The last beat of the node's laggard (its running rank that beat least recently), when it
+    changed since the last report; it stands for every rank of the node."""
+    ended: tuple[RankEnd, ...] = ()
+
+    @property
+    def urgent(self) -> bool:
+        """A rank ended: the driver should hear at once."""
+        return bool(self.ended)

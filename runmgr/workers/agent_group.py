@@ -1,0 +1,189 @@
+"""The ranks of one sub-run owned by one agent per node: the driver's cost grows with nodes.
+
+:class:`AgentWorkerGroup` is a :class:`runmgr.controller.group.WorkerGroup` like
+:class:`runmgr.workers.group.RayWorkerGroup`, and the controller cannot tell them apart. Where
+the per-rank group makes one remote call per rank per poll, this one makes one: it drains the
+:class:`runmgr.workers.inbox.ReportInbox` its nodes' agents push to, and waits on one object per
+agent (an agent whose process dies takes its node's ranks with it). The agents
+(:class:`NodeAgents`) start their node's ranks, hear them, sum them up
+(runmgr/agents/summary.py), and kill or stop them when told.
+
+So far the agents are the scale harness's simulated nodes (runmgr/scale/agent_hosts.py); the
+trainer's ranks still run under the per-rank group (docs/scale.md).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Optional, Protocol
+
+import ray
+from ray.exceptions import RayActorError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from runmgr.agents.report import NodeReport, RankEnd
+from runmgr.controller.group import GroupPoll, WorkerFailure, WorkerInfo
+from runmgr.errors import ClusterLostError
+from runmgr.watch.observations import StepObservation
+from runmgr.workers.inbox import RemoteReportInbox
+from trainer.config import TrainerConfig
+from trainer.plan import ResumePlan
+
+FAILURE_SETTLE_S = 1.0
+"""After the first failure, how long the other agents are given to report theirs, so that the
+root cause (a dead process) wins over its echo (a peer's broken collective)."""
+
+
+@dataclass(frozen=True)
+class NodePlace:
+    """One node of a sub-run: its name and the ranks its agent owns."""
+
+    node: str
+    ranks: tuple[int, ...]
+    where: object
+    """What the :class:`NodeAgents` need to reach the node's agent."""
+
+
+class NodeAgents(Protocol):
+    """Where a group's node agents come from and what they are asked."""
+
+    def place(self, world: int, avoid_nodes: Sequence[str]) -> list[NodePlace]:
+        """Nodes for ``world`` ranks off ``avoid_nodes``; a ClusterError when there are too few."""
+
+    def describe(self, place: NodePlace) -> object:
+        """An object ref of the node's ranks' :class:`WorkerInfo` list."""
+
+    def start(self, place: NodePlace, config: object, plan: object, rank_nodes: object, inbox: object) -> object:
+        """Start the node's ranks, their reports pushed to ``inbox``; an object ref that resolves
+        when they have all ended, and fails when the agent dies. ``config``, ``plan``: object refs
+        of the sub-run's TrainerConfig and ResumePlan; ``rank_nodes``: of every rank's node, for
+        the node of rank 0 (None elsewhere)."""
+
+    def kill_rank(self, place: NodePlace, rank: int) -> None:
+        """End ``rank`` now (its end is reported as a death)."""
+
+    def stop(self, place: NodePlace) -> None:
+        """End the node's ranks; they report nothing more."""
+
+
+class AgentWorkerGroup:
+    """One agent per node, one drain per poll."""
+
+    def __init__(self, agents: NodeAgents, default_world: int, settle_s: float = FAILURE_SETTLE_S) -> None:
+        """``default_world``: the ranks of a plan that names no data-parallel size."""
+        self.agents = agents
+        self.default_world = default_world
+        self.settle_s = settle_s
+        self._places: list[NodePlace] = []
+        self._place_of: dict[int, NodePlace] = {}
+        self._infos: list[WorkerInfo] = []
+        self._runs: dict = {}
+        """Each agent's object ref (resolves when its ranks ended), to its node."""
+        self._running: set[int] = set()
+        self._inbox = None
+
+    @property
+    def workers(self) -> list[WorkerInfo]:
+        return list(self._infos)
+
+    @property
+    def world_size(self) -> int:
+        return len(self._infos)
+
+    def start(self, config: TrainerConfig, plan: ResumePlan) -> list[WorkerInfo]:
+        world = config.world_size_of(plan.data_parallel_size) if plan.data_parallel_size else self.default_world
+        self._places = self.agents.place(world, plan.avoid_nodes)
+        self._place_of = {rank: place for place in self._places for rank in place.ranks}
+        rank_nodes = {rank: place.node for rank, place in self._place_of.items()}
+        described = ray.get([self.agents.describe(place) for place in self._places])
+        self._infos = sorted((info for infos in described for info in infos), key=lambda info: info.rank)
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        self._inbox = RemoteReportInbox.options(scheduling_strategy=here).remote()
+        # Stored once, not serialised once per node; only rank 0's node sums step reports up per node.
+        config_ref, plan_ref, nodes_ref = ray.put(config), ray.put(plan), ray.put(rank_nodes)
+        self._runs = {self.agents.start(place, config_ref, plan_ref, nodes_ref if 0 in place.ranks else None,
+                                        self._inbox): place
+                      for place in self._places}
+        self._running = set(range(world))
+        return self.workers
+
+    def poll(self, timeout_s: float) -> GroupPoll:
+        result = GroupPoll()
+        self._take(self._drain(timeout_s), result)
+        self._check_agents(result)
+        deadline = time.monotonic() + self.settle_s
+        while result.failures and self._running and time.monotonic() < deadline:
+            self._take(self._drain(deadline - time.monotonic()), result)
+        return result
+
+    def _drain(self, wait_s: float) -> list[NodeReport]:
+        try:
+            return ray.get(self._inbox.drain.remote(wait_s))
+        except RayActorError as exc:  # it runs on the driver's node: that node's Ray is going
+            raise ClusterLostError(f"the report inbox on the driver's node died ({_first_line(exc)}); run the same "
+                                   f"`runmgr launch` again to resume from the last verified checkpoint") from None
+
+    def _take(self, reports: list[NodeReport], result: GroupPoll) -> None:
+        for report in reports:
+            for kind, item in report.items:
+                self._take_item(kind, item, result)
+            if report.beat is not None:
+                result.node_beats.append(report.beat)
+            for end in report.ended:
+                self._take_end(end, result)
+        result.steps.sort(key=lambda r: r.step)
+
+    def _take_item(self, kind: str, item: object, result: GroupPoll) -> None:
+        if kind == "step":
+            result.steps.append(item)
+            result.observations.append(StepObservation.from_report(item))
+        elif kind == "timings":
+            result.observations.append(item)
+        else:
+            {"checkpoint": result.checkpoints, "started": result.starts, "local_norms": result.local_norms,
+             "waiting": result.waiting_ranks, "heartbeat": result.heartbeats}[kind].append(item)
+
+    def _take_end(self, end: RankEnd, result: GroupPoll) -> None:
+        if end.rank not in self._running:
+            return  # stopped on purpose, or already reported
+        self._running.discard(end.rank)
+        if end.kind == "finished":
+            result.finished_ranks.append(end.rank)
+        else:
+            result.failures.append(WorkerFailure(end.rank, end.kind, end.text, self._info(end.rank), end.time,
+                                                 end.exit_code))
+
+    def _check_agents(self, result: GroupPoll) -> None:
+        """An agent that died took its node's ranks with it."""
+        if not self._runs:
+            return
+        done, _ = ray.wait(list(self._runs), num_returns=len(self._runs), timeout=0)
+        for ref in done:
+            place = self._runs.pop(ref)
+            try:
+                ray.get(ref)
+            except RayActorError as exc:
+                text = f"the agent of node {place.node} died: {_first_line(exc)}"
+                for rank in place.ranks:
+                    self._take_end(RankEnd(rank, "died", text, time.time()), result)
+
+    def _info(self, rank: int) -> Optional[WorkerInfo]:
+        return self._infos[rank] if rank < len(self._infos) else None
+
+    def kill(self, rank: int) -> None:
+        """End ``rank`` now."""
+        self.agents.kill_rank(self._place_of[rank], rank)
+
+    def shutdown(self) -> None:
+        for place in self._places:
+            self.agents.stop(place)
+        if self._inbox is not None:
+            ray.kill(self._inbox, no_restart=True)
+        self._places, self._place_of, self._runs, self._running, self._inbox = [], {}, {}, set(), None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__

@@ -83,12 +83,12 @@ class SimulatedGroup:
         """What the ranks reported up to ``at``: the last step and a new checkpoint."""
         world, poll = self.world, GroupPoll()
         done = min(world.steps_done(at), world.train_steps)
-        first = done
-        if self.every_step and world.segment is not None:
-            first = max(world.segment.start_step + 1, self._last_step + 1)
-        poll.steps = [self._step_report(step, at if step == done else world.completed_at(step))
-                      for step in range(first, done + 1)] or [self._step_report(done, at)]
-        self._last_step = done
+        if self.every_step:  # each step once, as rank 0 reports it (never the sub-run's start step)
+            poll.steps = [self._step_report(step, world.completed_at(step))
+                          for step in range(self._last_step + 1, done + 1)]
+        else:
+            poll.steps = [self._step_report(done, at)]
+        self._last_step = max(self._last_step, done)
         saved = world.newest_save(at)
         if saved is not None and saved != self._last_reported:
             self._last_reported = saved

@@ -70,3 +70,33 @@ def test_llama3_classes_are_judged_by_the_real_death_classifier_into_exclusions_
     assert actions["Faulty GPU"] == actions["GPU HBM3 Memory"] == actions["Host Maintenance"] == "exclude_node"
     assert actions["Software Bug"] == actions["NCCL Watchdog Timeouts"] == actions["Network Switch/Cable"] == "restart"
     assert "abort" not in actions.values()
+
+
+def test_reported_every_step_a_sub_run_reports_each_step_once_from_its_start_and_the_result_is_the_same():
+    small = EttrAssumptions(devices=64, days=2.0, failure_scale=300.0, warm_spares=0)
+    failures = failures_for(small, seed=5)
+
+    class Steps:
+        """An observer keeping each sub-run's reported steps."""
+
+        def __init__(self):
+            self.by_subrun, self.starts = {}, {}
+
+        def on_transition(self, old, new):
+            if type(new).__name__ == "Running":
+                self.starts[new.subrun] = new.start_step
+
+        def on_poll(self, state, poll):
+            self.by_subrun.setdefault(state.subrun, []).extend(r.step for r in poll.steps)
+
+        def on_judgement(self, state, judgement):
+            pass
+
+    seen = Steps()
+    every = simulate(small, False, failures, observers=[seen], every_step=True)
+    assert every == simulate(small, False, failures)  # reporting each step changes nothing simulated
+    assert len(seen.starts) == every.failures + 1
+    for subrun, start in seen.starts.items():
+        steps = seen.by_subrun.get(subrun, [])
+        assert steps == list(range(start + 1, start + 1 + len(steps)))  # each step once, from its start on
+    assert seen.by_subrun[max(seen.by_subrun)][-1] == small.train_steps

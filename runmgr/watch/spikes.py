@@ -73,8 +73,10 @@ class SpikeDetector:
         self._episode: Optional[_Episode] = None
         self._previous: Optional[StepObservation] = None
         self._subrun: Optional[str] = None
-        # Each new lowest rolling median, in step order: the last is the floor.
-        self._floors: list[_Floor] = []
+        # Each new lowest rolling median, in step order: the last is the floor. Bounded as the
+        # baseline is: a pretraining loss sets a new floor nearly every step, and a list of them
+        # grew by a floor a step for the whole run (777,600 steps in Llama 3's 54 days).
+        self._floors: deque[_Floor] = deque(maxlen=config.window * HISTORY_FACTOR)
         # The open episode (a copy) as it stood after each step, to go back to on a resume.
         self._episodes: deque[tuple[int, Optional[_Episode]]] = deque(maxlen=config.window * HISTORY_FACTOR)
 
@@ -95,7 +97,7 @@ class SpikeDetector:
         """Forget what came after checkpoint ``step``: it is being redone."""
         kept = [(s, v) for s, v in self._baseline if s <= step]
         self._baseline = deque(kept, maxlen=self._baseline.maxlen)
-        self._floors = [f for f in self._floors if f.step <= step]
+        self._floors = deque((f for f in self._floors if f.step <= step), maxlen=self._floors.maxlen)
         while self._episodes and self._episodes[-1][0] > step:
             self._episodes.pop()
         then = self._episodes[-1][1] if self._episodes else None

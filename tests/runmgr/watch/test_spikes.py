@@ -135,3 +135,15 @@ def test_no_judgement_before_min_history(trace):
     config = SpikeConfig(min_history=50)
     found = run(SpikeDetector("loss", LOSS_SPIKE, config), trace(200, 14, spikes=((30, 5, 3.0),)))
     assert found == []
+
+
+def test_a_loss_that_falls_for_a_long_run_keeps_the_detectors_memory_bounded_and_a_late_drift_is_caught(trace):
+    # A falling pretraining loss sets a new lowest rolling median nearly every step: what the
+    # detector keeps of them is bounded (a 54-day run has 777,600 steps), the drift still caught.
+    observations = trace(12000, 4)
+    falling = [dataclasses.replace(o, loss=o.loss * (2.0 - o.step / 10000) * (1 + max(0, o.step - 10000) * 0.002))
+               for o in observations]
+    detector = SpikeDetector("loss", LOSS_SPIKE, SpikeConfig())
+    found = run(detector, falling)
+    assert len(detector._floors) <= detector._floors.maxlen < 12000
+    assert len(found) == 1 and found[0].evidence["drift"] and 9900 <= found[0].onset_step <= 10100

@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,8 @@ pytestmark = [
 
 TMPFS_SIZE = "48m"
 PAUSE_STEP = 15
+RESUME_STEP = 10
+"""The newest checkpoint before the pause (the e2e config saves every 10 steps)."""
 FULL_LINE = "is full"
 
 
@@ -77,6 +80,17 @@ class TmpfsNamespace:
                 else:
                     return
 
+    def wait_recorded_checkpoint(self, run: "NamespacedRun", step: int, timeout: float = 180) -> None:
+        """Until the logbook records the checkpoint of ``step``: an asynchronous save may still be
+        writing when the ranks pause, and a disk filled under it would leave it incomplete."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            events = self.runmgr_json_lines("logbook", "events", str(run.real_run_dir), "--json")
+            if any(e["type"] == "checkpoint" and e["step"] == step for e in events):
+                return
+            time.sleep(0.2)
+        pytest.fail(f"the checkpoint of step {step} was not recorded within {timeout:.0f} s:\n{run.output()[-3000:]}")
+
     def close(self) -> None:
         self.holder.kill()
         self.holder.wait()
@@ -119,6 +133,7 @@ def story(tmp_path_factory) -> FullDiskStory:
         extra = [pause_after(PAUSE_STEP)]
         run = NamespacedRun(ns, run_dir, "first.log", extra).start()
         run.wait_paused(PAUSE_STEP)
+        ns.wait_recorded_checkpoint(run, RESUME_STEP)
         os.kill(run.proc.pid, signal.SIGSTOP)  # the driver stands still while the test takes every block
         try:
             ns.fill("filler-1")
@@ -169,5 +184,5 @@ def test_a_relaunch_after_space_is_freed_resumes_bit_for_bit(story, reference_lo
     assert story.resumed_code == 0, story.resumed_output[-3000:]
     start = next(e for e in story.events if e["type"] == "subrun_start" and e["subrun"] == "1.01")
     assert start["cause"].startswith("relaunch: sub-run 1.00 ended as failed at step 15")  # not "abandoned"
-    assert start["start_step"] == 10 and start["start_checkpoint"].endswith("step_00000010")
+    assert start["start_step"] == RESUME_STEP and start["start_checkpoint"].endswith(f"step_{RESUME_STEP:08d}")
     assert story.losses == reference_losses  # exact float equality, every step

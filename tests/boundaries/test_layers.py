@@ -95,7 +95,7 @@ def test_controller_policy_watch_and_config_name_no_ray():
 def test_importing_them_loads_no_ray_at_run_time():
     modules = ["runmgr.controller.machine", "runmgr.controller.judge", "runmgr.controller.group",
                "runmgr.policy.ladder", "runmgr.watch.watcher", "runmgr.config.schema", "runmgr.resume",
-               "runmgr.simulate.ettr", "runmgr.agents.summary"]
+               "runmgr.simulate.ettr", "runmgr.agents.summary", "runmgr.agents.rank_processes"]
     code = (f"import sys, importlib; [importlib.import_module(m) for m in {modules!r}]; "
             "loaded = sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')); "
             "print(loaded); sys.exit(1 if loaded else 0)")

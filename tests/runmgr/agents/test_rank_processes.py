@@ -1,0 +1,113 @@
+"""A node's ranks forked from one server that imported the trainer once (runmgr/agents/
+rank_processes.py), on real processes over gloo: they train bit for bit as fresh processes
+do, every report reaches the node's side in order, and a rank killed mid-run is an end of its
+own, told apart from one that raised."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from runmgr.agents.rank_processes import RankProcesses, RankStart
+from trainer.cli import config_from_dict
+from trainer.plan import ResumePlan
+
+ITERS = 4
+WORLD = 2
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def tiny(save: Path, **training):
+    return config_from_dict({
+        "device": "cpu",
+        "model": {"family": "llama", "num_layers": 1, "hidden_size": 32, "ffn_hidden_size": 96,
+                  "num_attention_heads": 4, "num_query_groups": 2, "seq_length": 16, "max_position_embeddings": 16},
+        "optim": {"lr": 3e-3, "min_lr": 3e-4, "lr_warmup_iters": 1},
+        "data": {"corpus_max_bytes": 50_000},
+        "training": {"micro_batch_size": 2, "global_batch_size": 4, "train_iters": ITERS, "seed": 3,
+                     "deterministic": True, **training},
+        "parallel": {"dist_timeout_s": 60.0},
+        "checkpoint": {"save": str(save), "save_interval": 2, "keep_last": 3, "async_save": False},
+    })
+
+
+def run_to_the_end(ranks: RankProcesses, config) -> tuple[dict, list]:
+    """Both ranks from scratch to the end; each rank's reports and the ends."""
+    port = free_port()
+    for rank in range(WORLD):
+        ranks.start(RankStart(config, ResumePlan(), rank, WORLD, rank, "127.0.0.1", port))
+    ends = []
+    while len(ends) < WORLD:
+        ends += ranks.ended(wait_s=5)
+    return ranks.take(), sorted(ends, key=lambda end: end.rank)
+
+
+def losses(reports: dict) -> list[float]:
+    return [report.loss for kind, report in reports[0] if kind == "step"]
+
+
+@pytest.fixture(scope="module")
+def forked(tmp_path_factory):
+    ranks = RankProcesses()
+    try:
+        yield run_to_the_end(ranks, tiny(tmp_path_factory.mktemp("forked")))
+    finally:
+        ranks.stop(grace_s=5)
+
+
+def test_forked_ranks_train_to_the_end_and_every_report_arrives_in_order(forked):
+    reports, ends = forked
+    assert [(end.rank, end.kind, end.exit_code) for end in ends] == [(0, "finished", 0), (1, "finished", 0)]
+    assert [kind for kind, _ in reports[0] if kind == "started"] == ["started"]
+    assert [report.step for kind, report in reports[0] if kind == "step"] == list(range(1, ITERS + 1))
+    assert [report.step for kind, report in reports[0] if kind == "checkpoint"] == [2, 4]
+    beats = [report for kind, report in reports[1] if kind == "heartbeat"]
+    assert beats and {beat.rank for beat in beats} == {1}
+
+
+def test_forked_ranks_train_bit_for_bit_as_fresh_processes(forked, tmp_path):
+    ranks = RankProcesses(start_method="spawn")
+    try:
+        fresh, ends = run_to_the_end(ranks, tiny(tmp_path / "fresh"))
+    finally:
+        ranks.stop(grace_s=5)
+    assert [end.kind for end in ends] == ["finished", "finished"]
+    assert losses(forked[0]) == losses(fresh) and len(losses(fresh)) == ITERS  # exact float equality
+
+
+def test_a_killed_rank_is_a_death_and_a_raising_one_an_error_with_its_words(tmp_path):
+    ranks = RankProcesses()
+    try:
+        port = free_port()
+        # A run far longer than the test: rank 1 is killed once rank 0 reported a step.
+        config = tiny(tmp_path / "killed", train_iters=1000)
+        pids = [ranks.start(RankStart(config, ResumePlan(), rank, WORLD, rank, "127.0.0.1", port))
+                for rank in range(WORLD)]
+        while not any(kind == "step" for kind, _ in ranks.take().get(0, [])):
+            assert not ranks.ended(wait_s=0.05), "a rank ended before training"
+        ranks.kill(1)
+        ends = []
+        while not ends:
+            ends = ranks.ended(wait_s=5)
+        assert [(end.rank, end.kind, end.exit_code) for end in ends] == [(1, "died", -9)]
+        assert "SIGKILL" in ends[0].text and pids[1] == ranks.pids()[1]
+        ranks.stop(grace_s=5)
+        (survivor,) = ranks.ended()
+        assert survivor.rank == 0 and survivor.kind in ("died", "error")  # stopped, or its collective failed first
+
+        bad = tiny(tmp_path / "bad", train_iters=4)
+        ranks.start(RankStart(bad, ResumePlan(start_checkpoint=str(tmp_path / "nowhere")), 0, 1, 0, "127.0.0.1",
+                              free_port()))
+        ends = []
+        while not ends:
+            ends = ranks.ended(wait_s=5)
+        assert ends[0].kind == "error" and ends[0].exit_code == 1 and "nowhere" in ends[0].text
+    finally:
+        ranks.stop(grace_s=5)

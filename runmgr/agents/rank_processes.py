@@ -226,7 +226,8 @@ class RankProcesses:
         self._ranks[rank].process.kill()
 
     def stop(self, grace_s: float) -> None:
-        """SIGTERM every rank still running, SIGKILL what is left after ``grace_s``; waits for them."""
+        """SIGTERM every rank still running, SIGKILL what is left after ``grace_s``; waits for
+        them. Their ends are not reported: the node is ready for the next sub-run's ranks."""
         running = [rank.process for rank in self._ranks.values() if rank.process.exitcode is None]
         for process in running:
             process.terminate()
@@ -236,6 +237,9 @@ class RankProcesses:
             if process.exitcode is None:
                 process.kill()
                 process.join()
+        with self._lock:
+            self._ranks.clear()
+            self._reported_ends.clear()
 
 
 def _end_of(number: int, rank: _Rank, now: float) -> RankEnd:

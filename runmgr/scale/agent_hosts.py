@@ -159,11 +159,15 @@ class SimulatedNodeAgents:
             places.append(NodePlace(node, ranks, (host, f"{node}#{self._serial}")))
         return places
 
+    def rendezvous(self, place: NodePlace) -> tuple[str, int]:
+        return ("127.0.0.1", 0)  # simulated ranks meet nowhere
+
     def describe(self, place: NodePlace):
         host, key = place.where
         return host.describe.remote(key, place.node, place.ranks)
 
-    def start(self, place: NodePlace, config: Any, plan: Any, rank_nodes: Any, inbox: Any):
+    def start(self, place: NodePlace, world: int, master: tuple[str, int], config: Any, plan: Any, rank_nodes: Any,
+              inbox: Any):
         host, key = place.where
         return host.start.remote(key, place.node, place.ranks, config, plan, rank_nodes, inbox)
 
@@ -174,3 +178,6 @@ class SimulatedNodeAgents:
     def stop(self, place: NodePlace) -> None:
         host, key = place.where
         host.stop.remote(key)
+
+    def release(self) -> None:
+        pass  # the simulated nodes hold nothing of Ray's

@@ -8,8 +8,9 @@ agent (an agent whose process dies takes its node's ranks with it). The agents
 (:class:`NodeAgents`) start their node's ranks, hear them, sum them up
 (runmgr/agents/summary.py), and kill or stop them when told.
 
-So far the agents are the scale harness's simulated nodes (runmgr/scale/agent_hosts.py); the
-trainer's ranks still run under the per-rank group (docs/scale.md).
+The agents are the scale harness's simulated nodes (runmgr/scale/agent_hosts.py), or real ones
+that fork the trainer's ranks (runmgr/workers/node_agent.py); a launch still runs its ranks under
+the per-rank group (docs/scale.md).
 """
 
 from __future__ import annotations
@@ -52,20 +53,28 @@ class NodeAgents(Protocol):
     def place(self, world: int, avoid_nodes: Sequence[str]) -> list[NodePlace]:
         """Nodes for ``world`` ranks off ``avoid_nodes``; a ClusterError when there are too few."""
 
-    def describe(self, place: NodePlace) -> object:
-        """An object ref of the node's ranks' :class:`WorkerInfo` list."""
+    def rendezvous(self, place: NodePlace) -> tuple[str, int]:
+        """Where the ranks' process groups meet: an address of ``place``'s node (rank 0's) and a
+        free port on it."""
 
-    def start(self, place: NodePlace, config: object, plan: object, rank_nodes: object, inbox: object) -> object:
-        """Start the node's ranks, their reports pushed to ``inbox``; an object ref that resolves
-        when they have all ended, and fails when the agent dies. ``config``, ``plan``: object refs
-        of the sub-run's TrainerConfig and ResumePlan; ``rank_nodes``: of every rank's node, for
-        the node of rank 0 (None elsewhere)."""
+    def start(self, place: NodePlace, world: int, master: tuple[str, int], config: object, plan: object,
+              rank_nodes: object, inbox: object) -> object:
+        """Start the node's ranks of ``world``, meeting at ``master``, their reports pushed to
+        ``inbox``; an object ref that resolves when they have all ended, and fails when the agent
+        dies. ``config``, ``plan``: object refs of the sub-run's TrainerConfig and ResumePlan;
+        ``rank_nodes``: of every rank's node, for the node of rank 0 (None elsewhere)."""
+
+    def describe(self, place: NodePlace) -> object:
+        """An object ref of the node's ranks' :class:`WorkerInfo` list, once started."""
 
     def kill_rank(self, place: NodePlace, rank: int) -> None:
         """End ``rank`` now (its end is reported as a death)."""
 
     def stop(self, place: NodePlace) -> None:
         """End the node's ranks; they report nothing more."""
+
+    def release(self) -> None:
+        """Free what placing the sub-run's nodes held, once they are all stopped."""
 
 
 class AgentWorkerGroup:
@@ -97,15 +106,16 @@ class AgentWorkerGroup:
         self._places = self.agents.place(world, plan.avoid_nodes)
         self._place_of = {rank: place for place in self._places for rank in place.ranks}
         rank_nodes = {rank: place.node for rank, place in self._place_of.items()}
-        described = ray.get([self.agents.describe(place) for place in self._places])
-        self._infos = sorted((info for infos in described for info in infos), key=lambda info: info.rank)
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self._inbox = RemoteReportInbox.options(scheduling_strategy=here).remote()
+        master = self.agents.rendezvous(self._place_of[0])
         # Stored once, not serialised once per node; only rank 0's node sums step reports up per node.
         config_ref, plan_ref, nodes_ref = ray.put(config), ray.put(plan), ray.put(rank_nodes)
-        self._runs = {self.agents.start(place, config_ref, plan_ref, nodes_ref if 0 in place.ranks else None,
-                                        self._inbox): place
+        self._runs = {self.agents.start(place, world, master, config_ref, plan_ref,
+                                        nodes_ref if 0 in place.ranks else None, self._inbox): place
                       for place in self._places}
+        described = ray.get([self.agents.describe(place) for place in self._places])
+        self._infos = sorted((info for infos in described for info in infos), key=lambda info: info.rank)
         self._running = set(range(world))
         return self.workers
 
@@ -179,6 +189,8 @@ class AgentWorkerGroup:
     def shutdown(self) -> None:
         for place in self._places:
             self.agents.stop(place)
+        if self._places:
+            self.agents.release()
         if self._inbox is not None:
             ray.kill(self._inbox, no_restart=True)
         self._places, self._place_of, self._runs, self._running, self._inbox = [], {}, {}, set(), None

@@ -5,13 +5,14 @@ own, told apart from one that raised."""
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
 import pytest
 
 from runmgr.agents.rank_processes import RankProcesses, RankStart
-from trainer.cli import config_from_dict
+from tests.runmgr.agents.configs import tiny_config
 from trainer.plan import ResumePlan
 
 ITERS = 4
@@ -24,18 +25,8 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def tiny(save: Path, **training):
-    return config_from_dict({
-        "device": "cpu",
-        "model": {"family": "llama", "num_layers": 1, "hidden_size": 32, "ffn_hidden_size": 96,
-                  "num_attention_heads": 4, "num_query_groups": 2, "seq_length": 16, "max_position_embeddings": 16},
-        "optim": {"lr": 3e-3, "min_lr": 3e-4, "lr_warmup_iters": 1},
-        "data": {"corpus_max_bytes": 50_000},
-        "training": {"micro_batch_size": 2, "global_batch_size": 4, "train_iters": ITERS, "seed": 3,
-                     "deterministic": True, **training},
-        "parallel": {"dist_timeout_s": 60.0},
-        "checkpoint": {"save": str(save), "save_interval": 2, "keep_last": 3, "async_save": False},
-    })
+def tiny(save: Path, train_iters: int = ITERS):
+    return tiny_config(save, train_iters, save_interval=2)
 
 
 def run_to_the_end(ranks: RankProcesses, config) -> tuple[dict, list]:
@@ -98,9 +89,10 @@ def test_a_killed_rank_is_a_death_and_a_raising_one_an_error_with_its_words(tmp_
             ends = ranks.ended(wait_s=5)
         assert [(end.rank, end.kind, end.exit_code) for end in ends] == [(1, "died", -9)]
         assert "SIGKILL" in ends[0].text and pids[1] == ranks.pids()[1]
-        ranks.stop(grace_s=5)
-        (survivor,) = ranks.ended()
-        assert survivor.rank == 0 and survivor.kind in ("died", "error")  # stopped, or its collective failed first
+        ranks.stop(grace_s=5)  # the survivor, waiting in a collective for its dead peer
+        assert ranks.ended() == [] and ranks.pids() == {}  # stopped on purpose: no end, room for the next ranks
+        with pytest.raises(ProcessLookupError):
+            os.kill(pids[0], 0)
 
         bad = tiny(tmp_path / "bad", train_iters=4)
         ranks.start(RankStart(bad, ResumePlan(start_checkpoint=str(tmp_path / "nowhere")), 0, 1, 0, "127.0.0.1",

@@ -1,0 +1,221 @@
+"""A real node agent: one Ray actor per node that forks the node's trainer ranks, hears them,
+sums them up and pushes one report per interval to the driver's inbox.
+
+:class:`NodeAgent` is what :class:`runmgr.workers.agent_group.AgentWorkerGroup` drives on a
+real cluster, as the scale harness's simulated agents (runmgr/scale/agent_hosts.py) are on a
+simulated one: the ranks are forked from the node's fork server
+(runmgr/agents/rank_processes.py), their reports summed up by the code the simulation runs
+(runmgr/agents/summary.py). :class:`RayNodeAgents` places the ranks as the per-rank group does
+(one bundle per rank) and starts one agent on each node that got some.
+
+The agents live across sub-runs: a sub-run's stop ends its ranks and keeps the agent, whose
+fork server has the trainer imported, for the next one on the same nodes; ``close`` ends them.
+
+Not yet in it (docs/scale.md): the lease the agent would hold for its ranks (a push's answer
+says how long the driver was silent; here a driver that dies takes its agents along, as Ray
+ends the actors a job owns, and their ranks die with their fork servers), stacks, the device
+poll and warm recovery; and no launch uses it yet.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+from ray.util.placement_group import placement_group_table
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+
+from runmgr.agents.rank_processes import PRELOAD, RankProcesses, RankStart
+from runmgr.agents.summary import NodeSummariser
+from runmgr.config.schema import ClusterConfig
+from runmgr.controller.group import WorkerInfo
+from runmgr.nodes import node_name
+from runmgr.placement import actor_resources, bundle_for
+from runmgr.workers.agent_group import NodePlace
+from runmgr.workers.placing import place, release
+
+PUSH_INTERVAL_S = 0.5
+"""How often an agent pushes its node's report (at once when a rank ended)."""
+STOP_GRACE_S = 5.0
+"""SIGTERM to SIGKILL when the group stops a node's ranks."""
+STOP_MARGIN_S = 10.0
+"""Beyond the grace: how long a node's stop may take before its agent is killed instead."""
+AGENT_PRELOAD = (*PRELOAD, "ray")
+"""In a Ray actor, ``multiprocessing`` has each forked child run the module level of Ray's
+worker script (the actor process's ``__main__``) before its rank: with Ray imported by the
+server, that costs the child nothing."""
+
+
+class NodeAgent:
+    """The agent of one node: its ranks, forked; one :class:`NodeReport` pushed per interval."""
+
+    def __init__(self, node: str, push_interval_s: float = PUSH_INTERVAL_S) -> None:
+        self.node = node
+        self.push_interval_s = push_interval_s
+        self.processes = RankProcesses(preload=AGENT_PRELOAD)
+        self._serving = threading.Lock()
+        """Held by a sub-run's loop: the next sub-run's ranks start once the last one's loop ended."""
+        self._stop = threading.Event()
+        """The current sub-run's: set when the group stops the node."""
+        self._infos: list[WorkerInfo] = []
+        self._started = threading.Event()
+
+    def rendezvous(self) -> tuple[str, int]:
+        """This node's address and a free TCP port on it for the ranks' process groups."""
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            return ray.util.get_node_ip_address(), sock.getsockname()[1]
+
+    def run(self, ranks: Sequence[int], world: int, master: tuple[str, int], config: Any, plan: Any,
+            rank_nodes: Optional[dict[int, str]], inbox: Any) -> None:
+        """Fork the node's ranks of one sub-run, then push their news until every rank ended or
+        the group stopped the node. Called again for each sub-run the agent serves."""
+        node_id = ray.get_runtime_context().get_node_id()
+        address = ray.util.get_node_ip_address()
+        stop = threading.Event()
+        with self._serving:
+            self._stop, self._infos = stop, []
+            for local_rank, rank in enumerate(ranks):
+                pid = self.processes.start(RankStart(config, plan, rank, world, local_rank, *master))
+                self._infos.append(WorkerInfo(rank, pid, node_id, address))
+            self._started.set()
+            summary = NodeSummariser(self.node, plan.subrun, ranks, rank_nodes)
+            while not summary.done:
+                ends = self.processes.ended(wait_s=self.push_interval_s)  # at once when a rank ended
+                if stop.is_set():
+                    return  # stopped by the group: nothing more is pushed
+                for rank, items in self.processes.take().items():
+                    summary.take(rank, items)
+                for end in ends:
+                    summary.end(end)
+                report = summary.report(time.time())
+                if report is not None:
+                    ray.get(inbox.push.remote([report]))
+
+    def describe(self) -> list[WorkerInfo]:
+        """The node's ranks, once forked."""
+        self._started.wait()
+        return list(self._infos)
+
+    def ready(self) -> bool:
+        """Whether the agent can serve a sub-run (it answers: it lives)."""
+        return True
+
+    def kill_rank(self, rank: int) -> None:
+        self.processes.kill(rank)
+
+    def stop(self) -> None:
+        """End the node's ranks; nothing more is pushed. The agent (and its fork server, with
+        the trainer imported) stays for the next sub-run."""
+        self._stop.set()
+        self.processes.stop(STOP_GRACE_S)
+        self._started.clear()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+RemoteNodeAgent = ray.remote(max_concurrency=4, max_restarts=0)(NodeAgent)
+
+
+@dataclass
+class RayNodeAgents:
+    """One :class:`NodeAgent` per node that got ranks (:class:`runmgr.workers.agent_group.NodeAgents`).
+
+    The ranks are placed as the per-rank group places them (a bundle each, the cluster's
+    strategy, away from the plan's avoided nodes); the ranks Ray put on one node are that node's
+    agent's, and the agent takes the first of their bundles."""
+
+    cluster: ClusterConfig
+    device_kind: str
+    start_timeout_s: float
+    admitted_node_ids: Optional[list[str]] = None
+    push_interval_s: float = PUSH_INTERVAL_S
+
+    def __post_init__(self) -> None:
+        self._pg = None
+        self._places: list[NodePlace] = []
+
+    def place(self, world: int, avoid_nodes: Sequence[str]) -> list[NodePlace]:
+        """The last sub-run's agents again when they all live, hold ``world`` ranks and none is on
+        an avoided node (their fork servers have the trainer imported); otherwise new ones."""
+        if self._reusable(world, avoid_nodes):
+            return self._places
+        self.close()
+        self._places = self._new_places(world, avoid_nodes)
+        return self._places
+
+    def _reusable(self, world: int, avoid_nodes: Sequence[str]) -> bool:
+        if sum(len(place.ranks) for place in self._places) != world:
+            return False
+        if any(place.node in avoid_nodes for place in self._places):
+            return False
+        try:
+            ray.get([place.where.ready.remote() for place in self._places], timeout=self.start_timeout_s)
+        except (RayActorError, GetTimeoutError):
+            return False  # an agent died (its node, or a kill) or does not answer: place anew
+        return True
+
+    def _new_places(self, world: int, avoid_nodes: Sequence[str]) -> list[NodePlace]:
+        bundle = bundle_for(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
+        self._pg, strategies = place(bundle, world, "workers", self.cluster.placement_strategy,
+                                     self.start_timeout_s, self.admitted_node_ids, tuple(avoid_nodes))
+        by_node: dict[str, list[int]] = defaultdict(list)
+        for rank, strategy in enumerate(strategies):
+            by_node[_node_of(strategy)].append(rank)
+        options = actor_resources(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
+        places = []
+        for node_id, ranks in by_node.items():
+            agent = RemoteNodeAgent.options(scheduling_strategy=strategies[ranks[0]], **options).remote(
+                node_name(node_id), self.push_interval_s)
+            places.append(NodePlace(node_name(node_id), tuple(ranks), agent))
+        return places
+
+    def rendezvous(self, place: NodePlace) -> tuple[str, int]:
+        return ray.get(place.where.rendezvous.remote())
+
+    def describe(self, place: NodePlace):
+        return place.where.describe.remote()
+
+    def start(self, place: NodePlace, world: int, master: tuple[str, int], config: Any, plan: Any,
+              rank_nodes: Any, inbox: Any):
+        return place.where.run.remote(place.ranks, world, master, config, plan, rank_nodes, inbox)
+
+    def kill_rank(self, place: NodePlace, rank: int) -> None:
+        place.where.kill_rank.remote(rank)
+
+    def stop(self, place: NodePlace) -> None:
+        """End the node's ranks; its agent stays for the next sub-run (:meth:`close` ends it)."""
+        try:
+            ray.get(place.where.stop.remote(), timeout=STOP_GRACE_S + STOP_MARGIN_S)
+        except (RayActorError, GetTimeoutError):
+            ray.kill(place.where, no_restart=True)  # a dead or wedged agent is not served again
+
+    def release(self) -> None:
+        """Nothing: the agents and their bundles are kept for the next sub-run."""
+
+    def close(self) -> None:
+        """End every agent (and so its fork server and ranks) and free their bundles: when the
+        launch ends, or when the next sub-run needs other nodes."""
+        for place in self._places:
+            ray.kill(place.where, no_restart=True)
+        self._places = []
+        release(self._pg)
+        self._pg = None
+
+
+def _node_of(strategy: object) -> str:
+    """The node id a rank's scheduling strategy puts it on."""
+    if isinstance(strategy, NodeAffinitySchedulingStrategy):
+        return strategy.node_id
+    assert isinstance(strategy, PlacementGroupSchedulingStrategy)
+    table = placement_group_table(strategy.placement_group)
+    return table["bundles_to_node_id"][strategy.placement_group_bundle_index]

@@ -1,0 +1,109 @@
+"""Real node agents (runmgr/workers/node_agent.py) under the agent group, on a real local Ray:
+the agent forks the trainer's ranks from its node's fork server, and the driver's group hears
+them through one drain per poll: every step and checkpoint of a run to its end, and a rank
+killed in the middle as a death with its signal; stopping the group leaves no rank behind."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from runmgr.config.schema import ClusterConfig
+from runmgr.controller.group import GroupPoll
+from runmgr.workers.agent_group import AgentWorkerGroup
+from runmgr.workers.node_agent import RayNodeAgents
+from runmgr.workers.proctree import alive
+from tests.runmgr.agents.configs import tiny_config
+from trainer.plan import ResumePlan
+
+ITERS = 6
+
+
+def tiny(save: Path, iters: int = ITERS):
+    return tiny_config(save, iters, save_interval=3)
+
+
+def node_agents() -> RayNodeAgents:
+    return RayNodeAgents(ClusterConfig(num_workers=2, cpus_per_worker=0.5), "cpu", start_timeout_s=60,
+                         push_interval_s=0.2)
+
+
+def group(agents: RayNodeAgents | None = None) -> AgentWorkerGroup:
+    return AgentWorkerGroup(agents or node_agents(), default_world=2)
+
+
+def poll_until(agents: AgentWorkerGroup, done, timeout_s: float = 120) -> list[GroupPoll]:
+    polls, deadline = [], time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        polls.append(agents.poll(0.5))
+        if done(polls):
+            return polls
+    raise AssertionError(f"not done within {timeout_s} s: {polls[-3:]}")
+
+
+def test_a_run_under_real_agents_reports_every_step_and_checkpoint_to_the_end(local_ray, tmp_path):
+    nodes = node_agents()
+    agents = group(nodes)
+    try:
+        workers = agents.start(tiny(tmp_path / "ckpt"), ResumePlan(subrun="1.00"))
+        assert [w.rank for w in workers] == [0, 1] and len({w.pid for w in workers}) == 2
+        polls = poll_until(agents, lambda polls: sum(len(p.finished_ranks) for p in polls) == 2)
+    finally:
+        agents.shutdown()
+        nodes.close()
+    assert sorted(rank for p in polls for rank in p.finished_ranks) == [0, 1]
+    assert [f for p in polls for f in p.failures] == []
+    assert [s.step for p in polls for s in p.steps] == list(range(1, ITERS + 1))
+    assert [c.step for p in polls for c in p.checkpoints] == [3, 6]
+    (start,) = [s for p in polls for s in p.starts]  # rank 0's: what the sub-run really started with
+    assert (start.subrun, start.start_step, start.resumed_from) == ("1.00", 0, None)
+    assert all(not alive(w.pid) for w in workers)
+
+
+def test_a_rank_killed_under_its_agent_is_a_death_and_the_stop_leaves_no_rank(local_ray, tmp_path):
+    nodes = node_agents()
+    agents = group(nodes)
+    try:
+        workers = agents.start(tiny(tmp_path / "ckpt", iters=10_000), ResumePlan(subrun="1.00"))
+        poll_until(agents, lambda polls: any(p.steps for p in polls))
+        agents.kill(1)
+        polls = poll_until(agents, lambda polls: any(p.failures for p in polls))
+        failure = next(f for p in polls for f in p.failures)
+        assert (failure.rank, failure.kind, failure.exit_code) == (1, "died", -9) and "SIGKILL" in failure.text
+        assert failure.worker is not None and failure.worker.pid == workers[1].pid
+    finally:
+        agents.shutdown()
+        nodes.close()
+    assert all(not alive(w.pid) for w in workers)
+
+
+def test_the_next_sub_run_is_served_by_the_same_agents_and_resumes_where_the_last_stopped(local_ray, tmp_path):
+    """Agents live across sub-runs: the second sub-run's ranks are new processes, forked by the
+    same agents (their servers have the trainer imported), and resume from the first's checkpoint."""
+    nodes = node_agents()
+    save = tmp_path / "ckpt"
+    try:
+        first = group(nodes)
+        first.start(tiny(save, iters=3), ResumePlan(subrun="1.00"))
+        poll_until(first, lambda polls: sum(len(p.finished_ranks) for p in polls) == 2)
+        agent_pids = ray_get_pids(nodes)
+        first_pids = {w.pid for w in first.workers}
+        first.shutdown()
+
+        second = group(nodes)
+        workers = second.start(tiny(save), ResumePlan(subrun="1.01", start_checkpoint=str(save / "step_00000003")))
+        polls = poll_until(second, lambda polls: sum(len(p.finished_ranks) for p in polls) == 2)
+        second.shutdown()
+        assert ray_get_pids(nodes) == agent_pids
+        assert {w.pid for w in workers}.isdisjoint(first_pids)
+        assert [s.step for p in polls for s in p.steps] == [4, 5, 6]
+        (start,) = [s for p in polls for s in p.starts]
+        assert (start.subrun, start.start_step) == ("1.01", 3)
+    finally:
+        nodes.close()
+
+
+def ray_get_pids(nodes: RayNodeAgents) -> list[int]:
+    import ray
+
+    return ray.get([place.where.pid.remote() for place in nodes.place(2, ())])

@@ -2,7 +2,7 @@
 
 A rank started as a fresh process spends about 90% of its start in imports (torch,
 torch.distributed.checkpoint with DTensor and sympy, torch._dynamo at the optimizer's
-construction): measured here, 3.5 CPU-seconds for a fresh process against 0.3 for one forked
+construction): measured here, 3.5 CPU-seconds for a fresh process against 0.2 for one forked
 from a server that had them imported (bench/rank_start.py). On a node of eight ranks that is
 eight imports of torch from a shared file system at every restart; here it is one per node,
 for as long as the node's agent lives.

@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from runmgr.config.schema import ClusterConfig
 from runmgr.controller.group import GroupPoll
 from runmgr.workers.agent_group import AgentWorkerGroup
@@ -21,6 +23,18 @@ ITERS = 6
 
 def tiny(save: Path, iters: int = ITERS):
     return tiny_config(save, iters, save_interval=3)
+
+
+@pytest.fixture(autouse=True)
+def all_released(local_ray):
+    """After each test, until the session's Ray has every CPU free again: killing the agents
+    and removing their placement group take effect after the calls return, and the next test
+    on this Ray (tests/runmgr/workers/test_placing.py) reads what is free."""
+    yield
+    deadline = time.monotonic() + 60
+    while local_ray.available_resources().get("CPU", 0.0) < local_ray.cluster_resources().get("CPU", 0.0):
+        assert time.monotonic() < deadline, f"still held: {local_ray.available_resources()}"
+        time.sleep(0.1)
 
 
 def node_agents() -> RayNodeAgents:

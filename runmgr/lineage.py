@@ -237,5 +237,6 @@ def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, 
         seen.settle(judge, final, controller.last_step, config, out)
         return final
     finally:
+        runner.close()
         devices.stop()
         seen.close(metrics)

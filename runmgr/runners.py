@@ -22,8 +22,10 @@ from runmgr.policy.abilities import BUILTIN_ABILITIES, TrainerAbilities
 from runmgr.stacks import dump_stacks, stacks_dir
 from runmgr.watch import torchrun
 from runmgr.workers.actor import WrapReporter
+from runmgr.workers.agent_group import AgentWorkerGroup
 from runmgr.workers.group import RayWorkerGroup
 from runmgr.workers.megatron_group import MegatronWorkerGroup
+from runmgr.workers.node_agent import RayNodeAgents
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
 
@@ -44,31 +46,56 @@ class Runner:
     """Ranks of one data-parallel replica (tensor x pipeline parallel)."""
     dump_stacks: DumpStacks
     """Every rank's stack into ``<run dir>/stacks/<sub-run>/`` before a hung sub-run is killed."""
+    close: Callable[[], None] = lambda: None
+    """When the lineage ends: what outlives a sub-run (node agents kept for the next) is ended."""
 
 
 def builtin_runner(config: RunConfig, trainer_config: TrainerConfig, device_kind: str,
                    admitted_node_ids: Optional[list[str]],
                    wrap_reporter: Callable[[], Optional[WrapReporter]] = lambda: None) -> Runner:
-    """One Ray actor per rank running ``trainer.train`` (the built-in trainer). ``wrap_reporter()``
-    is asked again for every sub-run (chaos's pauses that have not fired yet)."""
+    """The built-in trainer's ranks: forked by one agent per node (runmgr/workers/node_agent.py)
+    on CPU nodes without warm spares, else one Ray actor per rank. ``wrap_reporter()`` is asked
+    again for every sub-run (chaos's pauses that have not fired yet)."""
     run_dir = config.run_dir()
+    controller = config.controller
+    args = (config.cluster, device_kind, controller.start_timeout_s, controller.worker_lease_s)
+    if not ranks_under_agents(config, device_kind):
+        def make_group() -> WorkerGroup:
+            if controller.warm_spares:
+                from runmgr.workers.warm_group import warm_group
 
-    def make_group() -> WorkerGroup:
-        args = (config.cluster, device_kind, config.controller.start_timeout_s, config.controller.worker_lease_s)
-        if config.controller.warm_spares:
-            from runmgr.workers.warm_group import warm_group
+                return warm_group(*args, admitted_node_ids=admitted_node_ids, wrap_reporter=wrap_reporter(),
+                                  warm_spares=controller.warm_spares)
+            return RayWorkerGroup(*args, admitted_node_ids=admitted_node_ids, wrap_reporter=wrap_reporter())
 
-            return warm_group(*args, admitted_node_ids=admitted_node_ids, wrap_reporter=wrap_reporter(),
-                              warm_spares=config.controller.warm_spares)
-        return RayWorkerGroup(*args, admitted_node_ids=admitted_node_ids, wrap_reporter=wrap_reporter())
+        return Runner(make_group=make_group, abilities=BUILTIN_ABILITIES,
+                      data_parallel_sizes=data_parallel_sizes(trainer_config, config.world_size),
+                      ranks_per_replica=trainer_config.model_parallel_size,
+                      dump_stacks=lambda subrun, workers: dump_stacks(run_dir, subrun, workers))
 
-    return Runner(
-        make_group=make_group,
-        abilities=BUILTIN_ABILITIES,
-        data_parallel_sizes=data_parallel_sizes(trainer_config, config.world_size),
-        ranks_per_replica=trainer_config.model_parallel_size,
-        dump_stacks=lambda subrun, workers: dump_stacks(run_dir, subrun, workers),
-    )
+    agents = RayNodeAgents(config.cluster, device_kind, controller.start_timeout_s, admitted_node_ids,
+                           lease_s=controller.worker_lease_s)
+    groups: list[AgentWorkerGroup] = []
+
+    def make_agent_group() -> WorkerGroup:
+        agents.wrap_reporter = wrap_reporter()
+        groups[:] = [AgentWorkerGroup(agents, config.cluster.num_workers, start_timeout_s=controller.start_timeout_s)]
+        return groups[0]
+
+    def dump(subrun: str, workers: Sequence[WorkerInfo]) -> None:
+        if groups:  # each node's agent dumps its own ranks (py-spy must run where the process is)
+            groups[0].dump_stacks(stacks_dir(run_dir, subrun))
+
+    return Runner(make_group=make_agent_group, abilities=BUILTIN_ABILITIES,
+                  data_parallel_sizes=data_parallel_sizes(trainer_config, config.world_size),
+                  ranks_per_replica=trainer_config.model_parallel_size, dump_stacks=dump, close=agents.close)
+
+
+def ranks_under_agents(config: RunConfig, device_kind: str) -> bool:
+    """Whether the built-in trainer's ranks are forked by node agents: on CPU nodes, without warm
+    spares. Warm recovery keeps its rank actors (their warm link and spares); on accelerators Ray
+    hands an actor only its own bundle's devices, not its node's (docs/scale.md)."""
+    return device_kind == "cpu" and not config.controller.warm_spares
 
 
 def data_parallel_sizes(trainer_config: TrainerConfig, world_size: int) -> tuple[int, ...]:

@@ -14,10 +14,9 @@ rank. A child runs :func:`run_rank`: it builds its ``DistEnv``, trains through
 It dies with the server (a parent-death signal), and the server ends when the agent does, so
 a lost agent leaves no rank behind.
 
-Ray-free: the agent that holds this (a Ray actor on a real cluster) reads what it collects
-and sums it up for the driver (runmgr/agents/summary.py). Not wired into a launch yet: in a
-Ray actor, ``multiprocessing`` would have each child re-run the module level of Ray's worker
-script (its ``__main__``) before the rank, which the agent must prevent when it comes.
+Ray-free: the agent that holds this (a Ray actor on a real cluster,
+runmgr/workers/node_agent.py) reads what it collects and sums it up for the driver
+(runmgr/agents/summary.py).
 """
 
 from __future__ import annotations
@@ -34,12 +33,16 @@ import traceback
 from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import Any, Literal, Optional
+from typing import Any, Callable, Literal, Optional
 
 from runmgr.agents.report import RankEnd
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
-from trainer.report import CheckpointReport, Heartbeat, LocalNormsReport, StartReport, StepReport
+from trainer.report import CheckpointReport, Heartbeat, LocalNormsReport, Reporter, StartReport, StepReport
+
+WrapReporter = Callable[[Reporter, ResumePlan], Reporter]
+"""What a rank's reports pass through before its pipe (the agent's check of its driver before a
+checkpoint commit, chaos's pauses at a step): picklable, applied in the rank's process."""
 
 PRELOAD = ("runmgr.agents.rank_processes", "trainer.loop", "torch._dynamo", "torch.distributed.checkpoint")
 """What the server imports once for all its children: the trainer and what torch imports
@@ -63,6 +66,9 @@ class RankStart:
     local_rank: int
     master_addr: str
     master_port: int
+    wraps: tuple[WrapReporter, ...] = ()
+    """Applied to the rank's pipe reporter in order, the last outermost (as the per-rank actor
+    wraps its buffer: the driver check first, chaos's pauses around it)."""
 
 
 class PipeReporter:
@@ -95,8 +101,11 @@ def run_rank(start: RankStart, conn: Connection) -> None:
 
     env = DistEnv(rank=start.rank, world_size=start.world_size, local_rank=start.local_rank,
                   master_addr=start.master_addr, master_port=start.master_port)
+    reporter: Reporter = PipeReporter(conn)
+    for wrap in start.wraps:
+        reporter = wrap(reporter, start.plan)
     try:
-        result = train(start.config, start.plan, PipeReporter(conn), env)
+        result = train(start.config, start.plan, reporter, env)
     except BaseException:
         conn.send(("cpu", _cpu_seconds()))
         conn.send(("error", traceback.format_exc()[-END_TEXT_CHARS:]))

@@ -40,7 +40,8 @@ class NodeReport:
     """Its ranks' reports as ``(kind, report)``, as a rank's drain gives them (``started``,
     ``step``, ``checkpoint``, ``local_norms``, ``waiting``), plus ``timings``
     (:class:`runmgr.watch.observations.RankTimings`) in place of each step's per-rank compute
-    times; no heartbeats: those are :attr:`beat`."""
+    times, and ``pause``: a rank's beat into or out of a pause (once per change); no other
+    heartbeats: those are :attr:`beat`."""
     beat: Optional[Heartbeat] = None
     """The last beat of the node's laggard (its running rank that beat least recently), when it
     changed since the last report; it stands for every rank of the node."""

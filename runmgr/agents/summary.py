@@ -10,7 +10,9 @@ incident may ask for; per node it tells the driver only what the driver's detect
   node's agent replaces them with the slowest rank of each node
   (:class:`runmgr.watch.observations.RankTimings`), which the straggler detector reads as it
   reads Megatron's partial timings (a rank not named was not its node's slowest);
-- **every rank's end**, at once.
+- **every rank's end**, at once;
+- **a rank's beat into or out of a pause** (chaos's ``pause_at_step``), once per change, as a
+  ``pause`` item: the run's status and chaos tell paused ranks by them.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Optional
 
 from runmgr.agents.report import NodeReport, RankEnd
 from runmgr.watch.observations import RankTimings
-from trainer.report import Heartbeat, StepReport
+from trainer.report import PAUSED, Heartbeat, StepReport
 
 
 def slowest_per_node(compute_times: Sequence[float], rank_nodes: Mapping[int, str]) -> dict[int, float]:
@@ -55,6 +57,9 @@ class NodeSummariser:
         """What ``rank`` said (as its drain gives it: ``(kind, report)``)."""
         for kind, item in items:
             if kind == "heartbeat":
+                previous = self._last.get(rank)
+                if (item.phase == PAUSED) != (previous is not None and previous.phase == PAUSED):
+                    self._items.append(("pause", item))
                 self._last[rank] = item  # a rank's beats come in order: the last is its newest
             elif kind == "step":
                 self._items += self._step(item)

@@ -133,7 +133,7 @@ class ChaosInjector:
         for report in poll.steps:
             self._watch_inputs(state, report)
             self._step = report.step
-        for beat in poll.heartbeats:
+        for beat in [*poll.heartbeats, *poll.pause_beats]:
             self._watch_pauses(state, beat)
         now = self.clock()
         for label, fault in self.schedule.runtime:

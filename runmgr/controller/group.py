@@ -95,6 +95,10 @@ class GroupPoll:
     node_beats: list[Heartbeat] = field(default_factory=list)
     """Beats that each stand for every rank of their node (a node agent's summary: its laggard
     rank's last beat, runmgr/agents/summary.py): the hang detector watches the node."""
+    pause_beats: list[Heartbeat] = field(default_factory=list)
+    """A node agent's ranks' beats into and out of a pause (chaos's ``pause_at_step``), once per
+    change: the run's status and chaos read them with :attr:`heartbeats`; the hang detector
+    watches :attr:`node_beats`."""
     starts: list[StartReport] = field(default_factory=list)
     local_norms: list[LocalNormsReport] = field(default_factory=list)
     """Per-weight gradient norms of the steps that reported them (rank 0)."""

@@ -54,7 +54,7 @@ class StatusFileObserver:
         if poll.steps:
             self.status["step"] = poll.steps[-1].step
         # Ranks held between two steps (chaos's pause_at_step): a test acts once all are.
-        self._phases.update((beat.rank, beat.phase) for beat in poll.heartbeats)
+        self._phases.update((beat.rank, beat.phase) for beat in [*poll.heartbeats, *poll.pause_beats])
         self.status["paused_ranks"] = sorted(rank for rank, phase in self._phases.items() if phase == PAUSED)
         if poll.ready_spares is not None:  # a warm group's ready spares (docs/warm_restart.md)
             self.status["ready_spares"] = poll.ready_spares

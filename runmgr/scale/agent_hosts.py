@@ -175,6 +175,9 @@ class SimulatedNodeAgents:
         host, key = place.where
         host.kill_rank.remote(key, rank)
 
+    def dump_stacks(self, place: NodePlace) -> dict[int, str]:
+        return {rank: f"rank {rank}: a simulated rank has no process to dump\n" for rank in place.ranks}
+
     def stop(self, place: NodePlace) -> None:
         host, key = place.where
         host.stop.remote(key)

@@ -9,8 +9,8 @@ agent (an agent whose process dies takes its node's ranks with it). The agents
 (runmgr/agents/summary.py), and kill or stop them when told.
 
 The agents are the scale harness's simulated nodes (runmgr/scale/agent_hosts.py), or real ones
-that fork the trainer's ranks (runmgr/workers/node_agent.py); a launch still runs its ranks under
-the per-rank group (docs/scale.md).
+that fork the trainer's ranks (runmgr/workers/node_agent.py), which a launch of the built-in
+trainer uses on CPU nodes without warm spares (runmgr/runners.py; docs/scale.md).
 """
 
 from __future__ import annotations
@@ -18,15 +18,17 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional, Protocol
 
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from runmgr import cluster as ray_cluster
 from runmgr.agents.report import NodeReport, RankEnd
 from runmgr.controller.group import GroupPoll, WorkerFailure, WorkerInfo
-from runmgr.errors import ClusterLostError
+from runmgr.errors import ClusterError, ClusterLostError
 from runmgr.watch.observations import StepObservation
 from runmgr.workers.inbox import RemoteReportInbox
 from trainer.config import TrainerConfig
@@ -35,6 +37,10 @@ from trainer.plan import ResumePlan
 FAILURE_SETTLE_S = 1.0
 """After the first failure, how long the other agents are given to report theirs, so that the
 root cause (a dead process) wins over its echo (a peer's broken collective)."""
+START_TIMEOUT_S = 120.0
+"""How long the ranks of a sub-run may take to be forked and described."""
+ERROR_LINES = 3
+"""A rank that raised is told by the last lines of its traceback, as a rank actor's error is."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,9 @@ class NodeAgents(Protocol):
     def kill_rank(self, place: NodePlace, rank: int) -> None:
         """End ``rank`` now (its end is reported as a death)."""
 
+    def dump_stacks(self, place: NodePlace) -> dict[int, str]:
+        """``{rank: text}``: the Python stacks of the node's ranks, dumped where they run."""
+
     def stop(self, place: NodePlace) -> None:
         """End the node's ranks; they report nothing more."""
 
@@ -80,11 +89,14 @@ class NodeAgents(Protocol):
 class AgentWorkerGroup:
     """One agent per node, one drain per poll."""
 
-    def __init__(self, agents: NodeAgents, default_world: int, settle_s: float = FAILURE_SETTLE_S) -> None:
-        """``default_world``: the ranks of a plan that names no data-parallel size."""
+    def __init__(self, agents: NodeAgents, default_world: int, settle_s: float = FAILURE_SETTLE_S,
+                 start_timeout_s: float = START_TIMEOUT_S) -> None:
+        """``default_world``: the ranks of a plan that names no data-parallel size;
+        ``start_timeout_s``: how long the ranks may take to start (then a ClusterError)."""
         self.agents = agents
         self.default_world = default_world
         self.settle_s = settle_s
+        self.start_timeout_s = start_timeout_s
         self._places: list[NodePlace] = []
         self._place_of: dict[int, NodePlace] = {}
         self._infos: list[WorkerInfo] = []
@@ -102,6 +114,7 @@ class AgentWorkerGroup:
         return len(self._infos)
 
     def start(self, config: TrainerConfig, plan: ResumePlan) -> list[WorkerInfo]:
+        ray_cluster.check_head()  # placing ranks needs the head: without it Ray waits until it ends the driver
         world = config.world_size_of(plan.data_parallel_size) if plan.data_parallel_size else self.default_world
         self._places = self.agents.place(world, plan.avoid_nodes)
         self._place_of = {rank: place for place in self._places for rank in place.ranks}
@@ -114,13 +127,21 @@ class AgentWorkerGroup:
         self._runs = {self.agents.start(place, world, master, config_ref, plan_ref,
                                         nodes_ref if 0 in place.ranks else None, self._inbox): place
                       for place in self._places}
-        described = ray.get([self.agents.describe(place) for place in self._places])
+        try:
+            described = ray_cluster.get_while_head_lives([self.agents.describe(place) for place in self._places],
+                                                         self.start_timeout_s)
+        except GetTimeoutError:
+            self.shutdown()
+            raise ClusterError(f"the ranks of {len(self._places)} node(s) did not start within "
+                               f"{self.start_timeout_s:.0f} s (free resources: {ray.available_resources()})") from None
         self._infos = sorted((info for infos in described for info in infos), key=lambda info: info.rank)
         self._running = set(range(world))
         return self.workers
 
     def poll(self, timeout_s: float) -> GroupPoll:
         result = GroupPoll()
+        if self._runs:  # ranks still training need the cluster; ranks that all ended are judged as they ended
+            ray_cluster.check_head()
         self._take(self._drain(timeout_s), result)
         self._check_agents(result)
         deadline = time.monotonic() + self.settle_s
@@ -153,7 +174,7 @@ class AgentWorkerGroup:
             result.observations.append(item)
         else:
             {"checkpoint": result.checkpoints, "started": result.starts, "local_norms": result.local_norms,
-             "waiting": result.waiting_ranks, "heartbeat": result.heartbeats}[kind].append(item)
+             "waiting": result.waiting_ranks, "heartbeat": result.heartbeats, "pause": result.pause_beats}[kind].append(item)
 
     def _take_end(self, end: RankEnd, result: GroupPoll) -> None:
         if end.rank not in self._running:
@@ -162,7 +183,8 @@ class AgentWorkerGroup:
         if end.kind == "finished":
             result.finished_ranks.append(end.rank)
         else:
-            result.failures.append(WorkerFailure(end.rank, end.kind, end.text, self._info(end.rank), end.time,
+            text = _last_lines(end.text, ERROR_LINES) if end.kind == "error" else end.text
+            result.failures.append(WorkerFailure(end.rank, end.kind, text, self._info(end.rank), end.time,
                                                  end.exit_code))
 
     def _check_agents(self, result: GroupPoll) -> None:
@@ -186,6 +208,17 @@ class AgentWorkerGroup:
         """End ``rank`` now."""
         self.agents.kill_rank(self._place_of[rank], rank)
 
+    def dump_stacks(self, out_dir: Path) -> list[Path]:
+        """Every rank's stack into ``out_dir/rank<N>.txt``, each dumped by its node's agent."""
+        out_dir.mkdir(parents=True, exist_ok=True)
+        written = []
+        for place in self._places:
+            for rank, text in sorted(self.agents.dump_stacks(place).items()):
+                target = out_dir / f"rank{rank}.txt"
+                target.write_text(text)
+                written.append(target)
+        return written
+
     def shutdown(self) -> None:
         for place in self._places:
             self.agents.stop(place)
@@ -194,6 +227,11 @@ class AgentWorkerGroup:
         if self._inbox is not None:
             ray.kill(self._inbox, no_restart=True)
         self._places, self._place_of, self._runs, self._running, self._inbox = [], {}, {}, set(), None
+
+
+def _last_lines(text: str, count: int) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return "\n".join(lines[-count:])
 
 
 def _first_line(exc: BaseException) -> str:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from trainer.report import Heartbeat
+from trainer.report import Heartbeat, Reporter
 
 EXIT_DRIVER_LOST = 75
 """Exit code of a worker that stopped itself because its driver was gone."""
@@ -146,8 +146,10 @@ class DriverLease:
         self._renewed = clock()
         self._said_waiting = False
 
-    def renew(self) -> None:
-        self._renewed = self.clock()
+    def renew(self, silent_s: float = 0.0) -> None:
+        """The driver was last heard ``silent_s`` ago (a node agent learns it from its push's
+        answer: how long the driver has not drained its inbox)."""
+        self._renewed = max(self._renewed, self.clock() - silent_s)
         self._said_waiting = False
 
     def silent_s(self) -> float:
@@ -187,6 +189,11 @@ class DriverLease:
                      f"(lease {self.lease_s:g} s), but {how}: busy or starved, not dead; training on")
 
 
+def stopped_itself(pid: int, rank: int, why: str) -> str:
+    """How a worker words its stop (``driver_lost`` in runmgr/watch/deaths.py reads it)."""
+    return f"runmgr worker {pid} (rank {rank}) stopped itself: {why}"
+
+
 class SelfStop:
     """Carries a lost lease out: the training thread stops at its next beat (before
     any further checkpoint write or commit), then the process ends."""
@@ -207,7 +214,12 @@ class SelfStop:
     def reason(self) -> Optional[str]:
         if self._lost is None:
             return None
-        return f"runmgr worker {os.getpid()} (rank {self.rank}) stopped itself: {self._lost.reason}"
+        return stopped_itself(os.getpid(), self.rank, self._lost.reason)
+
+    @property
+    def lost(self) -> Optional[LostDriver]:
+        """Why the driver counts as gone, once decided."""
+        return self._lost
 
     def gate(self, beat: Heartbeat) -> None:
         """Called with every beat, in the training thread: raises
@@ -235,3 +247,47 @@ class SelfStop:
         # Both threads decide; the first verdict stands (never undone by a later None).
         if lost is not None and self._lost is None:
             self._lost = lost
+
+
+@dataclass(frozen=True)
+class CheckDriverBeforeCommit:
+    """A forked rank's reporter wrap (runmgr/agents/rank_processes.py): before the rank writes or
+    commits a checkpoint, it checks its driver there and then, as a rank actor's gate does, so
+    that the run's durable state never advances without a driver.
+
+    The rank's node agent holds the lease (renewed by the answers to its pushes) and stops its
+    ranks when the driver is gone (runmgr/workers/node_agent.py); in the rank's own process
+    only what it can see for itself counts: a driver on this machine whose process ended."""
+
+    driver: DriverIdentity
+
+    def __call__(self, reporter: Reporter, plan: object) -> Reporter:
+        return _DriverCheckingReporter(reporter, self.driver)
+
+
+class _DriverCheckingReporter:
+    """Passes every report on; a ``checkpoint`` beat raises :class:`DriverLostError` once the
+    driver is known gone."""
+
+    def __init__(self, reporter: Reporter, driver: DriverIdentity) -> None:
+        self.reporter = reporter
+        self.driver = driver
+        self._self_stop: Optional[SelfStop] = None
+
+    def started(self, report) -> None:
+        self.reporter.started(report)
+
+    def step(self, report) -> None:
+        self.reporter.step(report)
+
+    def checkpoint(self, report) -> None:
+        self.reporter.checkpoint(report)
+
+    def local_norms(self, report) -> None:
+        self.reporter.local_norms(report)
+
+    def heartbeat(self, beat: Heartbeat) -> None:
+        if self._self_stop is None:  # the lease never runs out here: the agent keeps it
+            self._self_stop = SelfStop(DriverLease(float("inf"), self.driver), beat.rank)
+        self._self_stop.gate(beat)
+        self.reporter.heartbeat(beat)

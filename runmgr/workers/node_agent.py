@@ -11,10 +11,16 @@ simulated one: the ranks are forked from the node's fork server
 The agents live across sub-runs: a sub-run's stop ends its ranks and keeps the agent, whose
 fork server has the trainer imported, for the next one on the same nodes; ``close`` ends them.
 
-Not yet in it (docs/scale.md): the lease the agent would hold for its ranks (a push's answer
-says how long the driver was silent; here a driver that dies takes its agents along, as Ray
-ends the actors a job owns, and their ranks die with their fork servers), stacks, the device
-poll and warm recovery; and no launch uses it yet.
+The agent holds its ranks' driver lease (runmgr/workers/lease.py), as a Megatron node's actor
+does for its torchrun: every call of the driver renews it, and so does each push's answer (how
+long the driver has not drained the inbox). Once the driver is gone the agent stops its ranks and
+ends; before that, each rank checks its driver itself before it writes or commits a checkpoint
+(:class:`~runmgr.workers.lease.CheckDriverBeforeCommit`). It dumps its ranks' stacks with py-spy
+where they run.
+
+A launch runs the built-in trainer's ranks under agents on CPU nodes without warm spares
+(runmgr/runners.py); not yet in it (docs/scale.md): the device poll, warm recovery, and a
+node's accelerators for its ranks (Ray hands an actor its own bundle's devices only).
 """
 
 from __future__ import annotations
@@ -31,13 +37,19 @@ from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.placement_group import placement_group_table
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
-from runmgr.agents.rank_processes import PRELOAD, RankProcesses, RankStart
+from runmgr import cluster as ray_cluster
+from runmgr.agents.rank_processes import PRELOAD, RankProcesses, RankStart, WrapReporter
+from runmgr.agents.report import NodeReport, RankEnd
 from runmgr.agents.summary import NodeSummariser
 from runmgr.config.schema import ClusterConfig
 from runmgr.controller.group import WorkerInfo
 from runmgr.nodes import node_name
 from runmgr.placement import actor_resources, bundle_for
+from runmgr.stacks import dump_pid, find_py_spy
 from runmgr.workers.agent_group import NodePlace
+from runmgr.workers.lease import (
+    CheckDriverBeforeCommit, DriverIdentity, DriverLease, SelfStop, ray_job_alive, stopped_itself,
+)
 from runmgr.workers.placing import place, release
 
 PUSH_INTERVAL_S = 0.5
@@ -46,6 +58,11 @@ STOP_GRACE_S = 5.0
 """SIGTERM to SIGKILL when the group stops a node's ranks."""
 STOP_MARGIN_S = 10.0
 """Beyond the grace: how long a node's stop may take before its agent is killed instead."""
+KEEPALIVE_PUSHES = 4
+"""With nothing new (every rank silent: held, or stopped by a fault), an empty report is still
+pushed every this many intervals: its answer renews the agent's lease on the driver."""
+LOST_DRIVER_PUSH_S = 2.0
+"""How long an agent whose driver fell silent tries to tell it why its ranks end."""
 AGENT_PRELOAD = (*PRELOAD, "ray")
 """In a Ray actor, ``multiprocessing`` has each forked child run the module level of Ray's
 worker script (the actor process's ``__main__``) before its rank: with Ray imported by the
@@ -55,50 +72,73 @@ server, that costs the child nothing."""
 class NodeAgent:
     """The agent of one node: its ranks, forked; one :class:`NodeReport` pushed per interval."""
 
-    def __init__(self, node: str, push_interval_s: float = PUSH_INTERVAL_S) -> None:
+    def __init__(self, node: str, push_interval_s: float = PUSH_INTERVAL_S, lease_s: float = float("inf"),
+                 driver: Optional[DriverIdentity] = None) -> None:
+        """``lease_s``: how long the driver may be silent before the agent asks whether it lives;
+        ``driver``: who drives this node (None: the lease and Ray's word decide)."""
         self.node = node
         self.push_interval_s = push_interval_s
+        self.driver = driver
         self.processes = RankProcesses(preload=AGENT_PRELOAD)
+        self.lease = DriverLease(lease_s, driver, job_alive=ray_job_alive)
+        # Its ``idle`` stays set: a lost driver stops the ranks at once (they cannot be told to end
+        # at their next beat), after telling a driver that may only be silent why.
+        self.self_stop = SelfStop(self.lease, 0, exit=self._stop_then_exit)
         self._serving = threading.Lock()
         """Held by a sub-run's loop: the next sub-run's ranks start once the last one's loop ended."""
         self._stop = threading.Event()
         """The current sub-run's: set when the group stops the node."""
         self._infos: list[WorkerInfo] = []
         self._started = threading.Event()
+        self._summary: Optional[NodeSummariser] = None
+        self._inbox: Any = None
+        threading.Thread(target=self.self_stop.watch, name="driver-lease", daemon=True).start()
 
     def rendezvous(self) -> tuple[str, int]:
         """This node's address and a free TCP port on it for the ranks' process groups."""
         import socket
 
+        self.lease.renew()
         with socket.socket() as sock:
             sock.bind(("", 0))
             return ray.util.get_node_ip_address(), sock.getsockname()[1]
 
     def run(self, ranks: Sequence[int], world: int, master: tuple[str, int], config: Any, plan: Any,
-            rank_nodes: Optional[dict[int, str]], inbox: Any) -> None:
+            rank_nodes: Optional[dict[int, str]], inbox: Any, wrap_reporter: Optional[WrapReporter] = None) -> None:
         """Fork the node's ranks of one sub-run, then push their news until every rank ended or
-        the group stopped the node. Called again for each sub-run the agent serves."""
+        the group stopped the node. Called again for each sub-run the agent serves.
+        ``wrap_reporter``: what every rank's reports pass through (chaos's pauses)."""
+        self.lease.renew()
         node_id = ray.get_runtime_context().get_node_id()
         address = ray.util.get_node_ip_address()
         stop = threading.Event()
+        wraps = (CheckDriverBeforeCommit(self.driver),) if self.driver is not None else ()
+        wraps += (wrap_reporter,) if wrap_reporter is not None else ()
         with self._serving:
-            self._stop, self._infos = stop, []
+            self._stop, self._infos, self._inbox = stop, [], inbox
             for local_rank, rank in enumerate(ranks):
-                pid = self.processes.start(RankStart(config, plan, rank, world, local_rank, *master))
-                self._infos.append(WorkerInfo(rank, pid, node_id, address))
+                start = RankStart(config, plan, rank, world, local_rank, *master, wraps=wraps)
+                self._infos.append(WorkerInfo(rank, self.processes.start(start), node_id, address))
+            self._summary = NodeSummariser(self.node, plan.subrun, ranks, rank_nodes)
             self._started.set()
-            summary = NodeSummariser(self.node, plan.subrun, ranks, rank_nodes)
-            while not summary.done:
-                ends = self.processes.ended(wait_s=self.push_interval_s)  # at once when a rank ended
-                if stop.is_set():
-                    return  # stopped by the group: nothing more is pushed
-                for rank, items in self.processes.take().items():
-                    summary.take(rank, items)
-                for end in ends:
-                    summary.end(end)
-                report = summary.report(time.time())
-                if report is not None:
-                    ray.get(inbox.push.remote([report]))
+            self._serve(self._summary, stop, inbox)
+
+    def _serve(self, summary: NodeSummariser, stop: threading.Event, inbox: Any) -> None:
+        quiet = 0
+        while not summary.done:
+            ends = self.processes.ended(wait_s=self.push_interval_s)  # at once when a rank ended
+            if stop.is_set():
+                return  # stopped by the group: nothing more is pushed
+            for rank, items in self.processes.take().items():
+                summary.take(rank, items)
+            for end in ends:
+                summary.end(end)
+            report = summary.report(time.time())
+            quiet = 0 if report is not None else quiet + 1
+            if report is None and quiet >= KEEPALIVE_PUSHES:
+                report, quiet = NodeReport(self.node, summary.subrun, time.time()), 0
+            if report is not None:
+                self.lease.renew(ray.get(inbox.push.remote([report])))
 
     def describe(self) -> list[WorkerInfo]:
         """The node's ranks, once forked."""
@@ -107,7 +147,15 @@ class NodeAgent:
 
     def ready(self) -> bool:
         """Whether the agent can serve a sub-run (it answers: it lives)."""
+        self.lease.renew()
         return True
+
+    def dump_stacks(self) -> dict[int, str]:
+        """``{rank: text}``: each running rank's Python stacks, dumped with py-spy on this node."""
+        self.lease.renew()
+        py_spy = find_py_spy()
+        return {info.rank: f"rank {info.rank}  pid {info.pid}  node {info.node_ip} ({info.node_id})\n"
+                + dump_pid(py_spy, info.pid) for info in self._infos}
 
     def kill_rank(self, rank: int) -> None:
         self.processes.kill(rank)
@@ -115,9 +163,27 @@ class NodeAgent:
     def stop(self) -> None:
         """End the node's ranks; nothing more is pushed. The agent (and its fork server, with
         the trainer imported) stays for the next sub-run."""
+        self.lease.renew()
         self._stop.set()
         self.processes.stop(STOP_GRACE_S)
         self._started.clear()
+
+    def _stop_then_exit(self, code: int) -> None:
+        """The driver is gone (:class:`SelfStop`): say so for each running rank, where a driver
+        that is only silent may still read it, then end the ranks and this process."""
+        summary, inbox, lost = self._summary, self._inbox, self.self_stop.lost
+        if summary is not None and inbox is not None and lost is not None and not summary.done:
+            pids = {info.rank: info.pid for info in self._infos}
+            ends = tuple(RankEnd(rank, "error", stopped_itself(pids.get(rank, 0), rank, f"{lost.reason} (its node "
+                                 f"agent's lease)"), time.time()) for rank in sorted(summary.running))
+            try:
+                ray.get(inbox.push.remote([NodeReport(self.node, summary.subrun, time.time(), ended=ends)]),
+                        timeout=LOST_DRIVER_PUSH_S)
+            except (RayActorError, GetTimeoutError):
+                pass  # nobody is left to read it: the ranks end all the same
+        self._stop.set()
+        self.processes.stop(STOP_GRACE_S)
+        os._exit(code)
 
     def pid(self) -> int:
         return os.getpid()
@@ -139,10 +205,19 @@ class RayNodeAgents:
     start_timeout_s: float
     admitted_node_ids: Optional[list[str]] = None
     push_interval_s: float = PUSH_INTERVAL_S
+    lease_s: float = float("inf")
+    """The driver lease each agent holds for its ranks (``controller.worker_lease_s``)."""
+    wrap_reporter: Optional[WrapReporter] = None
+    """What every rank's reports pass through (chaos's pauses still to come); set per sub-run."""
+    driver: Optional[DriverIdentity] = None
+    """Whose lease the agents hold (None: this process's), so that an agent tells a silent driver
+    from a dead one."""
 
     def __post_init__(self) -> None:
         self._pg = None
         self._places: list[NodePlace] = []
+        if self.driver is None:
+            self.driver = DriverIdentity.of_this_process()
 
     def place(self, world: int, avoid_nodes: Sequence[str]) -> list[NodePlace]:
         """The last sub-run's agents again when they all live, hold ``world`` ranks and none is on
@@ -175,19 +250,29 @@ class RayNodeAgents:
         places = []
         for node_id, ranks in by_node.items():
             agent = RemoteNodeAgent.options(scheduling_strategy=strategies[ranks[0]], **options).remote(
-                node_name(node_id), self.push_interval_s)
+                node_name(node_id), self.push_interval_s, self.lease_s, self.driver)
             places.append(NodePlace(node_name(node_id), tuple(ranks), agent))
         return places
 
     def rendezvous(self, place: NodePlace) -> tuple[str, int]:
-        return ray.get(place.where.rendezvous.remote())
+        (where,) = ray_cluster.get_while_head_lives([place.where.rendezvous.remote()], self.start_timeout_s)
+        return where
 
     def describe(self, place: NodePlace):
         return place.where.describe.remote()
 
     def start(self, place: NodePlace, world: int, master: tuple[str, int], config: Any, plan: Any,
               rank_nodes: Any, inbox: Any):
-        return place.where.run.remote(place.ranks, world, master, config, plan, rank_nodes, inbox)
+        return place.where.run.remote(place.ranks, world, master, config, plan, rank_nodes, inbox,
+                                      self.wrap_reporter)
+
+    def dump_stacks(self, place: NodePlace) -> dict[int, str]:
+        """``{rank: text}`` of the node's ranks (empty when its agent does not answer)."""
+        try:
+            return ray.get(place.where.dump_stacks.remote(), timeout=STOP_GRACE_S + STOP_MARGIN_S)
+        except (RayActorError, GetTimeoutError) as exc:
+            return {rank: f"rank {rank}: its agent on node {place.node} did not dump its stack ({type(exc).__name__})\n"
+                    for rank in place.ranks}
 
     def kill_rank(self, place: NodePlace, rank: int) -> None:
         place.where.kill_rank.remote(rank)

@@ -55,3 +55,17 @@ def test_rank_zeros_step_carries_the_slowest_rank_of_each_node_and_its_other_rep
 
 def test_slowest_per_node_counts_a_rank_without_a_node_as_its_own():
     assert slowest_per_node([1.0, 2.0, 5.0], {0: "a", 1: "a"}) == {1: 2.0, 2: 5.0}
+
+
+def test_a_ranks_beats_into_and_out_of_a_pause_pass_once_each_for_the_status_and_chaos():
+    node = NodeSummariser("node-a", "1.00", ranks=[0, 1])
+    node.take(0, [("heartbeat", Heartbeat(0, "step", 5, 50.0)), ("heartbeat", Heartbeat(0, "paused", 5, 50.5)),
+                  ("heartbeat", Heartbeat(0, "paused", 5, 51.0))])
+    node.take(1, [("heartbeat", Heartbeat(1, "step", 5, 50.1))])
+    first = node.report(51.2)
+    assert first.items == (("pause", Heartbeat(0, "paused", 5, 50.5)),)  # once, not every paused beat
+    node.take(0, [("heartbeat", Heartbeat(0, "paused", 5, 51.5)), ("heartbeat", Heartbeat(0, "step", 6, 52.0))])
+    assert node.report(52.1).items == (("pause", Heartbeat(0, "step", 6, 52.0)),)  # released
+    node.take(0, [("heartbeat", Heartbeat(0, "step", 7, 53.0))])
+    node.take(1, [("heartbeat", Heartbeat(1, "step", 7, 53.0))])
+    assert node.report(53.1).items == ()  # training on: the beats are the node's laggard's again

@@ -19,7 +19,8 @@ from runmgr.watch.deaths import DeathDetector
 from runmgr.watch.observations import WorkerExit
 from runmgr.workers.actor import BufferingReporter
 from runmgr.workers.lease import (
-    EXIT_DRIVER_LOST, DriverIdentity, DriverLease, DriverLostError, SelfStop, process_start_ticks,
+    EXIT_DRIVER_LOST, CheckDriverBeforeCommit, DriverIdentity, DriverLease, DriverLostError, SelfStop,
+    process_start_ticks,
 )
 from trainer.report import PAUSED, Heartbeat
 
@@ -169,3 +170,29 @@ def test_a_worker_whose_silent_driver_ray_counts_alive_keeps_going(local_ray):
     time.sleep(3.0)  # fifteen leases without a drain (describe does not renew it)
     assert local_ray.get(worker.describe.remote(), timeout=30).pid == first.pid
     local_ray.kill(worker)
+
+
+def test_a_forked_rank_checks_its_driver_itself_before_a_checkpoint_write(child):
+    """A rank forked by a node agent (runmgr/agents/rank_processes.py) has no drain to renew a
+    lease: before a checkpoint write or commit it checks a driver on its machine there and then."""
+    driver = replace(DriverIdentity.of_this_process(), pid=child.pid, start_ticks=process_start_ticks(child.pid))
+    buffer = BufferingReporter()
+    reporter = CheckDriverBeforeCommit(driver)(buffer, None)
+    reporter.heartbeat(Heartbeat(3, "checkpoint", 5, 0.0))  # alive: the checkpoint may be written
+    child.kill()
+    child.wait()
+    reporter.heartbeat(Heartbeat(3, "step", 6, 0.0))  # only a write or a commit waits for the check
+    with pytest.raises(DriverLostError, match=r"\(rank 3\) stopped itself: its driver \(pid \d+, on this machine\)"):
+        reporter.heartbeat(Heartbeat(3, "checkpoint", 6, 0.0))
+    assert [(item.phase, item.step) for kind, item in buffer.take()] == [("checkpoint", 5), ("step", 6)]
+
+
+def test_a_push_s_answer_renews_the_lease_as_of_the_driver_s_last_drain():
+    clock = Clock()
+    lease = DriverLease(10.0, clock=clock)
+    clock.now += 8
+    lease.renew(silent_s=3.0)  # the driver drained 3 s ago
+    clock.now += 8
+    assert lease.expired() and round(lease.silent_s()) == 11
+    lease.renew(silent_s=20.0)  # an older news never moves the renewal back
+    assert round(lease.silent_s()) == 11

@@ -73,8 +73,9 @@ def builtin_runner(config: RunConfig, trainer_config: TrainerConfig, device_kind
                       ranks_per_replica=trainer_config.model_parallel_size,
                       dump_stacks=lambda subrun, workers: dump_stacks(run_dir, subrun, workers))
 
+    # The agents push once per poll interval: the driver hears a step as soon as the per-rank design did.
     agents = RayNodeAgents(config.cluster, device_kind, controller.start_timeout_s, admitted_node_ids,
-                           lease_s=controller.worker_lease_s)
+                           push_interval_s=controller.poll_interval_s, lease_s=controller.worker_lease_s)
     groups: list[AgentWorkerGroup] = []
 
     def make_agent_group() -> WorkerGroup:

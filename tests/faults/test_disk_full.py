@@ -130,7 +130,10 @@ def story(tmp_path_factory) -> FullDiskStory:
     ns = TmpfsNamespace(base / "disk")
     try:
         run_dir = ns.mountpoint / "run"
-        extra = [pause_after(PAUSE_STEP)]
+        # Saves in the training step itself: an asynchronous save is committed at the first step
+        # after its write ends, which under load may be after the pause, and the checkpoint the
+        # relaunch resumes from would then not be recorded while the ranks are held.
+        extra = [pause_after(PAUSE_STEP), "checkpoint.async_save=false"]
         run = NamespacedRun(ns, run_dir, "first.log", extra).start()
         run.wait_paused(PAUSE_STEP)
         ns.wait_recorded_checkpoint(run, RESUME_STEP)

@@ -5,8 +5,6 @@ stopped in words the driver classifies as its own kind of death."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
@@ -35,15 +33,6 @@ class Clock:
 
 def beat(phase: str = "step", step: int = 5) -> Heartbeat:
     return Heartbeat(0, phase, step, 0.0)
-
-
-@pytest.fixture
-def child():
-    """A live process of this machine, as a driver."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    yield proc
-    proc.kill()
-    proc.wait()
 
 
 def test_a_driver_on_this_machine_is_alive_until_its_process_ends(child):

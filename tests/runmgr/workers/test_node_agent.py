@@ -5,8 +5,6 @@ killed in the middle as a death with its signal; stopping the group leaves no ra
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -124,23 +122,14 @@ def test_the_next_sub_run_is_served_by_the_same_agents_and_resumes_where_the_las
         nodes.close()
 
 
-@pytest.fixture
-def driver_process():
-    """A live process of this machine that plays the driver whose lease the agents hold."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    yield proc
-    proc.kill()
-    proc.wait()
-
-
-def test_an_agent_whose_driver_is_gone_ends_its_ranks_in_their_own_words(local_ray, tmp_path, driver_process):
+def test_an_agent_whose_driver_is_gone_ends_its_ranks_in_their_own_words(local_ray, tmp_path, child):
     """The agent holds its ranks' lease: once the driver's process is gone it pushes each running
     rank's end as that rank stopping itself (a ``driver_lost`` death for a driver that may only be
     silent), ends the ranks and itself."""
     import ray
 
-    driver = replace(DriverIdentity.of_this_process(), pid=driver_process.pid,
-                     start_ticks=process_start_ticks(driver_process.pid))
+    driver = replace(DriverIdentity.of_this_process(), pid=child.pid,
+                     start_ticks=process_start_ticks(child.pid))
     nodes = RayNodeAgents(ClusterConfig(num_workers=2, cpus_per_worker=0.5), "cpu", start_timeout_s=60,
                           push_interval_s=0.2, lease_s=1.0, driver=driver)
     agents = group(nodes)
@@ -151,14 +140,14 @@ def test_an_agent_whose_driver_is_gone_ends_its_ranks_in_their_own_words(local_r
         workers = agents.start(config, ResumePlan(subrun="1.00"))
         places = nodes.place(2, ())
         poll_until(agents, lambda polls: any(p.steps for p in polls))
-        driver_process.kill()
-        driver_process.wait()
+        child.kill()
+        child.wait()
         polls = poll_until(agents, lambda polls: sum(len(p.failures) for p in polls) == 2)
         failures = sorted((f for p in polls for f in p.failures), key=lambda f: f.rank)
         assert [(f.rank, f.kind) for f in failures] == [(0, "error"), (1, "error")]
         for failure, worker in zip(failures, workers):
             assert f"runmgr worker {worker.pid} (rank {worker.rank}) stopped itself: its driver (pid " \
-                   f"{driver_process.pid}, on this machine) is gone" in failure.text
+                   f"{child.pid}, on this machine) is gone" in failure.text
             assert classify(failure.text).category == "driver_lost"
         assert all(pid_gone(w.pid, timeout=10) for w in workers)
         assert all(agent_ends(place, within_s=30) for place in places)

@@ -5,6 +5,8 @@ sub-run that followed, which got past the fault."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from runmgr.config.compose import load_run_config
@@ -122,9 +124,12 @@ def test_a_straggling_rank_is_named_with_its_node_and_recorded_as_a_strike(chaos
     # steps before it (seen: 8), and under heavy load the change point settles a few steps
     # after it (seen: 8), so the onset is not pinned to the injection step.
     assert injected["data"]["step"] - 20 <= straggler["step"] <= injected["data"]["step"] + 20
-    # One straggling episode is a strike against the node, not yet a reason to exclude it.
+    # One straggling episode is a strike against the node, not yet a reason to exclude it. It is
+    # the first strike unless the shared 2-core machine's contention already slowed that rank for
+    # a window earlier in the run (seen once in three idle runs: "strike 2 of 3").
     decision = next(d for d in events if d["type"] == "decision" and d["incident_id"] == straggler["id"])
-    assert decision["action"] == "ignore" and "strike 1 of 3" in decision["reason"], decision["reason"]
+    strikes = re.search(r"strike (\d+) of (\d+)", decision["reason"])
+    assert decision["action"] == "ignore" and strikes and int(strikes[1]) < int(strikes[2]), decision["reason"]
     assert straggler["nodes"] and straggler["nodes"][0] in decision["reason"]
 
 

@@ -45,7 +45,7 @@ from runmgr.config.schema import ClusterConfig
 from runmgr.controller.group import WorkerInfo
 from runmgr.nodes import node_name
 from runmgr.placement import actor_resources, bundle_for
-from runmgr.stacks import dump_pid, find_py_spy
+from runmgr.stacks import dump_pid, find_py_spy, worker_header
 from runmgr.workers.agent_group import NodePlace
 from runmgr.workers.lease import (
     CheckDriverBeforeCommit, DriverIdentity, DriverLease, SelfStop, ray_job_alive, stopped_itself,
@@ -154,8 +154,7 @@ class NodeAgent:
         """``{rank: text}``: each running rank's Python stacks, dumped with py-spy on this node."""
         self.lease.renew()
         py_spy = find_py_spy()
-        return {info.rank: f"rank {info.rank}  pid {info.pid}  node {info.node_ip} ({info.node_id})\n"
-                + dump_pid(py_spy, info.pid) for info in self._infos}
+        return {info.rank: worker_header(info) + dump_pid(py_spy, info.pid) for info in self._infos}
 
     def kill_rank(self, rank: int) -> None:
         self.processes.kill(rank)

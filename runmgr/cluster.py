@@ -107,15 +107,20 @@ def local_ray_cpus(cluster: ClusterConfig) -> int:
 
 
 class LocalCluster:
-    """Several Ray nodes on this machine (``cluster.local_nodes`` > 1), one rank
-    each, so that a node can be excluded and its ranks moved to a spare."""
+    """Ray nodes on this machine: several (``cluster.local_nodes`` > 1), one rank each, so that a
+    node can be excluded and its ranks moved to a spare; or one, started without the head
+    processes a local run does not use (``LOCAL_HEAD_PROCESSES``, which ``ray.init`` cannot leave
+    out)."""
 
-    def __init__(self, cluster: ClusterConfig) -> None:
+    def __init__(self, cluster: ClusterConfig, head_cpus: Optional[int] = None) -> None:
+        """``head_cpus``: what the head advertises (one rank's CPUs unless given)."""
         from ray.cluster_utils import Cluster
 
         node_args = {"num_cpus": local_node_cpus(cluster)}
         # A copy: Ray writes into the dict it is given (the spilling directory of that start's session).
         head_args = {**node_args, **LOCAL_HEAD_PROCESSES, "_system_config": dict(LOCAL_RAY_SYSTEM_CONFIG)}
+        if head_cpus is not None:
+            head_args["num_cpus"] = head_cpus
         self._cluster = Cluster(initialize_head=True, head_node_args=head_args)
         # Cluster() records itself as "the current cluster" of this machine
         # (/tmp/ray/ray_current_cluster), which a plain ray.init() elsewhere would
@@ -196,7 +201,7 @@ class RayConnection:
     """What :func:`connect` started or joined; :func:`disconnect` takes it back."""
 
     local_nodes: Optional[LocalCluster] = None
-    """The several-node local Ray, when one was started."""
+    """The local Ray this process started (None: a cluster joined by address)."""
     reaper: Optional[Reaper] = None
     """Kills the local Ray's processes when the driver goes (None: a cluster joined by address)."""
     head: Optional[HeadWatch] = None
@@ -253,18 +258,12 @@ def start_own_ray(cluster: ClusterConfig) -> RayConnection:
     try, which :func:`start_local` repeats while Ray's start-up runs out of time."""
     import ray
 
-    if cluster.local_nodes > 1:
-        local = LocalCluster(cluster)
-        ray.init(address=local.address, **DRIVER_INIT_KWARGS)
-        return RayConnection(local_nodes=local, reaper=local.reaper, local_head=local.head_node)
-    # address="local": always a new Ray of our own, never whatever cluster
-    # /tmp/ray/ray_current_cluster points at.
-    ray.init(address="local", num_cpus=local_ray_cpus(cluster), include_dashboard=False,
-             _system_config=dict(LOCAL_RAY_SYSTEM_CONFIG), **DRIVER_INIT_KWARGS)  # a copy: Ray writes into it
-    from ray._private import worker as ray_worker
-
-    head = ray_worker._global_node  # the node ray.init started here
-    return RayConnection(reaper=Reaper.start(head.get_session_dir_path()), local_head=head)
+    # One node too is started as a cluster of this process's own, never joined through whatever
+    # /tmp/ray/ray_current_cluster points at: ray.init(address="local") would also start the
+    # autoscaler's monitor and the log monitor (about 1.1 CPU-seconds a start).
+    local = LocalCluster(cluster, head_cpus=None if cluster.local_nodes > 1 else local_ray_cpus(cluster))
+    ray.init(address=local.address, **DRIVER_INIT_KWARGS)
+    return RayConnection(local_nodes=local, reaper=local.reaper, local_head=local.head_node)
 
 
 LOCAL_START_TRIES = 3

@@ -222,7 +222,7 @@ def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, 
     admitted = admitted_for_run(config, admitted_node_ids, alive)
     seen = build_observers(config, book, initial, out, metrics, mirror, chaos)
     start_mirror(mirror, config, initial.start_step)
-    devices = start_device_poll(config, chaos, admitted or alive)
+    devices = start_device_poll(config, chaos, admitted or alive, device_kind)
     runner = build_runner(config, trainer_config, device_kind, admitted, chaos)
     judge = build_judge(config, runner, device_kind, admitted, mirror)
     controller = Controller(

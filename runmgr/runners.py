@@ -24,6 +24,7 @@ from runmgr.watch import torchrun
 from runmgr.workers.actor import WrapReporter
 from runmgr.workers.agent_group import AgentWorkerGroup
 from runmgr.workers.group import RayWorkerGroup
+from runmgr.workers.inbox import KeptInbox
 from runmgr.workers.megatron_group import MegatronWorkerGroup
 from runmgr.workers.node_agent import RayNodeAgents
 from trainer.config import TrainerConfig
@@ -76,12 +77,18 @@ def builtin_runner(config: RunConfig, trainer_config: TrainerConfig, device_kind
     # The agents push once per poll interval: the driver hears a step as soon as the per-rank design did.
     agents = RayNodeAgents(config.cluster, device_kind, controller.start_timeout_s, admitted_node_ids,
                            push_interval_s=controller.poll_interval_s, lease_s=controller.worker_lease_s)
+    inbox = KeptInbox()
     groups: list[AgentWorkerGroup] = []
 
     def make_agent_group() -> WorkerGroup:
         agents.wrap_reporter = wrap_reporter()
-        groups[:] = [AgentWorkerGroup(agents, config.cluster.num_workers, start_timeout_s=controller.start_timeout_s)]
+        groups[:] = [AgentWorkerGroup(agents, config.cluster.num_workers, start_timeout_s=controller.start_timeout_s,
+                                      inbox=inbox)]
         return groups[0]
+
+    def close() -> None:
+        agents.close()
+        inbox.close()
 
     def dump(subrun: str, workers: Sequence[WorkerInfo]) -> None:
         if groups:  # each node's agent dumps its own ranks (py-spy must run where the process is)
@@ -89,7 +96,7 @@ def builtin_runner(config: RunConfig, trainer_config: TrainerConfig, device_kind
 
     return Runner(make_group=make_agent_group, abilities=BUILTIN_ABILITIES,
                   data_parallel_sizes=data_parallel_sizes(trainer_config, config.world_size),
-                  ranks_per_replica=trainer_config.model_parallel_size, dump_stacks=dump, close=agents.close)
+                  ranks_per_replica=trainer_config.model_parallel_size, dump_stacks=dump, close=close)
 
 
 def ranks_under_agents(config: RunConfig, device_kind: str) -> bool:

@@ -93,10 +93,14 @@ def admitted_for_run(config: RunConfig, admitted_node_ids: Optional[list[str]], 
     return admitted_node_ids
 
 
-def start_device_poll(config: RunConfig, chaos: Optional[Chaos], nodes: list[str]) -> DevicePollGroup:
-    devices = DevicePollGroup(nodes, config.health.poll_interval_s,
-                              path=chaos.device_path() if chaos is not None else None)
-    devices.start()
+def start_device_poll(config: RunConfig, chaos: Optional[Chaos], nodes: list[str], device_kind: str) -> DevicePollGroup:
+    """The mid-run device poll of ``nodes``. Ranks on CPU have no accelerator whose health is the
+    run's business: their poll is not started (a Ray worker per node and one beside the driver)
+    unless chaos scripts the device tools."""
+    path = chaos.device_path() if chaos is not None else None
+    devices = DevicePollGroup(nodes, config.health.poll_interval_s, path=path)
+    if device_kind != "cpu" or path is not None:
+        devices.start()
     return devices
 
 

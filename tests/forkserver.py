@@ -17,7 +17,7 @@ nothing from the environment then.
 
 Protocol, one JSON line each way on the server's stdin/stdout: in ``{"module"
 or "script": ..., "args": [...], "cwd": ..., "env": {...}, "stdout": PATH or
-null, "stderr": PATH, "exit": PATH}``, out ``{"pid": PID}``. When a child ends,
+null, "stderr": PATH, "exit": PATH, "append": BOOL}``, out ``{"pid": PID}``. When a child ends,
 its exit code (negative: the signal that ended it) is written to ``exit``
 atomically: only the server, its parent, can reap it. At end of input the
 server kills the children still running and exits.
@@ -61,12 +61,15 @@ class ForkedProcess:
             time.sleep(0.02)
         return self.returncode  # type: ignore[return-value]
 
-    def kill(self) -> None:
+    def send_signal(self, signum: int) -> None:
         if self.poll() is None:
             try:
-                os.kill(self.pid, signal.SIGKILL)
+                os.kill(self.pid, signum)
             except ProcessLookupError:
                 pass
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 class ForkServer:
@@ -77,9 +80,14 @@ class ForkServer:
                                      stdout=subprocess.PIPE, env=env, text=True)
 
     def start(self, args: list[str], *, module: Optional[str] = None, script: Optional[str] = None,
-              cwd: str, env: dict, stderr: Path, stdout: Optional[Path] = None) -> ForkedProcess:
-        exit_file = stderr.with_name(stderr.name + ".exit")
-        request = {"module": module, "script": script, "args": args, "cwd": cwd, "env": env,
+              cwd: str, env: dict, stderr: Path, stdout: Optional[Path] = None, append: bool = False,
+              exit_file: Optional[Path] = None) -> ForkedProcess:
+        """``append``: the output files are added to, not replaced (``stdout`` may be ``stderr``:
+        one file, as ``stderr=STDOUT`` makes it); ``exit_file``: where the exit code goes (beside
+        ``stderr`` unless given)."""
+        exit_file = exit_file or stderr.with_name(stderr.name + ".exit")
+        exit_file.unlink(missing_ok=True)
+        request = {"module": module, "script": script, "args": args, "cwd": cwd, "env": env, "append": append,
                    "stdout": str(stdout) if stdout else None, "stderr": str(stderr), "exit": str(exit_file)}
         self.proc.stdin.write(json.dumps(request) + "\n")  # type: ignore[union-attr]
         self.proc.stdin.flush()  # type: ignore[union-attr]
@@ -97,8 +105,12 @@ class ForkServer:
 
 def _redirect(request: dict) -> None:
     null = os.open(os.devnull, os.O_RDWR)
-    out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) if request["stdout"] else null
-    err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if request.get("append") else os.O_TRUNC)
+    err = os.open(request["stderr"], flags, 0o644)
+    if request["stdout"] == request["stderr"]:
+        out = err
+    else:
+        out = os.open(request["stdout"], flags, 0o644) if request["stdout"] else null
     for fd, target in ((0, null), (1, out), (2, err)):
         os.dup2(target, fd)
     for fd in {null, out, err}:

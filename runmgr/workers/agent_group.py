@@ -30,7 +30,7 @@ from runmgr.agents.report import NodeReport, RankEnd
 from runmgr.controller.group import GroupPoll, WorkerFailure, WorkerInfo
 from runmgr.errors import ClusterError, ClusterLostError
 from runmgr.watch.observations import StepObservation
-from runmgr.workers.inbox import RemoteReportInbox
+from runmgr.workers.inbox import KeptInbox, RemoteReportInbox
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
 
@@ -90,9 +90,10 @@ class AgentWorkerGroup:
     """One agent per node, one drain per poll."""
 
     def __init__(self, agents: NodeAgents, default_world: int, settle_s: float = FAILURE_SETTLE_S,
-                 start_timeout_s: float = START_TIMEOUT_S) -> None:
+                 start_timeout_s: float = START_TIMEOUT_S, inbox: Optional[KeptInbox] = None) -> None:
         """``default_world``: the ranks of a plan that names no data-parallel size;
-        ``start_timeout_s``: how long the ranks may take to start (then a ClusterError)."""
+        ``start_timeout_s``: how long the ranks may take to start (then a ClusterError);
+        ``inbox``: the launch's inbox, kept across its sub-runs (None: one of the group's own)."""
         self.agents = agents
         self.default_world = default_world
         self.settle_s = settle_s
@@ -103,7 +104,10 @@ class AgentWorkerGroup:
         self._runs: dict = {}
         """Each agent's object ref (resolves when its ranks ended), to its node."""
         self._running: set[int] = set()
+        self._kept_inbox = inbox
         self._inbox = None
+        self._subrun = ""
+        """The sub-run whose reports the group takes: a kept inbox may still hold an earlier one's."""
 
     @property
     def workers(self) -> list[WorkerInfo]:
@@ -119,8 +123,8 @@ class AgentWorkerGroup:
         self._places = self.agents.place(world, plan.avoid_nodes)
         self._place_of = {rank: place for place in self._places for rank in place.ranks}
         rank_nodes = {rank: place.node for rank, place in self._place_of.items()}
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        self._inbox = RemoteReportInbox.options(scheduling_strategy=here).remote()
+        self._subrun = plan.subrun
+        self._inbox = self._kept_inbox.actor() if self._kept_inbox is not None else self._own_inbox()
         master = self.agents.rendezvous(self._place_of[0])
         # Stored once, not serialised once per node; only rank 0's node sums step reports up per node.
         config_ref, plan_ref, nodes_ref = ray.put(config), ray.put(plan), ray.put(rank_nodes)
@@ -137,6 +141,11 @@ class AgentWorkerGroup:
         self._infos = sorted((info for infos in described for info in infos), key=lambda info: info.rank)
         self._running = set(range(world))
         return self.workers
+
+    @staticmethod
+    def _own_inbox():
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        return RemoteReportInbox.options(scheduling_strategy=here).remote()
 
     def poll(self, timeout_s: float) -> GroupPoll:
         result = GroupPoll()
@@ -158,6 +167,8 @@ class AgentWorkerGroup:
 
     def _take(self, reports: list[NodeReport], result: GroupPoll) -> None:
         for report in reports:
+            if report.subrun != self._subrun:
+                continue  # pushed late by a stopped sub-run's agent into the kept inbox
             for kind, item in report.items:
                 self._take_item(kind, item, result)
             if report.beat is not None:
@@ -224,7 +235,7 @@ class AgentWorkerGroup:
             self.agents.stop(place)
         if self._places:
             self.agents.release()
-        if self._inbox is not None:
+        if self._inbox is not None and self._kept_inbox is None:
             ray.kill(self._inbox, no_restart=True)
         self._places, self._place_of, self._runs, self._running, self._inbox = [], {}, {}, set(), None
 

@@ -13,6 +13,7 @@ import asyncio
 import time
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from runmgr.agents.report import NodeReport
 
@@ -49,3 +50,25 @@ class ReportInbox:
 
 
 RemoteReportInbox = ray.remote(num_cpus=0, max_concurrency=MAX_CALLS_IN_FLIGHT)(ReportInbox)
+
+
+class KeptInbox:
+    """One :class:`ReportInbox` on the driver's node for every sub-run of a launch: a new actor
+    per sub-run is a new Ray worker process (about half a CPU-second to start). Reports a
+    stopped sub-run's agents pushed late stay in it; the group drops them by their sub-run."""
+
+    def __init__(self) -> None:
+        self._actor = None
+
+    def actor(self):
+        """The inbox, started beside the driver the first time it is asked for."""
+        if self._actor is None:
+            here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+            self._actor = RemoteReportInbox.options(scheduling_strategy=here).remote()
+        return self._actor
+
+    def close(self) -> None:
+        """End the inbox (the launch ends); the next :meth:`actor` starts another."""
+        if self._actor is not None:
+            ray.kill(self._actor, no_restart=True)
+            self._actor = None

@@ -65,17 +65,20 @@ class LaunchedRun:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "LaunchedRun":
-        self.log_file = open(self.log, "a")
-        self.proc = subprocess.Popen(self.args, cwd=ROOT, stdout=self.log_file, stderr=subprocess.STDOUT,
-                                     start_new_session=True, env=self.env)
+        """The driver, in a session of its own; forked from the CLI fork server when the
+        command is a plain ``python -m runmgr`` (tests/cli.py), a new process otherwise."""
+        runmgr_args = self.args[3:] if self.args[:3] == [sys.executable, "-m", "runmgr"] else None
+        if runmgr_args is not None:
+            self.proc = cli.start_runmgr(runmgr_args, ROOT, self.env, self.log)
+            return self
+        with open(self.log, "a") as log_file:
+            self.proc = subprocess.Popen(self.args, cwd=ROOT, stdout=log_file, stderr=subprocess.STDOUT,
+                                         start_new_session=True, env=self.env)
         return self
 
     def wait(self, timeout: float = 300) -> int:
         assert self.proc is not None
-        try:
-            return self.proc.wait(timeout=timeout)
-        finally:
-            self.log_file.close()
+        return self.proc.wait(timeout=timeout)
 
     def output(self) -> str:
         return self.log.read_text()
@@ -119,7 +122,6 @@ class LaunchedRun:
         assert self.proc is not None
         os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=30)
-        self.log_file.close()
 
 
 def runmgr_traceback(output: str) -> bool:

@@ -24,9 +24,9 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from runmgr.cluster import LOCAL_RAY_SYSTEM_CONFIG
+from runmgr.cluster import LOCAL_HEAD_PROCESSES, LOCAL_RAY_SYSTEM_CONFIG
 from runmgr.healthcheck.node_task import HOST_ID_ENV
-from tests.runmgr.healthcheck import throttle
+from tests import throttle
 from tests.runmgr.healthcheck.fake_ascend import FakeAscend
 
 SLOW_FRACTION = 0.05  # the capped node is ~20x slower idle, ~10x beside two busy loops
@@ -73,8 +73,10 @@ def main(root: Path) -> None:
 
     roles = node_environments(root)
     with environment(roles["head"]):
-        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
-                                                                 "_system_config": LOCAL_RAY_SYSTEM_CONFIG})
+        # The head a run's own local Ray has (runmgr.cluster.LocalCluster): no autoscaler monitor,
+        # no log monitor; the health check reads its probes' results, not their workers' logs.
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, **LOCAL_HEAD_PROCESSES,
+                                                                 "_system_config": dict(LOCAL_RAY_SYSTEM_CONFIG)})
     ray._common.utils.reset_ray_address()  # no other ray.init() on this machine may join it
     try:
         nodes = {"head": cluster.head_node}

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from logbook import Logbook
-from tests.runmgr.healthcheck import throttle
+from tests import throttle
 from tests.runmgr.healthcheck.cluster_process import cluster_process
 
 ROOT = Path(__file__).resolve().parents[3]

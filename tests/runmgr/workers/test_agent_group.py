@@ -1,16 +1,19 @@
 """The agent design's worker group on a real local Ray, with the scale harness's simulated
 node agents: one drain per poll brings every node's news; a rank killed on the driver's word
-and a node whose agent dies are each reported as deaths."""
+and a node whose agent dies are each reported as deaths; a launch's inbox kept across its
+sub-runs gives each only its own reports."""
 
 from __future__ import annotations
 
 import pytest
 import ray
 
+from runmgr.agents.report import NodeReport, RankEnd
 from runmgr.scale.agent_hosts import RemoteNodeAgentHost, SimulatedNodeAgents
 from runmgr.scale.harness import ScaleJob
-from trainer.plan import ResumePlan
 from runmgr.workers.agent_group import AgentWorkerGroup
+from runmgr.workers.inbox import KeptInbox
+from trainer.plan import ResumePlan
 
 pytestmark = pytest.mark.slow
 
@@ -51,3 +54,31 @@ def test_one_drain_per_poll_hears_every_node_and_a_dead_agent_takes_its_nodes_ra
         assert "the agent of node sim00000 died" in next(f.text for f in died if f.rank == 0)
     finally:
         group.shutdown()
+
+
+def test_a_kept_inbox_serves_the_next_sub_run_and_drops_what_the_last_one_pushed_late(local_ray, tmp_path):
+    job = ScaleJob(ranks=8, ranks_per_node=4, hosts=1, step_s=0.2, train_iters=1000, design="agents",
+                   push_interval_s=0.1)
+    hosts = [RemoteNodeAgentHost.remote(job.script(), job.push_interval_s)]
+    agents = SimulatedNodeAgents(hosts, job.nodes, job.ranks_per_node)
+    config = job.config(tmp_path / "run").trainer_config()
+    inbox = KeptInbox()
+    try:
+        first = AgentWorkerGroup(agents, job.ranks, inbox=inbox)
+        first.start(config, ResumePlan(subrun="1.00"))
+        assert {r.subrun for r in poll_until(first, lambda poll: poll.steps)[-1].steps} == {"1.00"}
+        first.shutdown()
+        # An agent of the stopped sub-run pushes after the stop, as a push already under way would.
+        late = NodeReport("sim00000", "1.00", 0.0, items=(("heartbeat", "from 1.00"),),
+                          ended=(RankEnd(0, "died", "late", 0.0),))
+        ray.get(inbox.actor().push.remote([late]))
+
+        second = AgentWorkerGroup(agents, job.ranks, inbox=inbox)
+        second.start(config, ResumePlan(subrun="1.01"))
+        seen = poll_until(second, lambda poll: poll.steps)
+        assert {r.subrun for poll in seen for r in poll.steps} == {"1.01"}
+        assert not any(poll.heartbeats or poll.failures for poll in seen), "a report of 1.00 reached 1.01"
+        second.shutdown()
+        assert isinstance(ray.get(inbox.actor().drain.remote(0)), list)  # the group left the kept inbox serving
+    finally:
+        inbox.close()

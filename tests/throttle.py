@@ -1,6 +1,7 @@
-"""Slow a process tree down for real: a CPU cgroup capped at a fraction of one
+"""Slow a process (or a process tree) down for real: a CPU cgroup capped at a fraction of one
 CPU (cgroup v1 ``cpu.cfs_quota_us`` or v2 ``cpu.max``). Children forked later
-inherit the cgroup, so capping a raylet caps the workers it starts."""
+inherit the cgroup, so capping a raylet caps the workers it starts. A starved process
+that costs the machine nothing: busy loops beside it would starve every other test too."""
 
 from __future__ import annotations
 
@@ -54,10 +55,14 @@ class CpuThrottle:
 
     def add_tree(self, pid: int) -> None:
         for member in _tree(pid):
-            try:
-                (self.path / "cgroup.procs").write_text(str(member))
-            except ProcessLookupError:
-                pass  # it ended meanwhile
+            self.add(member)
+
+    def add(self, pid: int) -> None:
+        """Cap ``pid`` (every thread of it; the children it already has keep their share)."""
+        try:
+            (self.path / "cgroup.procs").write_text(str(pid))
+        except ProcessLookupError:
+            pass  # it ended meanwhile
 
     def __exit__(self, *exc) -> None:
         deadline = time.time() + 10

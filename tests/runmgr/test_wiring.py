@@ -1,0 +1,48 @@
+"""What the launch's builders start (runmgr/wiring.py), checked without a cluster: the mid-run
+device poll runs where there is an accelerator to read, or chaos scripts one, and not for
+ranks on CPU, where it would only cost a Ray worker per node and one beside the driver."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runmgr.chaos.build import Chaos
+from runmgr.config.compose import load_run_config
+from runmgr.wiring import start_device_poll
+from runmgr.workers.devicepoll import DevicePollGroup
+
+
+@pytest.fixture
+def started(monkeypatch) -> list[DevicePollGroup]:
+    """The device poll groups whose pollers were started (no Ray: the start is only counted)."""
+    groups: list[DevicePollGroup] = []
+    monkeypatch.setattr(DevicePollGroup, "start", lambda self: groups.append(self))
+    return groups
+
+
+def config(tmp_path: Path, chaos: str = "none"):
+    return load_run_config("demo", [f"run.dir={tmp_path}", f"chaos={chaos}", "cluster.local_nodes=1"])
+
+
+@pytest.mark.parametrize("device_kind", ["cuda", "npu"])
+def test_an_accelerator_run_polls_every_node(tmp_path, started, device_kind):
+    devices = start_device_poll(config(tmp_path), None, ["n1", "n2"], device_kind)
+    assert started == [devices] and devices.node_ids == ["n1", "n2"]
+
+
+def test_a_cpu_run_starts_no_poller_and_reads_nothing(tmp_path, started):
+    devices = start_device_poll(config(tmp_path), None, ["n1"], "cpu")
+    assert started == []
+    assert devices.drain() == []
+    devices.add_node("n2")  # a replacement node: still nothing to start
+    devices.stop()
+    assert started == []
+
+
+def test_a_cpu_run_whose_chaos_scripts_the_device_tools_polls_them(tmp_path, started):
+    run_config = config(tmp_path, chaos="opt_run12")  # its ECC fault writes an npu-smi that reports it
+    chaos = Chaos(run_config, tmp_path)
+    devices = start_device_poll(run_config, chaos, ["n1"], "cpu")
+    assert started == [devices] and devices.path is not None and devices.path.startswith(str(chaos.tools_dir))

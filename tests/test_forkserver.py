@@ -1,0 +1,49 @@
+"""The tests' fork server (tests/forkserver.py) as a launch's driver uses it (tests/cli.py
+``start_runmgr``): a child appends to a log that is both its stdout and stderr, as
+``stderr=STDOUT`` with a file opened for appending would; a signal sent to it ends it as it
+would end ``python`` itself; each start has an exit file of its own."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from tests.forkserver import ForkServer
+
+
+def test_children_append_to_one_log_and_a_signal_ends_one_as_it_ends_python(tmp_path):
+    script = tmp_path / "child.py"
+    script.write_text("import sys, time\nprint('out', sys.argv[1], flush=True)\n"
+                      "print('err', sys.argv[1], file=sys.stderr, flush=True)\n"
+                      "if sys.argv[1] == 'waits':\n    time.sleep(600)\n")
+    log = tmp_path / "driver.log"
+    log.write_text("earlier\n")
+    server = ForkServer([])
+    try:
+        first = server.start(["first"], script=str(script), cwd=str(tmp_path), env={}, stdout=log, stderr=log,
+                             append=True, exit_file=tmp_path / "first.exit")
+        assert first.wait(60) == 0
+        waits = server.start(["waits"], script=str(script), cwd=str(tmp_path), env={}, stdout=log, stderr=log,
+                             append=True, exit_file=tmp_path / "waits.exit")
+        while "out waits" not in log.read_text():  # the child's own word that it runs
+            assert waits.poll() is None, log.read_text()
+            time.sleep(0.02)
+        waits.send_signal(signal.SIGTERM)
+        assert waits.wait(60) == -signal.SIGTERM
+    finally:
+        server.close()
+    assert log.read_text().splitlines() == ["earlier", "out first", "err first", "out waits", "err waits"]
+
+
+def test_without_append_a_child_replaces_its_output(tmp_path):
+    out, err = tmp_path / "out", tmp_path / "err"
+    out.write_text("old\n")
+    script = tmp_path / "new.py"
+    script.write_text("print('new')\n")
+    server = ForkServer([])
+    try:
+        child = server.start([], script=str(script), cwd=str(tmp_path), env={}, stdout=out, stderr=err)
+        assert child.wait(60) == 0
+    finally:
+        server.close()
+    assert out.read_text() == "new\n" and err.read_text() == ""

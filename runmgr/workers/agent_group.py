@@ -23,14 +23,13 @@ from typing import Optional, Protocol
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from runmgr import cluster as ray_cluster
 from runmgr.agents.report import NodeReport, RankEnd
 from runmgr.controller.group import GroupPoll, WorkerFailure, WorkerInfo
 from runmgr.errors import ClusterError, ClusterLostError
 from runmgr.watch.observations import StepObservation
-from runmgr.workers.inbox import KeptInbox, RemoteReportInbox
+from runmgr.workers.inbox import KeptInbox, inbox_beside_driver
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
 
@@ -124,7 +123,7 @@ class AgentWorkerGroup:
         self._place_of = {rank: place for place in self._places for rank in place.ranks}
         rank_nodes = {rank: place.node for rank, place in self._place_of.items()}
         self._subrun = plan.subrun
-        self._inbox = self._kept_inbox.actor() if self._kept_inbox is not None else self._own_inbox()
+        self._inbox = self._kept_inbox.actor() if self._kept_inbox is not None else inbox_beside_driver()
         master = self.agents.rendezvous(self._place_of[0])
         # Stored once, not serialised once per node; only rank 0's node sums step reports up per node.
         config_ref, plan_ref, nodes_ref = ray.put(config), ray.put(plan), ray.put(rank_nodes)
@@ -141,11 +140,6 @@ class AgentWorkerGroup:
         self._infos = sorted((info for infos in described for info in infos), key=lambda info: info.rank)
         self._running = set(range(world))
         return self.workers
-
-    @staticmethod
-    def _own_inbox():
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        return RemoteReportInbox.options(scheduling_strategy=here).remote()
 
     def poll(self, timeout_s: float) -> GroupPoll:
         result = GroupPoll()

@@ -52,6 +52,12 @@ class ReportInbox:
 RemoteReportInbox = ray.remote(num_cpus=0, max_concurrency=MAX_CALLS_IN_FLIGHT)(ReportInbox)
 
 
+def inbox_beside_driver():
+    """A new :class:`ReportInbox` actor on the driver's node (it dies with that node's Ray)."""
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    return RemoteReportInbox.options(scheduling_strategy=here).remote()
+
+
 class KeptInbox:
     """One :class:`ReportInbox` on the driver's node for every sub-run of a launch: a new actor
     per sub-run is a new Ray worker process (about half a CPU-second to start). Reports a
@@ -63,8 +69,7 @@ class KeptInbox:
     def actor(self):
         """The inbox, started beside the driver the first time it is asked for."""
         if self._actor is None:
-            here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-            self._actor = RemoteReportInbox.options(scheduling_strategy=here).remote()
+            self._actor = inbox_beside_driver()
         return self._actor
 
     def close(self) -> None:

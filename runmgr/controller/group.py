@@ -164,10 +164,18 @@ class WarmWorkerGroup(WorkerGroup, Protocol):
         workers of the recovered sub-run, or :class:`WarmRecoveryError`."""
 
 
+KILLED_EXIT_CODE = -9
+"""A process ended by SIGKILL (the OOM killer, a person, a node's teardown): gone from outside,
+whatever its launcher (torchrun) reports it as."""
+
+
 def root_cause(failures: list[WorkerFailure]) -> WorkerFailure:
-    """The failure that explains the others: a dead process before an error,
-    a real error before a peer's echo of it, then the earliest."""
+    """The failure that explains the others: a dead process (or one killed by SIGKILL, as a
+    torchrun reports its node's rank) before an error, a real error before a peer's echo of it,
+    then the earliest. A survivor's error that is not known as an echo (a job's own wording of
+    a broken collective) still loses to the rank that was killed."""
     def rank_of(f: WorkerFailure) -> tuple[int, float]:
-        order = 0 if f.kind == "died" else (2 if f.is_peer_echo else 1)
+        killed = f.kind == "died" or f.exit_code == KILLED_EXIT_CODE
+        order = 0 if killed else (2 if f.is_peer_echo else 1)
         return order, f.time
     return min(failures, key=rank_of)

@@ -38,6 +38,11 @@ DRAIN_WAIT_S = 0.5
 """Beyond the poll's own wait: how long a node's drain may take to come back."""
 STOP_MARGIN_S = 10.0
 """Beyond the stop grace: how long shutdown waits for the nodes to say they stopped."""
+FAILURE_SETTLE_S = 3.0
+"""After a node's torchrun failed, how long the other running nodes are given to report theirs in
+the same poll, so that the root cause (a killed rank) wins over its echo (a survivor's broken
+collective), whichever node's torchrun ended first: a torchrun looks at its ranks every 0.1 s
+(``--monitor-interval``), then tears its node down before it exits."""
 
 
 class NodeCommandLike(Protocol):
@@ -62,11 +67,13 @@ class MegatronWorkerGroup:
                  torchrun: TorchrunReader, start_timeout_s: float, lease_s: float,
                  checkpoint_dir: Optional[Path] = None, seq_length: Optional[int] = None,
                  admitted_node_ids: Optional[list[str]] = None, stop_grace_s: float = 10.0,
-                 make_reader: Callable[[], MegatronLogReader] = MegatronLogReader) -> None:
+                 make_reader: Callable[[], MegatronLogReader] = MegatronLogReader,
+                 settle_s: float = FAILURE_SETTLE_S) -> None:
         """``make_commands``: the sub-run's node commands from its plan; ``torchrun``: reads
         torchrun's failure report and the tracker lines (runmgr.watch.torchrun);
         ``checkpoint_dir``: the job's ``--save``; ``seq_length``: its ``--seq-length``
-        (None: steps report 0 tokens); ``stop_grace_s``: SIGTERM to SIGKILL on shutdown."""
+        (None: steps report 0 tokens); ``stop_grace_s``: SIGTERM to SIGKILL on shutdown;
+        ``settle_s``: after a failed node, how long a poll waits for the other nodes' ends."""
         self.cluster = cluster
         self.device_kind = device_kind
         self.nproc_per_node = nproc_per_node
@@ -79,6 +86,7 @@ class MegatronWorkerGroup:
         self.admitted_node_ids = admitted_node_ids
         self.stop_grace_s = stop_grace_s
         self.make_reader = make_reader
+        self.settle_s = settle_s
         self._driver = DriverIdentity.of_this_process()  # so that a node tells a silent driver from a dead one
         self._pg = None
         self._nodes: list = []
@@ -153,15 +161,24 @@ class MegatronWorkerGroup:
     def poll(self, timeout_s: float) -> GroupPoll:
         """What the nodes printed since the last poll, and the nodes whose torchrun ended."""
         result, self._first_poll = self._first_poll, GroupPoll()
+        self._drain_running(timeout_s)
+        self._collect(result)
+        deadline = time.monotonic() + self.settle_s
+        while result.failures and self._running and time.monotonic() < deadline:
+            self._drain_running(min(timeout_s, deadline - time.monotonic()))
+            self._collect(result)
+        return result
+
+    def _drain_running(self, wait_s: float) -> None:
+        """Ask each running node for what it printed (a node asked before keeps its request) and
+        wait up to ``wait_s`` for the answers."""
         for node in self._running:
             if node not in self._drains:
-                self._drains[node] = self._nodes[node].drain.remote(timeout_s)
+                self._drains[node] = self._nodes[node].drain.remote(wait_s)
         if self._drains:
             ray_cluster.check_head()
             refs = list(self._drains.values())
-            ray.wait(refs, num_returns=len(refs), timeout=timeout_s + DRAIN_WAIT_S)
-        self._collect(result)
-        return result
+            ray.wait(refs, num_returns=len(refs), timeout=wait_s + DRAIN_WAIT_S)
 
     def _collect(self, result: GroupPoll) -> None:
         """Take the drains that came back; a node that does not answer keeps its request

@@ -7,10 +7,12 @@ writes Megatron's checkpoint layout (``iter_NNNNNNN/`` and
 ``latest_checkpointed_iteration.txt`` once every rank saved), resumes with
 ``--load DIR --ckpt-step N`` and ``--no-load-optim``, and skips
 ``--iterations-to-skip`` as Megatron does: a silent dummy step that consumes
-the batch. The ranks meet in a real gloo all-reduce every iteration, so a
-killed or stopped rank stalls or breaks the others as in a real job. It trains
-no model: its loss is a smooth curve of the iteration, lifted while it trains
-on a "bad" stretch of its data.
+the batch. The ranks meet in a real all-reduce over TCP every iteration (rank 0
+in the middle, :class:`Collectives`), so a killed rank breaks the others and a
+stopped one stalls them, as in a real job. It trains no model: its loss is a
+smooth curve of the iteration, lifted while it trains on a "bad" stretch of its
+data, and it imports no torch (a job's start is torchrun's and runmgr's to
+handle, not the import of torch in every process of every sub-run of the tests).
 
 How it behaves is set through its environment (``megatron.env``), never
 through flags, so that its command line stays Megatron's:
@@ -35,7 +37,7 @@ through flags, so that its command line stays Megatron's:
 - ``STANDIN_MARKS``: a directory where each rank writes ``started-SUBRUN-RANK``
   (SUBRUN: ``RUNMGR_STANDIN_SUBRUN`` if set, else the start iteration).
 
-Standard library and torch only: it imports nothing from the project.
+Standard library only: it imports nothing from the project.
 """
 
 from __future__ import annotations
@@ -45,16 +47,100 @@ import datetime
 import json
 import math
 import os
+import socket
 import sys
+import tempfile
 import time
 from pathlib import Path
-
-import torch
-import torch.distributed as dist
 
 RANK = int(os.environ["RANK"])
 WORLD = int(os.environ["WORLD_SIZE"])
 LAST = WORLD - 1
+
+
+COLLECTIVE_TIMEOUT_S = 600.0
+"""How long a rank waits on a peer, as gloo's 10 minutes."""
+
+
+class Collectives:
+    """The job's process group: every rank sends its value to rank 0, which answers each with
+    all of them. A peer that died closes its connection (the others raise, as gloo's
+    "Connection closed by peer"); a stopped peer never sends (the others wait, as in a stalled
+    all-reduce). Rank 0 publishes its address in a file named by the sub-run's rendezvous
+    (torchrun's ``MASTER_ADDR:MASTER_PORT``, a port runmgr reserves per sub-run) in this
+    machine's temporary directory: the stand-in's nodes are processes of one machine."""
+
+    def __init__(self, rendezvous_dir: Path) -> None:
+        key = f"{os.environ['MASTER_ADDR']}-{os.environ['MASTER_PORT']}"
+        self.key = key
+        where = rendezvous_dir / f".standin-rendezvous-{key}"
+        self.peers: list[tuple] = []
+        self.where = where
+        if RANK == 0:
+            self._serve(where)
+        else:
+            self.hub = self._join(where)
+
+    def _serve(self, where: Path) -> None:
+        server = socket.create_server(("", 0))
+        server.settimeout(COLLECTIVE_TIMEOUT_S)
+        where.parent.mkdir(parents=True, exist_ok=True)
+        partial = where.with_name(where.name + f".{os.getpid()}")
+        partial.write_text(f"{os.environ['MASTER_ADDR']} {server.getsockname()[1]}")
+        os.replace(partial, where)
+        joined: dict[int, tuple] = {}
+        while len(joined) < WORLD - 1:
+            conn, _ = server.accept()
+            conn.settimeout(COLLECTIVE_TIMEOUT_S)
+            reader, writer = conn.makefile("r"), conn.makefile("w")
+            key, rank = reader.readline().split()
+            if key == self.key:
+                joined[int(rank)] = (reader, writer)
+        server.close()
+        self.peers = [joined[rank] for rank in range(1, WORLD)]
+
+    def _join(self, where: Path) -> tuple:
+        deadline = time.monotonic() + COLLECTIVE_TIMEOUT_S
+        while True:
+            try:
+                host, port = where.read_text().split()
+                conn = socket.create_connection((host, int(port)), timeout=COLLECTIVE_TIMEOUT_S)
+                break
+            except (FileNotFoundError, ConnectionRefusedError, ValueError):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"rank {RANK}: no rank 0 at {where} within {COLLECTIVE_TIMEOUT_S:.0f} s")
+                time.sleep(0.05)
+        reader, writer = conn.makefile("r"), conn.makefile("w")
+        writer.write(f"{self.key} {RANK}\n")
+        writer.flush()
+        return reader, writer
+
+    def all_gather(self, value: float) -> list[float]:
+        """Every rank's ``value``, in rank order."""
+        if RANK != 0:
+            reader, writer = self.hub
+            writer.write(f"{value!r}\n")
+            writer.flush()
+            return [float(x) for x in _line(reader, 0).split()]
+        values = [value] + [float(_line(reader, rank)) for rank, (reader, _) in enumerate(self.peers, start=1)]
+        for _, writer in self.peers:
+            writer.write(" ".join(repr(v) for v in values) + "\n")
+            writer.flush()
+        return values
+
+    def all_reduce(self, value: float) -> float:
+        return sum(self.all_gather(value))
+
+    def barrier(self) -> None:
+        self.all_gather(0.0)
+
+
+def _line(reader, rank: int) -> str:
+    line = reader.readline()
+    if not line:  # in gloo's words, as a real job's survivor prints them
+        raise RuntimeError(f"[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+                           f"[{os.environ['MASTER_ADDR']}]:{os.environ['MASTER_PORT']} (rank {rank})")
+    return line
 
 
 def env_float(name: str, default: float) -> float:
@@ -167,27 +253,20 @@ def load(args: argparse.Namespace) -> State:
     return state
 
 
-def save(args: argparse.Namespace, state: State) -> None:
+def save(args: argparse.Namespace, state: State, group: Collectives) -> None:
     if RANK == 0:
         say(f"saving checkpoint at iteration {state.iteration:7d} to {args.save} in torch_dist format")
     folder = Path(args.save) / f"iter_{state.iteration:07d}"
     folder.mkdir(parents=True, exist_ok=True)
     time.sleep(env_float("STANDIN_SAVE_S", 0.0))
     (folder / f"rank_{RANK:02d}.json").write_text(json.dumps(vars(state)))
-    dist.barrier()
+    group.barrier()
     if RANK == 0:
         (Path(args.save) / "latest_checkpointed_iteration.txt").write_text(str(state.iteration))
         say(f"  successfully saved checkpoint from iteration {state.iteration:7d} to {args.save} [ t 1/1, p 1/1 ]")
 
 
-def all_times(seconds: float) -> list[float]:
-    mine = torch.tensor([seconds], dtype=torch.float64)
-    every = [torch.zeros(1, dtype=torch.float64) for _ in range(WORLD)]
-    dist.all_gather(every, mine)
-    return [float(t.item()) for t in every]
-
-
-def train(args: argparse.Namespace, state: State) -> None:
+def train(args: argparse.Namespace, state: State, group: Collectives) -> None:
     skip = set(args.iterations_to_skip)
     lr_scale = 1.0
     exit_after = int(os.environ.get("STANDIN_EXIT_AFTER", "0")) or None
@@ -197,11 +276,11 @@ def train(args: argparse.Namespace, state: State) -> None:
             time.sleep(env_float("STANDIN_SKIP_ITER_S", env_float("STANDIN_ITER_S", 0.05)))
             state.consumed += args.global_batch_size
             state.skipped += args.global_batch_size
-            dist.barrier()
+            group.barrier()
             continue  # and the loop goes on at once: no save, no evaluation, no exit check
-        one_iteration(args, state, lr_scale)
+        one_iteration(args, state, lr_scale, group)
         if args.save_interval and state.iteration % args.save_interval == 0:
-            save(args, state)
+            save(args, state, group)
         if exit_after is not None and state.iteration >= exit_after:
             return
 
@@ -218,13 +297,12 @@ def compute(seconds: float, busy: bool) -> None:
         pass
 
 
-def one_iteration(args: argparse.Namespace, state: State, lr_scale: float) -> None:
+def one_iteration(args: argparse.Namespace, state: State, lr_scale: float, group: Collectives) -> None:
     started = time.time()
     compute(env_float("STANDIN_ITER_S", 0.05), busy=args.log_straggler)
     compute_s = time.time() - started
-    grad = torch.ones(1)
-    dist.all_reduce(grad)  # the gradient all-reduce: a lost or stopped peer stalls or breaks it
-    times = all_times(compute_s) if args.log_straggler else []
+    group.all_reduce(1.0)  # the gradient all-reduce: a lost or stopped peer stalls or breaks it
+    times = group.all_gather(compute_s) if args.log_straggler else []
     state.consumed += args.global_batch_size
     bad = trains_on_garbage(state.iteration, args.global_batch_size)
     if RANK == LAST and state.iteration % args.log_interval == 0:
@@ -257,15 +335,16 @@ def main() -> None:
         for n in range(5):
             say(f"@@@ {n} \x00 not a line Megatron prints iteration abc/def | loss: ??? |")
         return
-    dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=10))
+    group = Collectives(Path(tempfile.gettempdir()))
     state = load(args)
     mark_started(args, state)
-    train(args, state)
+    train(args, state, group)
     finished = state.iteration >= args.train_iters
     if finished and args.save_interval and state.iteration % args.save_interval:
-        save(args, state)  # Megatron saves once more at the end when the interval did not
-    dist.barrier()
-    dist.destroy_process_group()  # as the job ends: no collective of gloo's left behind at exit
+        save(args, state, group)  # Megatron saves once more at the end when the interval did not
+    group.barrier()  # as the job ends: every rank leaves together
+    if RANK == 0:
+        group.where.unlink(missing_ok=True)
     if finished and RANK == int(os.environ.get("STANDIN_SLOW_FINISH_RANK", "-1")):
         time.sleep(env_float("STANDIN_SLOW_FINISH_S", 0.0))
         say(f"[after training is done] rank {RANK} finished its teardown")

@@ -76,3 +76,12 @@ def test_the_dead_process_wins_over_every_echo(echo):
 def test_among_echoes_alone_the_earliest_is_the_cause():
     first, later = failure(1, "error", NCCL_ECHOES[0], 1.0), failure(0, "error", NCCL_ECHOES[1], 2.0)
     assert root_cause([later, first]) is first
+
+
+@pytest.mark.parametrize("survivor", REAL_ERRORS[-1:] + ["ConnectionError: rank 0: connection closed by peer rank 1"])
+def test_a_rank_killed_by_sigkill_under_torchrun_wins_over_a_survivor_s_earlier_error(survivor):
+    # torchrun reports its node's killed rank as an error with the signal's exit code; a survivor's
+    # own words for the broken collective (not a known echo) came first.
+    survivor_first = failure(0, "error", survivor, 1.0)
+    killed = WorkerFailure(1, "error", "rank 1 exited with code -9\nexitcode  : -9 (pid: 4242)", None, 2.0, exit_code=-9)
+    assert root_cause([survivor_first, killed]) is killed

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 import os
 import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -47,6 +49,14 @@ def judged(failure, workers):
     judge = Judge(WatcherConfig(), PolicyConfig(), lambda max_step: [VerifiedCheckpoint(20, 160)])
     judge.start_subrun(workers)
     [judgement] = judge.judge(PLAN.subrun, GroupPoll(failures=[failure]), [], failure.time, 25)
+    return judgement.incident, judgement.decision
+
+
+def judged_poll(poll, workers):
+    """The one incident and decision the driver's judge makes of one poll with failures."""
+    judge = Judge(WatcherConfig(), PolicyConfig(), lambda max_step: [VerifiedCheckpoint(20, 160)])
+    judge.start_subrun(workers)
+    [judgement] = judge.judge(PLAN.subrun, poll, [], poll.failures[0].time, 25)
     return judgement.incident, judgement.decision
 
 
@@ -185,3 +195,32 @@ def test_shutdown_leaves_no_process_of_any_node(local_ray, gate, tmp_path):
     everything = [*torchruns, *ranks_and_grandchildren]
     assert len(set(everything)) == 6
     assert [pid for pid in everything if proctree.alive(pid)] == []
+
+
+def test_a_survivors_echo_that_ends_first_waits_in_its_poll_for_the_killed_rank_it_echoes(local_ray, gate):
+    """Node 1's rank prints gloo's broken collective and its torchrun ends; only then is node 0's
+    rank killed. The poll that takes node 1's end waits for node 0's (``settle_s``; the test's
+    is long only so that a loaded machine cannot end the wait first: the poll ends as soon as
+    both nodes ended), so the judge names the killed rank, not its echo."""
+    group, workers = started(local_ray, ["--mode", "echo_first", "--gate", str(gate)], nodes=2, nproc=1,
+                             settle_s=60.0)
+    torchrun_of_node_1 = proctree.parent_of(workers[1].pid)
+    assert torchrun_of_node_1 is not None
+
+    def kill_rank_0_once_node_1_ended() -> None:
+        while proctree.alive(torchrun_of_node_1):
+            time.sleep(0.05)
+        (gate / "kill-0").touch()
+
+    killer = threading.Thread(target=kill_rank_0_once_node_1_ended, daemon=True)
+    killer.start()
+    (gate / "echo-1").touch()
+    try:
+        seen = poll_until(group, lambda s: s.all("failures"))
+    finally:
+        group.shutdown()
+    [poll] = [p for p in seen.polls if p.failures]
+    assert sorted(f.rank for f in poll.failures) == [0, 1]  # both ends in the poll that took the first
+    incident, decision = judged_poll(poll, workers)
+    assert incident.kind == "worker_death" and incident.ranks == (0,), incident
+    assert "SIGKILL" in incident.description and decision.action == "restart"

@@ -6,7 +6,9 @@ once ``GATE/release`` exists), rerun (exit 16 with Megatron's message),
 validation (rank 1 writes a tracker line, then rank 0 exits 17), watchdog
 (rank 1: NCCL's watchdog text, then SIGABRT), hccl (rank 1: HCCL's lost
 heartbeat, exit 1), nan (three iteration lines, then the last rank raises Megatron's
-NaN validation error), forever (iteration lines forever; each rank starts a
+NaN validation error), echo_first (rank 1, once ``GATE/echo-1`` exists, prints gloo's broken-collective error and exits 1;
+rank 0 kills itself with SIGKILL once ``GATE/kill-0`` exists: a survivor's echo that ends
+before its cause), forever (iteration lines forever; each rank starts a
 grandchild and writes ``GATE/pids-RANK``). Other ranks wait to be stopped.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -28,6 +31,8 @@ NCCL_WATCHDOG = (f"[rank{RANK}]:[E ProcessGroupNCCL.cpp:616] [Rank {RANK}] Watch
                  "ran for 600109 milliseconds before timing out.\n"
                  f"[rank{RANK}]:[E ProcessGroupNCCL.cpp:1537] [PG 0 Rank {RANK}] To avoid data inconsistency, "
                  "we are taking the entire process down.")
+GLOO_PEER_LOST = ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+                  "[127.0.0.1]:29500")
 HCCL_LOST = ("EI0002: [PID: 4242] 2026-08-22-10:11:12.123.456 The wait execution of the Notify register times "
              "out. Reason: The Notify register has not received the Notify record from remote rank [0].base "
              "information: [streamID:[2], taskID[3], taskType[Notify Wait], tag[AllReduce]] "
@@ -108,6 +113,13 @@ def main() -> None:
     elif args.mode == "hccl" and RANK == 1:
         print(HCCL_LOST, flush=True)
         sys.exit(1)
+    elif args.mode == "echo_first" and RANK == 1:
+        wait_for(args.gate / "echo-1")
+        print(GLOO_PEER_LOST, flush=True)
+        sys.exit(1)
+    elif args.mode == "echo_first":
+        wait_for(args.gate / "kill-0")
+        os.kill(os.getpid(), signal.SIGKILL)
     elif args.mode == "forever":
         forever(args)
     elif args.mode == "nan" and RANK == LAST:

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests import cli
 from tests.e2e.harness import E2E_OVERRIDES, ROOT, LaunchedRun
 
 pytestmark = pytest.mark.slow
@@ -54,9 +54,8 @@ def runs(tmp_path_factory, shared_ray) -> Path:
 
 
 def compare(runs: Path, *args: str) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "runmgr", "logbook", "compare", *(str(runs / a) if a in RUNS else a
-                                                                                    for a in args)],
-                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = cli.runmgr("logbook", "compare", *(str(runs / a) if a in RUNS else a for a in args), cwd=ROOT,
+                        timeout=120)
     assert result.returncode == 0, result.stderr
     print(result.stdout)
     return result

@@ -12,13 +12,12 @@ run by hand (docs/parallel.md)."""
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from logbook import Logbook
+from tests import cli
 
 pytestmark = pytest.mark.slow
 
@@ -42,9 +41,8 @@ def config_dir(tmp_path: Path) -> Path:
 
 def test_a_rehearsal_of_run12_finishes_past_its_chaos_and_the_logbook_marks_it(tmp_path):
     conf = config_dir(tmp_path)
-    result = subprocess.run(
-        [sys.executable, "-m", "runmgr", "launch", "conf=run12", "--rehearse", "--config-dir", str(conf), *SMALL],
-        cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    result = cli.runmgr("launch", "conf=run12", "--rehearse", "--config-dir", str(conf), *SMALL, cwd=tmp_path,
+                        timeout=900)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     run_dir = tmp_path / "runs" / "run12-rehearsal"  # never the real run's directory
     with Logbook.open(run_dir, create=False) as book:
@@ -61,6 +59,5 @@ def test_a_rehearsal_of_run12_finishes_past_its_chaos_and_the_logbook_marks_it(t
     decisions = [e for e in events if e["type"] == "decision"]
     assert len(chaos) == 1 and "kill" in chaos[0]["message"]
     assert [i["kind"] for i in incidents] == ["worker_death"] and [d["action"] for d in decisions] == ["restart"]
-    shown = subprocess.run([sys.executable, "-m", "runmgr", "logbook", "show", str(run_dir)], cwd=tmp_path,
-                           capture_output=True, text=True, timeout=120).stdout
+    shown = cli.runmgr("logbook", "show", str(run_dir), cwd=tmp_path, timeout=120).stdout
     assert "a rehearsal of run12" in shown.splitlines()[0]

@@ -12,13 +12,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from logbook import Logbook
-from tests import throttle
+from tests import cli, throttle
 from tests.runmgr.healthcheck.cluster_process import cluster_process
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -40,8 +39,7 @@ def cluster(tmp_path):
 
 
 def runmgr(*args: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runmgr", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    return cli.runmgr(*args, cwd=cwd, timeout=timeout, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
 
 
 def test_health_check_excludes_the_four_broken_nodes_and_launch_uses_the_rest(cluster, tmp_path):
@@ -59,7 +57,10 @@ def test_health_check_excludes_the_four_broken_nodes_and_launch_uses_the_rest(cl
     report = json.loads(check.stdout)
     excluded = report["excluded"]
     by_role = {role: excluded.get(node_id, []) for role, node_id in ids.items()}
-    detail = json.dumps(by_role, indent=1)
+    roles = {node_id: role for role, node_id in ids.items()}
+    # Every node's figures with its role, so that a node not excluded shows what it measured.
+    measured = {roles.get(entry.get("node"), entry.get("node")): entry for entry in report.get("nodes", [])}
+    detail = json.dumps({"excluded": by_role, "nodes": measured}, indent=1, default=str)[:8000]
     assert set(excluded) == {ids[r] for r in ("device", "slow", "mount", "torch")}, detail
     assert sorted(report["admitted_node_ids"]) == sorted([ids["head"], ids["spare"]]), detail
     assert [r for r in by_role["device"] if "uncorrectable (double-bit) ECC" in r] == by_role["device"], detail

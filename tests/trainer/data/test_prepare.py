@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 
+from tests import cli
 from trainer.data.indexed import IndexedDataset
 from trainer.data.prepare import main
 
@@ -109,9 +110,8 @@ def save_word_tokenizer(directory, eos_in_config: bool = True):
 def test_a_hugging_face_tokenizer_gives_its_ids_and_eos_and_the_vocab_size(tmp_path):
     tokenizer = save_word_tokenizer(tmp_path / "tok")
     (tmp_path / "docs.jsonl").write_text("\n".join(json.dumps({"text": t}) for t in CORPUS[:2]) + "\n")
-    result = subprocess.run([sys.executable, "-m", "runmgr", "prepare-data", "--input", str(tmp_path / "docs.jsonl"),
-                             "--output-prefix", str(tmp_path / "ds"), "--tokenizer", str(tmp_path / "tok")],
-                            capture_output=True, text=True, timeout=60)
+    result = cli.runmgr("prepare-data", "--input", str(tmp_path / "docs.jsonl"), "--output-prefix",
+                        str(tmp_path / "ds"), "--tokenizer", str(tmp_path / "tok"), timeout=60)
     assert result.returncode == 0, result.stderr
     dataset = IndexedDataset(tmp_path / "ds")
     assert dataset.dtype.name == "uint16"  # Megatron's choice below 65500 tokens of vocabulary

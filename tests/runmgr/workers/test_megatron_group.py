@@ -204,18 +204,17 @@ def test_a_survivors_echo_that_ends_first_waits_in_its_poll_for_the_killed_rank_
     both nodes ended), so the judge names the killed rank, not its echo."""
     group, workers = started(local_ray, ["--mode", "echo_first", "--gate", str(gate)], nodes=2, nproc=1,
                              settle_s=60.0)
-    torchrun_of_node_1 = proctree.parent_of(workers[1].pid)
-    assert torchrun_of_node_1 is not None
 
-    def kill_rank_0_once_node_1_ended() -> None:
+    def kill_rank_0_once_node_1_ended(torchrun_of_node_1: int) -> None:
         while proctree.alive(torchrun_of_node_1):
             time.sleep(0.05)
         (gate / "kill-0").touch()
 
-    killer = threading.Thread(target=kill_rank_0_once_node_1_ended, daemon=True)
-    killer.start()
-    (gate / "echo-1").touch()
     try:
+        torchrun_of_node_1 = proctree.parent_of(workers[1].pid)
+        assert torchrun_of_node_1 is not None
+        threading.Thread(target=kill_rank_0_once_node_1_ended, args=(torchrun_of_node_1,), daemon=True).start()
+        (gate / "echo-1").touch()
         seen = poll_until(group, lambda s: s.all("failures"))
     finally:
         group.shutdown()

@@ -26,6 +26,7 @@ from runmgr.workers.agent_group import AgentWorkerGroup
 from runmgr.workers.group import RayWorkerGroup
 from runmgr.workers.inbox import KeptInbox
 from runmgr.workers.megatron_group import MegatronWorkerGroup
+from runmgr.workers.megatron_nodes import MegatronNodes
 from runmgr.workers.node_agent import RayNodeAgents
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
@@ -134,13 +135,17 @@ def megatron_runner(config: RunConfig, device_kind: str, admitted_node_ids: Opti
 
     seq_length = flag_value(args, "--seq-length")
     groups: list[MegatronWorkerGroup] = []
+    controller = config.controller
+    nodes = MegatronNodes(config.cluster, device_kind, job.nproc_per_node, controller.start_timeout_s,
+                          controller.worker_lease_s, admitted_node_ids)  # kept across the lineage's sub-runs
 
     def make_group() -> MegatronWorkerGroup:
         groups[:] = [MegatronWorkerGroup(
             config.cluster, device_kind, job.nproc_per_node, make_commands, torchrun,
-            config.controller.start_timeout_s, config.controller.worker_lease_s,
+            controller.start_timeout_s, controller.worker_lease_s,
             checkpoint_dir=config.checkpoint_dir().resolve(),
-            seq_length=int(seq_length) if seq_length is not None else None, admitted_node_ids=admitted_node_ids)]
+            seq_length=int(seq_length) if seq_length is not None else None, admitted_node_ids=admitted_node_ids,
+            nodes=nodes)]
         return groups[0]
 
     def dump(subrun: str, workers: Sequence[WorkerInfo]) -> None:
@@ -149,5 +154,5 @@ def megatron_runner(config: RunConfig, device_kind: str, admitted_node_ids: Opti
 
     return Runner(make_group=make_group, abilities=job_abilities(job.flavor, args),
                   data_parallel_sizes=(job_data_parallel,),
-                  ranks_per_replica=layout.model_parallel_size, dump_stacks=dump)
+                  ranks_per_replica=layout.model_parallel_size, dump_stacks=dump, close=nodes.close)
 

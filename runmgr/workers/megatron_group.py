@@ -2,10 +2,11 @@
 node, each running the node's ``torchrun`` of the user's script.
 
 Placed like the built-in trainer's ranks (runmgr/workers/placing.py), but a
-node actor holds all its ranks' resources. The group never decides anything:
-it starts what ``make_commands`` builds from the plan, reports what the
-output says (runmgr/workers/megatron_output.py) and stops every process of
-every node on shutdown.
+node actor holds all its ranks' resources; a lineage's actors serve its next
+sub-run too where they fit (runmgr/workers/megatron_nodes.py). The group never
+decides anything: it starts what ``make_commands`` builds from the plan,
+reports what the output says (runmgr/workers/megatron_output.py) and stops
+every process of every node on shutdown.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Protocol, Sequence
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import RayActorError
 
 from runmgr import cluster as ray_cluster
 from runmgr.config.schema import ClusterConfig
@@ -24,13 +25,10 @@ from runmgr.config.argv import flag_value
 from runmgr.controller.group import GroupPoll, OutputLine, WorkerFailure, WorkerInfo
 from runmgr.errors import ClusterError
 from runmgr.megatron.silences import planned_silences
-from runmgr.placement import actor_resources, bundle_for
 from runmgr.stacks import DUMP_TIMEOUT_S
 from runmgr.watch.megatron_log import MegatronLogReader
-from runmgr.workers.lease import DriverIdentity
-from runmgr.workers.megatron_node import RemoteMegatronNode
+from runmgr.workers.megatron_nodes import MegatronNodes
 from runmgr.workers.megatron_output import OutputTranslator, TorchrunReader, node_failure
-from runmgr.workers.placing import place, release
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
 
@@ -68,12 +66,14 @@ class MegatronWorkerGroup:
                  checkpoint_dir: Optional[Path] = None, seq_length: Optional[int] = None,
                  admitted_node_ids: Optional[list[str]] = None, stop_grace_s: float = 10.0,
                  make_reader: Callable[[], MegatronLogReader] = MegatronLogReader,
-                 settle_s: float = FAILURE_SETTLE_S) -> None:
+                 settle_s: float = FAILURE_SETTLE_S, nodes: Optional[MegatronNodes] = None) -> None:
         """``make_commands``: the sub-run's node commands from its plan; ``torchrun``: reads
         torchrun's failure report and the tracker lines (runmgr.watch.torchrun);
         ``checkpoint_dir``: the job's ``--save``; ``seq_length``: its ``--seq-length``
         (None: steps report 0 tokens); ``stop_grace_s``: SIGTERM to SIGKILL on shutdown;
-        ``settle_s``: after a failed node, how long a poll waits for the other nodes' ends."""
+        ``settle_s``: after a failed node, how long a poll waits for the other nodes' ends;
+        ``nodes``: the lineage's node actors, kept across its sub-runs (None: the group's own,
+        ended at its shutdown)."""
         self.cluster = cluster
         self.device_kind = device_kind
         self.nproc_per_node = nproc_per_node
@@ -87,8 +87,9 @@ class MegatronWorkerGroup:
         self.stop_grace_s = stop_grace_s
         self.make_reader = make_reader
         self.settle_s = settle_s
-        self._driver = DriverIdentity.of_this_process()  # so that a node tells a silent driver from a dead one
-        self._pg = None
+        self._owns_nodes = nodes is None
+        self.nodes = nodes or MegatronNodes(cluster, device_kind, nproc_per_node, start_timeout_s, lease_s,
+                                            admitted_node_ids)
         self._nodes: list = []
         self._infos: list[WorkerInfo] = []
         self._running: set[int] = set()
@@ -110,18 +111,12 @@ class MegatronWorkerGroup:
             raise ClusterError(f"{world} ranks do not fill nodes of megatron.nproc_per_node="
                                f"{self.nproc_per_node}; use a world size that is a multiple of it")
         nnodes = world // self.nproc_per_node
-        cpus = self.cluster.cpus_per_worker * self.nproc_per_node
-        devices = self.cluster.devices_per_worker * self.nproc_per_node
-        self._pg, strategies = place(bundle_for(self.device_kind, cpus, devices), nnodes, "nodes",
-                                     self.cluster.placement_strategy, self.start_timeout_s,
-                                     self.admitted_node_ids, plan.avoid_nodes)
-        self._nodes = [RemoteMegatronNode.options(**actor_resources(self.device_kind, cpus, devices),
-                                                  scheduling_strategy=strategy).remote(node, self.lease_s, self._driver)
-                       for node, strategy in enumerate(strategies)]
+        self._nodes, described = self.nodes.for_subrun(nnodes, plan.avoid_nodes)
         try:
-            self._infos = self._launch(plan, nnodes)
+            self._infos = self._launch(plan, nnodes, described)
         except BaseException:
-            self.shutdown()  # no node left running a half-started sub-run
+            self.shutdown()  # no node left running a half-started sub-run ...
+            self.nodes.close()  # ... nor an actor in an unknown state
             raise
         self._running = set(range(nnodes))
         now = time.time()
@@ -133,13 +128,7 @@ class MegatronWorkerGroup:
         self._translator.started(self._first_poll, now)
         return self.workers
 
-    def _launch(self, plan: ResumePlan, nnodes: int) -> list[WorkerInfo]:
-        try:
-            described = ray_cluster.get_while_head_lives([n.describe.remote() for n in self._nodes],
-                                                         self.start_timeout_s)
-        except GetTimeoutError:
-            raise ClusterError(f"{nnodes} nodes did not start within {self.start_timeout_s:.0f} s "
-                               f"(free resources: {ray.available_resources()})") from None
+    def _launch(self, plan: ResumePlan, nnodes: int, described: list[dict]) -> list[WorkerInfo]:
         port = ray.get(self._nodes[0].reserve_port.remote())
         commands = list(self.make_commands(plan, described[0]["node_ip"], port, nnodes))
         self._first_poll.commands = [command.masked() for command in commands]
@@ -241,12 +230,14 @@ class MegatronWorkerGroup:
         return written
 
     def shutdown(self) -> None:
-        """Stop every process of every node (SIGTERM, SIGKILL after the grace), then the actors."""
+        """Stop every process of every node (SIGTERM, SIGKILL after the grace); the actors too,
+        unless they are the lineage's kept ones. A node that does not say it stopped in time
+        takes the kept actors with it: the next sub-run places new ones."""
         stops = [node.stop.remote(self.stop_grace_s) for node in self._nodes]
+        stopped = True
         if stops:
-            ray.wait(stops, num_returns=len(stops), timeout=self.stop_grace_s + STOP_MARGIN_S)
-        for node in self._nodes:
-            ray.kill(node, no_restart=True)
+            ready, _ = ray.wait(stops, num_returns=len(stops), timeout=self.stop_grace_s + STOP_MARGIN_S)
+            stopped = len(ready) == len(stops)
         self._nodes, self._drains, self._running = [], {}, set()
-        release(self._pg)
-        self._pg = None
+        if self._owns_nodes or not stopped:
+            self.nodes.close()

@@ -83,6 +83,19 @@ class MegatronNode:
         self._tracker: Optional[tuple[Path, int]] = None
         threading.Thread(target=self.self_stop.watch, name="driver-lease", daemon=True).start()
 
+    def reset(self) -> None:
+        """Ready for the next sub-run's command (the last one was stopped): its lines, exit code,
+        ranks and process groups forgotten, the lease renewed."""
+        self.lease.renew()
+        with self._cond:
+            self._proc = None
+            self._exit_code = None
+            self._lines.clear()
+            self._tail.clear()
+        self._rank_pids = {}
+        self._groups = set()
+        self._tracker = None
+
     def describe(self) -> dict:
         context = ray.get_runtime_context()
         return {"node_id": context.get_node_id(), "node_ip": ray.util.get_node_ip_address(), "pid": os.getpid()}
@@ -132,16 +145,19 @@ class MegatronNode:
         # The output ends with the command, unless a process it left behind holds the pipe open.
         reader.join(timeout=OUTPUT_SETTLE_S)
         with self._cond:
-            self._exit_code = code
+            if self._proc is proc:  # not a command of an earlier sub-run, ended after a reset
+                self._exit_code = code
             self._cond.notify_all()
 
     def _read(self, proc: subprocess.Popen) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
-            self._keep(line.rstrip("\n"))
+            self._keep(line.rstrip("\n"), proc)
 
-    def _keep(self, line: str) -> None:
+    def _keep(self, line: str, proc: subprocess.Popen) -> None:
         with self._cond:
+            if self._proc is not proc:
+                return  # a process of an earlier sub-run still printing after the reset
             self._lines.append((time.time(), line))
             self._tail.append(line)
 

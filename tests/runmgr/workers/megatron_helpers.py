@@ -13,6 +13,7 @@ from typing import Callable, Mapping, Sequence
 from runmgr.config.schema import ClusterConfig
 from runmgr.controller.group import GroupPoll
 from runmgr.workers.megatron_group import MegatronWorkerGroup
+from runmgr.workers.megatron_nodes import MegatronNodes
 from runmgr.watch import torchrun
 from trainer.plan import ResumePlan
 
@@ -43,10 +44,18 @@ def torchrun_commands(script_args: Sequence[str], nproc: int):
     return make
 
 
-def make_group(script_args: Sequence[str], nodes: int = 1, nproc: int = 2, **kwargs) -> MegatronWorkerGroup:
+def make_group(script_args: Sequence[str], nodes: int = 1, nproc: int = 2, kept: MegatronNodes | None = None,
+               **kwargs) -> MegatronWorkerGroup:
+    """The group over the fake script on ``nodes`` nodes of ``nproc`` ranks; ``kept``: the
+    lineage's node actors it takes (None: its own)."""
     cluster = ClusterConfig(num_workers=nodes * nproc, cpus_per_worker=0.25)
     return MegatronWorkerGroup(cluster, "cpu", nproc, torchrun_commands(script_args, nproc), torchrun,
-                               start_timeout_s=60.0, lease_s=30.0, stop_grace_s=5.0, **kwargs)
+                               start_timeout_s=60.0, lease_s=30.0, stop_grace_s=5.0, nodes=kept, **kwargs)
+
+
+def kept_nodes(nproc: int) -> MegatronNodes:
+    """Node actors kept across sub-runs, as a launch's runner keeps them."""
+    return MegatronNodes(ClusterConfig(cpus_per_worker=0.25), "cpu", nproc, start_timeout_s=60.0, lease_s=30.0)
 
 
 @dataclass

@@ -22,7 +22,7 @@ from runmgr.nodes import node_name
 from runmgr.policy.checkpoints import VerifiedCheckpoint
 from runmgr.watch.observations import CheckpointObservation, StepObservation
 from runmgr.workers import proctree
-from tests.runmgr.workers.megatron_helpers import make_group, poll_until
+from tests.runmgr.workers.megatron_helpers import kept_nodes, make_group, poll_until
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
 
@@ -223,3 +223,41 @@ def test_a_survivors_echo_that_ends_first_waits_in_its_poll_for_the_killed_rank_
     incident, decision = judged_poll(poll, workers)
     assert incident.kind == "worker_death" and incident.ranks == (0,), incident
     assert "SIGKILL" in incident.description and decision.action == "restart"
+
+
+def test_the_node_actors_of_one_sub_run_serve_the_next_and_none_of_its_output_reaches_it(local_ray, gate, tmp_path):
+    """A lineage's node actors are kept (runmgr/workers/megatron_nodes.py): the next sub-run of
+    as many nodes runs in the same actor processes and hears only its own command; a sub-run
+    of another size gets new ones."""
+    kept = kept_nodes(nproc=2)
+    try:
+        (gate / "release").touch()
+        first = make_group(["--mode", "ok", "--gate", str(gate), "--save", str(tmp_path / "save")], kept=kept)
+        first.start(TrainerConfig(), PLAN)
+        try:
+            ended = poll_until(first, lambda s: set(s.all("finished_ranks")) == {0, 1})
+        finally:
+            first.shutdown()
+        assert [step.step for step in ended.all("steps")] == [1, 2, 3]
+        actor_pid = kept.for_subrun(1, ())[1][0]["pid"]
+
+        second = make_group(["--mode", "rerun", "--gate", str(gate)], kept=kept)
+        second.start(TrainerConfig(), ResumePlan(subrun="3.02"))
+        try:
+            failure, seen = only_failure(second)
+        finally:
+            second.shutdown()
+        assert kept.placed == 1 and kept.for_subrun(1, ())[1][0]["pid"] == actor_pid  # the same actor process
+        assert not seen.all("steps") and not seen.all("finished_ranks")  # nothing of the first command
+        assert failure.exit_code == 16 and "lm loss" not in failure.text  # none of the first command's lines
+
+        wider = make_group(["--mode", "ok", "--gate", str(gate), "--save", str(tmp_path / "save2")], nodes=2,
+                           nproc=2, kept=kept)
+        wider.start(TrainerConfig(), ResumePlan(subrun="3.03"))
+        try:
+            poll_until(wider, lambda s: set(s.all("finished_ranks")) == {0, 1, 2, 3})
+        finally:
+            wider.shutdown()
+        assert kept.placed == 3  # two new nodes: the sub-run wanted two, not one
+    finally:
+        kept.close()

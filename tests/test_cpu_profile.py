@@ -18,9 +18,10 @@ ROOT = Path(__file__).resolve().parents[1]
 BURN_S = 1.0
 
 PROFILED = f"""
-import subprocess, sys, time
+import os, subprocess, sys, time
 
-BURN = "import time\\nwhile time.process_time() < {BURN_S}: pass"
+DONE = os.path.join(os.path.dirname(__file__), "burned")
+BURN = f"import time\\nwhile time.process_time() < {BURN_S}: pass\\nopen({{DONE!r}}, 'w').close()"
 
 
 def test_idle():
@@ -32,7 +33,8 @@ def test_a_detached_grandchild_burns():
     # reparented to init, and no wait of this test's ever reaps it.
     subprocess.run([sys.executable, "-c", "import subprocess, sys; subprocess.Popen([sys.executable, '-c', "
                     + repr(BURN) + "], start_new_session=True)"], check=True)
-    time.sleep({BURN_S} * 3)  # the grandchild burns its second while this test lasts
+    while not os.path.exists(DONE):  # the grandchild burns its CPU-second while this test lasts, however
+        time.sleep(0.05)            # long a loaded machine takes to give it one
 """
 
 

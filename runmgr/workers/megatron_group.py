@@ -75,15 +75,12 @@ class MegatronWorkerGroup:
         ``nodes``: the lineage's node actors, kept across its sub-runs (None: the group's own,
         ended at its shutdown)."""
         self.cluster = cluster
-        self.device_kind = device_kind
         self.nproc_per_node = nproc_per_node
         self.make_commands = make_commands
         self.torchrun = torchrun
         self.start_timeout_s = start_timeout_s
-        self.lease_s = lease_s
         self.checkpoint_dir = checkpoint_dir
         self.seq_length = seq_length
-        self.admitted_node_ids = admitted_node_ids
         self.stop_grace_s = stop_grace_s
         self.make_reader = make_reader
         self.settle_s = settle_s

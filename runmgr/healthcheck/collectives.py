@@ -9,7 +9,6 @@ slow link (see :mod:`health.groups` for the judgement, which is pure).
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Callable, Mapping, Optional, Sequence
@@ -17,6 +16,7 @@ from typing import Callable, Mapping, Optional, Sequence
 from health.config import CollectiveChecks, FleetChecks
 from health.findings import ProbeResult, fail, ok, warn
 from health.groups import Blame, Group, blame, plan_groups, regroup, slow_groups
+from runmgr.ports import rendezvous_port
 
 Measure = Callable[[list[Group]], tuple[dict[Group, float], dict[Group, str]]]
 """Measure disjoint groups at once: (bandwidth per group, failure text per group)."""
@@ -33,10 +33,7 @@ class CollectiveMember:
         """``tcp://ip:port`` on this node for a group this member leads."""
         import ray
 
-        with socket.socket() as sock:
-            sock.bind(("", 0))
-            port = sock.getsockname()[1]
-        return f"tcp://{ray.util.get_node_ip_address()}:{port}"
+        return f"tcp://{ray.util.get_node_ip_address()}:{rendezvous_port()}"
 
     def measure(self, init_method: str, rank: int, world_size: int,
                 checks: CollectiveChecks) -> float:

@@ -10,7 +10,6 @@ while its driver lives.
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 from collections import deque
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 import ray
 
 from runmgr.controller.group import WorkerInfo
+from runmgr.ports import rendezvous_port
 from runmgr.workers.lease import DriverIdentity, DriverLease, SelfStop, ray_job_alive
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
@@ -126,9 +126,7 @@ class TrainerWorker:
 
     def reserve_port(self) -> int:
         """A free TCP port on this node for the process group's rendezvous."""
-        with socket.socket() as sock:
-            sock.bind(("", 0))
-            return sock.getsockname()[1]
+        return rendezvous_port()
 
     def run(self, config: TrainerConfig, plan: ResumePlan, master_addr: str, master_port: int,
             wrap_reporter: Optional[WrapReporter] = None, warm: bool = False, buddy_offset: int = 1) -> dict:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -27,6 +26,7 @@ from typing import Callable, Mapping, Optional, Sequence
 import ray
 
 from runmgr.config.argv import flag_value
+from runmgr.ports import rendezvous_port
 from runmgr.stacks import dump_pid, find_py_spy
 from runmgr.workers import proctree
 from runmgr.workers.lease import DriverIdentity, DriverLease, SelfStop, ray_job_alive
@@ -102,9 +102,7 @@ class MegatronNode:
 
     def reserve_port(self) -> int:
         """A free TCP port on this node for torchrun's rendezvous."""
-        with socket.socket() as sock:
-            sock.bind(("", 0))
-            return sock.getsockname()[1]
+        return rendezvous_port()
 
     def launch(self, argv: Sequence[str], env: Mapping[str, str], cwd: Optional[str] = None) -> int:
         """Start the node's command (``env`` added to this process's environment); its pid.

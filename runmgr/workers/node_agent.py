@@ -45,6 +45,7 @@ from runmgr.config.schema import ClusterConfig
 from runmgr.controller.group import WorkerInfo
 from runmgr.nodes import node_name
 from runmgr.placement import actor_resources, bundle_for
+from runmgr.ports import rendezvous_port
 from runmgr.stacks import dump_pid, find_py_spy, worker_header
 from runmgr.workers.agent_group import NodePlace
 from runmgr.workers.lease import (
@@ -96,12 +97,8 @@ class NodeAgent:
 
     def rendezvous(self) -> tuple[str, int]:
         """This node's address and a free TCP port on it for the ranks' process groups."""
-        import socket
-
         self.lease.renew()
-        with socket.socket() as sock:
-            sock.bind(("", 0))
-            return ray.util.get_node_ip_address(), sock.getsockname()[1]
+        return ray.util.get_node_ip_address(), rendezvous_port()
 
     def run(self, ranks: Sequence[int], world: int, master: tuple[str, int], config: Any, plan: Any,
             rank_nodes: Optional[dict[int, str]], inbox: Any, wrap_reporter: Optional[WrapReporter] = None) -> None:

@@ -119,10 +119,11 @@ def _views(buffer: torch.Tensor, slots: list[Slot]) -> list[torch.Tensor]:
     return views
 
 
-def take(state: Any, reuse: Optional[HostState] = None, copy: CopyPart = copy_part) -> HostState:
+def take(state: Any, reuse: Optional[HostState] = None, copy: CopyPart = copy_part, pin: bool = False) -> HostState:
     """A host copy of ``state`` (DTensors: their local parts), into ``reuse``'s buffer when its
     tensors have the same shapes and types. ``copy`` copies one part's tensors (the parts are
-    the top-level entries of a dict state, in order)."""
+    the top-level entries of a dict state, in order). ``pin``: a new buffer is page-locked
+    (an accelerator copies into it at the link's speed, without staging; needs one)."""
     parts = list(state.items()) if isinstance(state, dict) else [(None, state)]
     skeletons, tensors, bounds = {}, [], []
     for key, value in parts:
@@ -132,7 +133,7 @@ def take(state: Any, reuse: Optional[HostState] = None, copy: CopyPart = copy_pa
         slots, buffer, views = reuse.slots, reuse.buffer, reuse.views
     else:
         slots, size = _slots(tensors)
-        buffer = torch.empty(size, dtype=torch.uint8)
+        buffer = torch.empty(size, dtype=torch.uint8, pin_memory=pin)
         views = _views(buffer, slots)
     start = 0
     with torch.no_grad():

@@ -20,8 +20,9 @@ leaves the stages done):
    link's own copy speed, and its cost per step at ``checkpoint.memory_interval`` 1, 10, 100.
 5. ``megatron``: Megatron-LM's own ``pretrain_gpt.py`` (``--megatron-lm DIR``, its checkout kept
    outside this project) under ``trainer.kind=megatron`` with a kill; without it, what stopped it.
-6. ``warm_nccl``: on two or more GPUs, a warm recovery over NCCL (a killed rank replaced by a
-   ready spare from memory), timed; on one GPU, the report says it was not possible.
+6. ``warm_nccl``: on three or more GPUs (two ranks and a ready spare), a warm recovery over NCCL
+   (a killed rank replaced by the spare from memory), timed; with fewer, the report says it was
+   not possible.
 
 ``--dry-run`` runs every stage's code path on CPU with tiny sizes (gloo, fp32, the stand-in
 Megatron script of tests/e2e/standin), so that CI keeps the script working between the rare
@@ -136,7 +137,7 @@ class Context:
     def launch(self, name: str, *overrides: str) -> tuple[subprocess.CompletedProcess, Path]:
         run_dir = self.run_dir(name)
         result = self.runmgr("launch", "conf=demo", f"run.dir={run_dir}", f"run.name={name}",
-                             f"cluster.address={self.ray_address}", f"device={self.sizes.device}",
+                             f"cluster.address={self.ray_address}", *device_overrides(self.sizes),
                              "health.skip=true", *overrides)
         (self.out / f"{name}.log").write_text(result.stdout + result.stderr)
         return result, run_dir
@@ -149,7 +150,7 @@ class Context:
         with open(self.out / f"{name}.log", "w") as log:
             driver = subprocess.Popen([sys.executable, "-m", "runmgr", "launch", "conf=demo", f"run.dir={run_dir}",
                                        f"run.name={name}", f"cluster.address={self.ray_address}",
-                                       f"device={self.sizes.device}", "health.skip=true", *overrides],
+                                       *device_overrides(self.sizes), "health.skip=true", *overrides],
                                       cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
             try:
                 while driver.poll() is None:
@@ -175,6 +176,12 @@ class Context:
 
 def precision(sizes: Sizes) -> list[str]:
     return ["precision.bf16=true"] if sizes.bf16 else []
+
+
+def device_overrides(sizes: Sizes) -> list[str]:
+    """A launch's device: one accelerator reserved per rank on a GPU (Ray hides the GPUs from an
+    actor that reserves none)."""
+    return [f"device={sizes.device}"] + (["cluster.devices_per_worker=1"] if sizes.device == "cuda" else [])
 
 
 # --- 1. the health check ------------------------------------------------------------------------
@@ -494,10 +501,10 @@ def stage_megatron(ctx: Context) -> dict:
 
 
 def stage_warm_nccl(ctx: Context) -> dict:
-    if not ctx.dry_run and ctx.gpus < 2:
-        return {"status": "not possible", "notes": [f"{ctx.gpus} GPU on this host: a warm recovery over NCCL needs "
-                                                     "two ranks and a spare"]}
-    extra = ["cluster.cpus_per_worker=0.5"] if ctx.dry_run else ["cluster.devices_per_worker=1"]
+    if not ctx.dry_run and ctx.gpus < 3:
+        return {"status": "not possible", "notes": [f"{ctx.gpus} GPU(s) on this host: a warm recovery over NCCL "
+                                                     "needs three, two ranks and a ready spare"]}
+    extra = ["cluster.cpus_per_worker=0.5"] if ctx.dry_run else []
     killed: list = []
     code, run_dir = ctx.conducted_launch("warm", kill_when_the_spare_is_ready(WARM_KILL_AT, killed),
                                          "cluster.num_workers=2", "cluster.local_nodes=1", "controller.warm_spares=1",

@@ -90,7 +90,8 @@ def test_the_gpu_sizes_compose_into_a_one_billion_parameter_llama(check, tmp_pat
     schedule, waits = check.paused_schedule(check.GPU.faults)
     from runmgr.config.compose import load_run_config
 
-    run = load_run_config("demo", [schedule, "device=cuda", "precision.bf16=true"])
+    run = load_run_config("demo", [schedule, *check.device_overrides(check.GPU), "precision.bf16=true"])
+    assert run.cluster.devices_per_worker == 1  # a rank that reserves no GPU sees none
     assert [f.kind.value for f in run.chaos.faults] == ["pause_at_step", "kill_worker", "pause_at_step", "hang_rank",
                                                          "pause_at_step", "garbage_data"]
     assert waits == {"0:pause_at_step@25": "1:kill_worker@25", "2:pause_at_step@45": "3:hang_rank@45",

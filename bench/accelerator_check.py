@@ -122,9 +122,14 @@ class Context:
     best: dict = field(default_factory=dict)
     """The throughput stage's micro-batch, for the warm-state stage."""
 
+    @staticmethod
+    def environment() -> dict[str, str]:
+        """What every runmgr command this check starts runs with: this checkout, and no Ray token
+        (the commands join the check's Ray by its address)."""
+        return {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled"}
+
     def runmgr(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled"}
-        return subprocess.run([sys.executable, "-m", "runmgr", *args], cwd=ROOT, env=env, text=True,
+        return subprocess.run([sys.executable, "-m", "runmgr", *args], cwd=ROOT, env=self.environment(), text=True,
                               capture_output=True, timeout=max(30.0, min(timeout, self.deadline - time.monotonic())))
 
     def run_dir(self, name: str) -> Path:
@@ -146,12 +151,11 @@ class Context:
         """A launch in the background; ``conduct(run_dir, status)`` is called on each new status.json
         until the driver exits (it releases pauses, kills a rank); the exit code."""
         run_dir = self.run_dir(name)
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled"}
         with open(self.out / f"{name}.log", "w") as log:
             driver = subprocess.Popen([sys.executable, "-m", "runmgr", "launch", "conf=demo", f"run.dir={run_dir}",
                                        f"run.name={name}", f"cluster.address={self.ray_address}",
                                        *device_overrides(self.sizes), "health.skip=true", *overrides],
-                                      cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+                                      cwd=ROOT, env=self.environment(), stdout=log, stderr=subprocess.STDOUT)
             try:
                 while driver.poll() is None:
                     if time.monotonic() > self.deadline + 120:
@@ -168,6 +172,11 @@ class Context:
                     driver.kill()
                 driver.wait()
         return driver.returncode, run_dir
+
+    def metric_rows(self, run_dir: Path) -> list[dict]:
+        """The run's step rows (``runmgr logbook metrics --json``), in order."""
+        shown = self.runmgr("logbook", "metrics", str(run_dir), "--json")
+        return [json.loads(line) for line in shown.stdout.splitlines() if line.startswith("{")]
 
     def events(self, run_dir: Path) -> list[dict]:
         shown = self.runmgr("logbook", "events", str(run_dir), "--json")
@@ -207,9 +216,8 @@ def stage_health(ctx: Context) -> dict:
 # --- 2. the demo through Run 12's one-rank faults ---------------------------------------------
 
 def kept_losses(ctx: Context, run_dir: Path) -> dict[int, float]:
-    rows = ctx.runmgr("logbook", "metrics", str(run_dir), "--json").stdout.splitlines()
     losses = {}
-    for row in map(json.loads, (line for line in rows if line.startswith("{"))):
+    for row in ctx.metric_rows(run_dir):
         losses[int(row["step"])] = float(row["loss"])  # a later sub-run's row of a step replaces a rolled-back one
     return losses
 
@@ -513,9 +521,8 @@ def stage_warm_nccl(ctx: Context) -> dict:
                                          f"chaos.faults=[{{kind: pause_at_step, at_step: {WARM_KILL_AT}}}]")
     events = ctx.events(run_dir)
     start = next((e for e in events if e.get("type") == "subrun_start" and "incident" in e["evidence"]), None)
-    rows = ctx.runmgr("logbook", "metrics", str(run_dir), "--json").stdout.splitlines()
-    first_step = next((json.loads(r)["time"] for r in rows if start and r.startswith("{")
-                       and json.loads(r)["subrun"] == start["subrun"]), None)
+    first_step = next((row["time"] for row in ctx.metric_rows(run_dir) if start and row["subrun"] == start["subrun"]),
+                      None)
     figures: dict = {"exit_code": code, "backend": "gloo (dry run, CPU)" if ctx.dry_run else "nccl",
                      "decisions": [e.get("action") for e in events if e.get("type") == "decision"]}
     if killed and start is not None:

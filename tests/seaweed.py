@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ import boto3
 import botocore.config
 import pytest
 
+from runmgr.ports import rendezvous_port
+
 ACCESS_KEY, SECRET_KEY = "runmgr-test-key", "runmgr-test-secret-0123456789"
 """The one identity a server started with ``credentials=True`` accepts."""
 PORT_FLAGS = tuple(f"-{part}.port{grpc}" for part in ("s3", "master", "volume", "filer", "admin")
@@ -31,10 +32,16 @@ OFF = ("-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0")
 """Servers the tests do not use."""
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def free_ports(count: int) -> list[int]:
+    """``count`` different free ports that no other process's ``bind(0)`` can take before the
+    server binds them (runmgr/ports.py: a port from the kernel's ephemeral range was seen taken in
+    between, failing ``weed mini``'s start)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = rendezvous_port()
+        if port not in ports:  # drawn at random: two draws may agree
+            ports.append(port)
+    return ports
 
 
 def weed_binary() -> str:
@@ -52,7 +59,7 @@ class SeaweedS3:
     def __init__(self, root: Path, credentials: bool = False) -> None:
         self.root = root
         self.credentials = credentials
-        self.ports = {flag: free_port() for flag in PORT_FLAGS}
+        self.ports = dict(zip(PORT_FLAGS, free_ports(len(PORT_FLAGS))))
         self.proc: Optional[subprocess.Popen] = None
 
     @property

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ from typing import Optional, Union
 
 import pytest
 
+from runmgr.ports import rendezvous_port
 from tests.forkserver import ForkedProcess, ForkServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,9 +20,9 @@ WORKER = Path(__file__).with_name("rank_worker.py")
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free port that no other process's ``bind(0)`` can take before the server binds it
+    (runmgr/ports.py: a port from the kernel's ephemeral range was seen taken in between)."""
+    return rendezvous_port()
 
 
 def rank_env(rank: int, world_size: int, port: int) -> dict:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from runmgr.ports import rendezvous_port
 from trainer import exitcodes
 from trainer.cli import main
 from trainer.manifest import find_latest_verified
@@ -29,11 +30,9 @@ def restore_torch_globals():
 
 
 def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free port that no other process's ``bind(0)`` can take before the server binds it
+    (runmgr/ports.py: a port from the kernel's ephemeral range was seen taken in between)."""
+    return rendezvous_port()
 
 
 @pytest.mark.slow  # torchrun starts 2 real ranks (new Pythons): run first under xdist

@@ -1,13 +1,13 @@
 """All-reduce bandwidth measured for real: two processes in a gloo group."""
 
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 
 from health.probes.collectives import bus_bandwidth_gbps
+from runmgr.ports import rendezvous_port
 
 MEMBER = """
 import sys, torch, torch.distributed as dist
@@ -19,10 +19,10 @@ dist.destroy_process_group()
 """
 
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def free_port() -> int:
+    """A free port that no other process's ``bind(0)`` can take before the server binds it
+    (runmgr/ports.py: a port from the kernel's ephemeral range was seen taken in between)."""
+    return rendezvous_port()
 
 
 def test_bus_bandwidth_follows_the_ring_convention():

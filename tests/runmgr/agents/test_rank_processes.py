@@ -6,12 +6,12 @@ own, told apart from one that raised."""
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import pytest
 
 from runmgr.agents.rank_processes import RankProcesses, RankStart
+from runmgr.ports import rendezvous_port
 from tests.runmgr.agents.configs import tiny_config
 from trainer.plan import ResumePlan
 
@@ -20,9 +20,9 @@ WORLD = 2
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free port that no other process's ``bind(0)`` can take before the server binds it
+    (runmgr/ports.py: a port from the kernel's ephemeral range was seen taken in between)."""
+    return rendezvous_port()
 
 
 def tiny(save: Path, train_iters: int = ITERS):

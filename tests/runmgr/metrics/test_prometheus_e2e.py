@@ -12,7 +12,6 @@ import math
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -24,6 +23,7 @@ import pytest
 from logbook import Logbook
 from runmgr.chaos.build import release_file
 from runmgr.chaos.state import ChaosState
+from runmgr.ports import rendezvous_port
 from tests.e2e.harness import E2E_OVERRIDES, LaunchedRun, runmgr_text
 from tests.runmgr.metrics.test_dashboard import dashboard_queries
 
@@ -52,9 +52,9 @@ def wait_paused(run: LaunchedRun, index: int, step: int) -> dict:
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A free port that no other process's ``bind(0)`` can take before the server binds it
+    (runmgr/ports.py: a port from the kernel's ephemeral range was seen taken in between)."""
+    return rendezvous_port()
 
 
 class Prometheus:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from runmgr.ports import rendezvous_port
 from runmgr.watch.deaths import classify
 from runmgr.watch.torchrun import RejectedResult, root_cause, tracker_lines
 
@@ -26,9 +26,9 @@ while True:
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A free port that no other process's ``bind(0)`` can take before the server binds it
+    (runmgr/ports.py: a port from the kernel's ephemeral range was seen taken in between)."""
+    return rendezvous_port()
 
 
 def torchrun_output(tmp_path: Path, how: str) -> str:

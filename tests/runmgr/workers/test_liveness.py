@@ -9,13 +9,13 @@ node. A whole node killed for real is bench/restart_latency.py's runmgr-warm-nod
 
 from __future__ import annotations
 
-import socket
 import time
 
 import pytest
 import ray
 
 from runmgr.controller.group import WorkerInfo
+from runmgr.ports import rendezvous_port
 from runmgr.watch.deaths import classify
 from runmgr.workers.liveness import PeerProbe, ProbeResult, ray_raylets, raylet_refusal, silent_ranks
 from tests.runmgr.workers.standins import remote_rank
@@ -27,10 +27,9 @@ POLL_S = 0.05
 
 
 def closed_port() -> int:
-    """A port of this host where nothing listens (bound, then closed)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port of this host where nothing listens: free now, and below the ephemeral range, where no
+    other process's ``bind(0)`` or outgoing connection takes it (runmgr/ports.py)."""
+    return rendezvous_port()
 
 
 def test_only_ranks_silent_past_the_probe_while_a_peer_waits_are_checked():

@@ -59,6 +59,22 @@ def cmd_watch_replay(args: argparse.Namespace) -> int:
                        conf=conf[0] if conf else None, overrides=overrides, conf_dir=args.config_dir)
 
 
+def cmd_watch_follow(args: argparse.Namespace) -> int:
+    from runmgr.shadow.command import cmd_watch_follow as follow
+
+    return follow(args)
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 60:
+        raise argparse.ArgumentTypeError(f"{text} must be above 0 and at most 60 seconds")
+    return value
+
+
 def cmd_prepare_data(args: argparse.Namespace) -> int:
     from trainer.data.prepare import options_from, run
 
@@ -117,6 +133,17 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--save-interval", type=int, default=None,
                         help="checkpoint interval in steps, when the log does not say where checkpoints were")
     replay.set_defaults(func=cmd_watch_replay)
+    follow = watch_sub.add_parser("follow", help="follow a live Megatron-LM / MindSpeed-LLM log in shadow mode: "
+                                                 "incidents and what runmgr would do, into a logbook, never done")
+    follow.add_argument("source", help="the job's log file (it may not exist yet), its folder of per-rank logs, "
+                                       "or - for standard input (`kubectl logs -f ... | runmgr watch follow -`)")
+    follow.add_argument("items", nargs="*", metavar="conf=NAME key=value",
+                        help="the job's config and overrides (default conf/shadow.yaml): its watcher and policy "
+                             "judge the log; run.dir= says where the logbook goes")
+    follow.add_argument("--config-dir", type=Path, default=None, help="directory of the configs (default: ./conf)")
+    follow.add_argument("--poll-interval", type=positive_seconds, default=0.2, metavar="S",
+                        help="seconds between two looks at the log (default 0.2)")
+    follow.set_defaults(func=cmd_watch_follow)
 
     from trainer.data.prepare import add_arguments as add_prepare_arguments
 

@@ -108,6 +108,8 @@ class OutputTranslator:
             self._beat(poll, "init", event.step, event.time)  # loaded: still starting, further along
         elif isinstance(event, CheckpointObservation):
             poll.checkpoints.append(self._checkpoint_report(event))
+            # Saved: the ranks are back to their steps, and a silence from here is a step's, not a save's.
+            self._beat(poll, "step", event.step, event.time)
 
     def _step_report(self, obs: StepObservation) -> StepReport:
         """The step as the logbook records it: what the line did not give (or gave absurdly, and

@@ -43,12 +43,14 @@ class SavingReader:
         return []
 
 
-def test_a_save_beats_checkpoint_on_every_rank_and_its_report_times_it(tmp_path: Path):
+def test_a_save_beats_checkpoint_on_every_rank_then_step_once_saved_and_its_report_times_it(tmp_path: Path):
     (tmp_path / "step_00000004").mkdir()  # the built-in trainer's layout wins when it is there
     poll = GroupPoll()
     translator = OutputTranslator(PLAN, [0, 1, 2], SavingReader(), tmp_path, seq_length=16)
     translator.lines([(10.0, "saving ..."), (13.5, "successfully saved ...")], poll)
-    assert {(b.rank, b.phase, b.step) for b in poll.heartbeats} == {(r, "checkpoint", 4) for r in (0, 1, 2)}
+    # Saved, the ranks are back to stepping: a silence after the save is judged by a step's timeout.
+    assert [(b.rank, b.phase, b.step, b.time) for b in poll.heartbeats] == [
+        *((r, "checkpoint", 4, 10.0) for r in (0, 1, 2)), *((r, "step", 4, 13.5) for r in (0, 1, 2))]
     [report] = poll.checkpoints
     assert (report.path, report.seconds, report.subrun) == (str(tmp_path / "step_00000004"), 3.5, "7.02")
 

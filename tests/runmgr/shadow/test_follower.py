@@ -1,0 +1,149 @@
+"""A followed Megatron-LM log judged in shadow mode, in-process with an injected clock: what the
+logbook records, what runmgr would have done (never done), the job's own restart, the follower's
+own restart, and a log written thousands of lines at a time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from logbook import Logbook
+from runmgr.config.compose import load_run_config
+from runmgr.shadow.follower import NOT_ACTED_ON, Follower
+from runmgr.shadow.lines import FileLines
+from tests.runmgr.shadow.megatron_lines import iteration_line, loss_at, saved_lines
+
+JOB_ARGS = ("megatron.args=[--global-batch-size,8,--seq-length,128,--train-iters,200,--lr,3e-4,"
+            "--save,/ckpt,--load,/ckpt,--save-interval,10]")
+PERSISTENT, RECOVERING = range(60, 80), range(30, 33)
+
+
+class Job:
+    """A Megatron-LM log written line by line, and a clock that moves 0.5 s per 5 iterations."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.log = tmp_path / "train.log"
+        self.clock = [1000.0]
+        self.config = load_run_config("shadow", [f"run.dir={tmp_path / 'run'}", "watcher=demo", "policy=demo",
+                                                 JOB_ARGS])
+
+    def follower(self) -> tuple[Follower, Logbook]:
+        book = Logbook.open(self.config.run_dir())
+        return Follower(self.config, FileLines(self.log, lambda: self.clock[0]), book, lambda: self.clock[0]), book
+
+    def write(self, iterations: range, follower: Follower, spikes=(PERSISTENT, RECOVERING)) -> list:
+        judgements = []
+        with self.log.open("a") as handle:
+            for iteration in iterations:
+                handle.write(iteration_line(iteration, loss_at(iteration, *spikes)) + "\n")
+                if iteration % 10 == 0:
+                    handle.write("\n".join(saved_lines(iteration)) + "\n")
+                handle.flush()
+                if iteration % 5 == 0:
+                    self.clock[0] += 0.5
+                    judgements += follower.poll()
+        return judgements
+
+
+def events(book: Logbook, type_: str, kind: str | None = None) -> list[dict]:
+    return [e for e in book.events() if e["type"] == type_ and (kind is None or e.get("kind") == kind)]
+
+
+def test_a_persistent_spike_is_a_recommended_rollback_with_megatron_s_flags_and_a_recovering_one_is_not(tmp_path):
+    job = Job(tmp_path)
+    follower, book = job.follower()
+    seen = job.write(range(1, 101), follower)
+    assert [(j.incident.kind, j.incident.onset_step, j.decision.action) for j in seen] == [
+        ("loss_spike", 30, "ignore"), ("loss_spike", 60, "rollback_skip")]
+    (start,) = events(book, "subrun_start")
+    assert start["evidence"]["shadow"] and NOT_ACTED_ON in start["cause"]
+    (recommendation,) = events(book, "event", "recommendation")
+    data = recommendation["data"]
+    assert not data["acted_on"] and data["action"] == "rollback_skip" and data["restart_from_step"] == 50
+    assert data["start_checkpoint"] == "/ckpt/iter_0000050" and NOT_ACTED_ON in recommendation["message"]
+    args = data["args"]
+    skipped = [int(word) for word in args[args.index("--iterations-to-skip") + 1:] if word.isdigit()]
+    # Megatron skips the iterations it lists: a window from before the onset on, the spike's start in it.
+    assert skipped == list(range(skipped[0], skipped[-1] + 1)) and skipped[0] <= 60 <= skipped[-1]
+    assert "--iterations-to-skip" in recommendation["message"]
+    # The job went on (runmgr did nothing): one sub-run, every step recorded, each save a checkpoint.
+    assert [s.id for s in book.lineage()] == ["1.00"] and book.lineage()[0].is_open
+    assert [row["step"] for row in book.all_metrics()] == list(range(1, 101))
+    assert [c["step"] for c in events(book, "checkpoint")] == list(range(10, 101, 10))
+
+
+def test_a_silence_longer_than_the_learned_step_time_is_a_hang_recommended_once(tmp_path):
+    job = Job(tmp_path)
+    follower, book = job.follower()
+    job.write(range(1, 41), follower, spikes=(range(0), range(0)))
+    job.clock[0] += 4.0  # under the learned timeout (5 x 0.5 s, at least the demo watcher's 5 s)
+    assert follower.poll() == []
+    job.clock[0] += 2.0
+    (hang,) = follower.poll()
+    assert hang.incident.kind == "hang" and hang.incident.onset_step == 40
+    assert hang.decision.action == "dump_and_restart"
+    job.clock[0] += 60.0
+    assert follower.poll() == []  # one silence, one incident
+    (recommendation,) = events(book, "event", "recommendation")
+    assert recommendation["data"]["action"] == "dump_and_restart" and "--load" in recommendation["data"]["args"]
+
+
+def test_the_job_restarting_by_itself_is_the_next_sub_run(tmp_path):
+    job = Job(tmp_path)
+    follower, book = job.follower()
+    job.write(range(1, 46), follower, spikes=(range(0), range(0)))
+    with job.log.open("a") as handle:
+        handle.write(" successfully loaded checkpoint from /ckpt [ t 1/1, p 1/1 ] at iteration 40\n")
+    job.write(range(41, 61), follower, spikes=(range(0), range(0)))
+    first, second = book.lineage()
+    assert (first.id, first.end_state, first.last_step) == ("1.00", "restarting", 45)
+    assert second.id == "1.01" and second.start_step == 40 and "restarted by itself" in second.cause
+    assert [r["step"] for r in book.all_metrics() if r["subrun"] == "1.01"] == list(range(41, 61))
+
+
+def test_a_follower_killed_mid_log_and_restarted_repeats_no_incident_and_misses_none(tmp_path):
+    job = Job(tmp_path)
+    first, first_book = job.follower()
+    before = job.write(range(1, 51), first)  # the recovering spike at 30 is judged by the first follower
+    first_book.close()  # killed: no close(), only what each poll committed
+    second, book = job.follower()
+    after = job.write(range(51, 101), second)
+    assert [(j.incident.onset_step, j.decision.action) for j in before] == [(30, "ignore")]
+    assert [(j.incident.onset_step, j.decision.action) for j in after] == [(60, "rollback_skip")]
+    incidents = events(book, "incident")
+    assert [(i["kind"], i["step"]) for i in incidents] == [("loss_spike", 30), ("loss_spike", 60)]
+    assert [row["step"] for row in book.all_metrics()] == list(range(1, 101))
+
+
+def test_the_lines_a_killed_follower_read_after_its_last_save_are_not_recorded_twice(tmp_path):
+    job = Job(tmp_path)
+    first, first_book = job.follower()
+    job.write(range(1, 21), first)
+    saved = (job.config.run_dir() / "shadow_state.json").read_text()
+    job.write(range(21, 26), first)  # recorded, then killed before its position was saved
+    (job.config.run_dir() / "shadow_state.json").write_text(saved)
+    first_book.close()
+    second, book = job.follower()
+    job.write(range(26, 41), second)
+    assert [row["step"] for row in book.all_metrics()] == list(range(1, 41))
+
+
+def test_thousands_of_lines_written_at_once_are_all_taken_in_one_poll(tmp_path):
+    job = Job(tmp_path)
+    follower, book = job.follower()
+    with job.log.open("w") as handle:
+        for iteration in range(1, 5001):
+            handle.write(iteration_line(iteration, loss_at(iteration, range(0), range(0)), total=5000) + "\n")
+    follower.poll()
+    assert len(book.all_metrics()) == 5000
+
+
+@pytest.mark.parametrize("override, words", [
+    ("trainer.kind=builtin", "trainer.kind=megatron"),
+])
+def test_a_config_that_is_not_a_megatron_job_is_one_line(tmp_path, override, words):
+    from runmgr.shadow.command import FollowInputError, follow_config
+
+    with pytest.raises(FollowInputError, match=words):
+        follow_config("shadow", [override, f"run.dir={tmp_path}"], None)

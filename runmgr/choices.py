@@ -120,3 +120,10 @@ class RestartPoint(Choice):
     newest_at_restart = "newest_at_restart"
     memory = "memory"
     """A warm restart: the ranks' in-memory snapshot at ``restart_from_step``."""
+
+
+class NotifyFormat(Choice):
+    """The body a webhook is sent (runmgr/notify/sender.py)."""
+
+    generic = "generic"
+    slack = "slack"

@@ -75,6 +75,12 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def cmd_approve(args: argparse.Namespace) -> int:
+    from runmgr.approvals import answer
+
+    return answer(args.run, args.command == "approve", sys.stdout)
+
+
 def cmd_prepare_data(args: argparse.Namespace) -> int:
     from trainer.data.prepare import options_from, run
 
@@ -117,6 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("run", help="run name (under runs/) or run directory")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(func=cmd_status)
+
+    for verb, words in (("approve", "carry out the remedy the run holds for a person (policy.act_on)"),
+                        ("decline", "go on without the remedy the run holds for a person")):
+        held = sub.add_parser(verb, help=words)
+        held.add_argument("run", help="run name (under runs/) or run directory")
+        held.set_defaults(func=cmd_approve)
 
     from runmgr.logbook_command import add_parser as add_logbook
 

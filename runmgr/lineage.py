@@ -13,6 +13,7 @@ from typing import Callable, TextIO
 
 from logbook import Logbook
 from runmgr import cluster as ray_cluster
+from runmgr.approvals import take_answer
 from runmgr.config.compose import with_settings
 from runmgr.rehearsal import Mapping
 from runmgr.config.schema import RunConfig
@@ -231,7 +232,8 @@ def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, 
         poll_interval_s=config.controller.poll_interval_s, observers=seen.all, read_devices=devices.drain,
         read_uploads=seen.mirroring.read_uploads if seen.mirroring is not None else no_uploads,
         dump_stacks=runner.dump_stacks, nodes=kuberay_replacement(config, device_kind, admitted, out, devices.add_node)
-        if config.kubernetes.replace_excluded_nodes else None)
+        if config.kubernetes.replace_excluded_nodes else None,
+        verdicts=lambda subrun: take_answer(config.run_dir(), subrun))
     try:
         final = controller.run()
         seen.settle(judge, final, controller.last_step, config, out)

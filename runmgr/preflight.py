@@ -90,7 +90,15 @@ def s3_bucket(launch: PreparedLaunch) -> None:
         probe(S3Client(launch.config.checkpoint.s3, launch.config.run.name))
 
 
-CHECKS: tuple[Callable[[PreparedLaunch], None], ...] = (data_path, run_directory, kubernetes, s3_bucket)
+def webhooks(launch: PreparedLaunch) -> None:
+    """notify's webhooks can be read where the config says they are (an environment variable, a file)."""
+    if launch.config.notify.targets() and not launch.request.dry_run:
+        from runmgr.notify.targets import resolve
+
+        resolve(launch.config.notify)
+
+
+CHECKS: tuple[Callable[[PreparedLaunch], None], ...] = (data_path, webhooks, run_directory, kubernetes, s3_bucket)
 """The pre-flight's checks, in order (a dry run writes nothing: it checks only the data)."""
 
 

@@ -11,12 +11,13 @@ from typing import Callable, Optional, TextIO
 
 from logbook import Logbook
 from runmgr.chaos.build import Chaos
-from runmgr.config.compose import config_as_dict
+from runmgr.config.compose import recorded_config
 from runmgr.config.schema import RunConfig
 from runmgr.controller.judge import ClusterSlots, Judge
 from runmgr.controller.states import Launching, State
 from runmgr.metrics.exporter import MetricsObserver
 from runmgr.metrics.server import MetricsServer
+from runmgr.notify.observer import NotifyObserver
 from runmgr.observers.logbook_writer import LogbookObserver, record_injection
 from runmgr.observers.mirror import MirrorObserver, settle_uploads, submit_local_checkpoints
 from runmgr.observers.progress import ProgressObserver
@@ -39,6 +40,7 @@ class RunObservers:
     mirroring: Optional[MirrorObserver]
     exporter: Optional[MetricsObserver]
     injector: Optional[object]
+    notify: Optional[NotifyObserver] = None
     all: list = field(default_factory=list)
 
     def settle(self, judge: Judge, final: State, last_step: int, config: RunConfig, out: TextIO) -> None:
@@ -53,6 +55,8 @@ class RunObservers:
     def close(self, metrics: Optional[MetricsServer]) -> None:
         if self.injector is not None:
             self.injector.close()
+        if self.notify is not None:  # before the logbook closes: it records each delivery
+            self.notify.close()
         if metrics is not None and self.exporter is not None:  # it reads the logbook, which closes after this
             metrics.registry.unregister(self.exporter)
 
@@ -61,7 +65,7 @@ def build_observers(config: RunConfig, book: Logbook, initial: Launching, out: T
                     metrics: Optional[MetricsServer], mirror: Optional[S3Mirror],
                     chaos: Optional[Chaos]) -> RunObservers:
     """The observers, in the order they see each transition."""
-    logbook = LogbookObserver(book, config_as_dict(config))
+    logbook = LogbookObserver(book, recorded_config(config))
     mirroring = MirrorObserver(mirror, book) if mirror is not None else None
     retention = RetentionObserver(config.checkpoint_dir(), config.checkpoint.keep_last, rollback_reach_steps(config),
                                   durable=mirror)
@@ -73,9 +77,11 @@ def build_observers(config: RunConfig, book: Logbook, initial: Launching, out: T
         metrics.registry.register(exporter)
     injector = chaos.injector(lambda injection: record_injection(book, injection)) \
         if chaos is not None and chaos.enabled else None
+    notify = NotifyObserver(config, book) if config.notify.targets() else None
     everyone = [logbook, mirroring, retention, status, ProgressObserver(config.training.train_iters, out),
-                exporter, injector]
-    return RunObservers(logbook, retention, mirroring, exporter, injector, [o for o in everyone if o is not None])
+                exporter, injector, notify]
+    return RunObservers(logbook, retention, mirroring, exporter, injector, notify,
+                        [o for o in everyone if o is not None])
 
 
 def start_mirror(mirror: Optional[S3Mirror], config: RunConfig, start_step: int) -> None:

@@ -20,7 +20,7 @@ from runmgr.chaos.garbage import SampleWindow
 from runmgr.chaos.pause import StepPause, subrun_index
 from runmgr.chaos.state import ChaosState
 from runmgr.config.chaos import CHECKPOINT_FAIL, LR_BLOWUP, FaultSpec
-from runmgr.controller.states import Failed, Finished, Running, State
+from runmgr.controller.states import AwaitingApproval, Failed, Finished, Running, State
 from trainer.data.sampler import SkipSchedule
 from trainer.report import PAUSED, Heartbeat
 
@@ -118,12 +118,15 @@ class ChaosInjector:
     # --- observer protocol -------------------------------------------------
 
     def on_transition(self, old: State | None, new: State) -> None:
+        going_on = (Running, AwaitingApproval)  # a remedy held for a person: the same ranks go on
+        if isinstance(old, going_on) and isinstance(new, going_on):
+            return
         if isinstance(new, Running):
             # Runtime faults wait for the sub-run's first step report: a rank killed
             # while it loads a checkpoint is a different fault from one killed mid-run.
             self._running_since, self._step = self.clock(), None
             return
-        if isinstance(old, Running):
+        if isinstance(old, going_on):
             self._undo(self._until_sub_run_ends)  # e.g. the sub-run's storage outage ends with it
             self._until_sub_run_ends = []
         if isinstance(new, (Finished, Failed)):

@@ -206,8 +206,16 @@ def with_settings(config: RunConfig, settings: list[str]) -> RunConfig:
 
 
 def config_as_dict(config: RunConfig) -> dict:
-    """Plain data (choices as their strings), as the logbook keeps it."""
+    """Plain data (choices as their strings)."""
     return OmegaConf.to_container(OmegaConf.structured(config), resolve=True, enum_to_str=True)  # type: ignore[return-value]
+
+
+def recorded_config(config: RunConfig) -> dict:
+    """The config as the logbook keeps it: plain data, a webhook's URL written out in it masked (a
+    secret: runmgr/config/notify.py)."""
+    plain = config_as_dict(config)
+    plain["notify"].update(config.notify.masked())
+    return plain
 
 
 def _first_line(exc: BaseException) -> str:

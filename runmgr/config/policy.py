@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from runmgr.choices import DeathAction, DeathCategory, InstabilityKind, LadderAction, SlowdownAction
+from runmgr.choices import Action, DeathAction, DeathCategory, InstabilityKind, LadderAction, SlowdownAction
 from runmgr.config.typed import build
 from runmgr.errors import ConfigError
 
@@ -151,6 +151,11 @@ def _default_death_actions() -> dict[DeathCategory, DeathAction]:
             category.rerun: restart, category.validation: exclude, category.unknown: restart}
 
 
+ALL_REMEDIES = "all"
+NO_REMEDY = (Action.ignore.value, Action.abort.value)
+"""Decisions that are not remedies: carried out whatever ``act_on`` says."""
+
+
 @dataclass(frozen=True)
 class PolicyConfig:
     """The whole policy (Hydra group ``policy``)."""
@@ -166,8 +171,21 @@ class PolicyConfig:
     checkpoint older than that one; no other category names a checkpoint to reject."""
     slowdown_action: SlowdownAction = SlowdownAction.ignore
     """ignore (record it) or restart a job that runs well below its own throughput baseline."""
+    act_on: list[str] = field(default_factory=lambda: [ALL_REMEDIES])
+    """The remedies runmgr carries out by itself (``all``: every one). Any other decision is a
+    recommendation: recorded, told to the webhooks (``notify``), and the run goes on as it is until
+    a person runs ``runmgr approve RUN`` (then carried out) or ``runmgr decline RUN`` (the run goes
+    on as if it had not been decided). ``ignore`` and ``abort`` are no remedies: always done."""
+
+    def carries_out(self, action: str) -> bool:
+        """True when runmgr does ``action`` without asking a person."""
+        return ALL_REMEDIES in self.act_on or action in self.act_on or action in NO_REMEDY
 
     def problems(self) -> list[str]:
+        unknown = [name for name in self.act_on if name != ALL_REMEDIES and name not in Action.values()]
+        if unknown:
+            remedies = [a for a in Action.values() if a not in NO_REMEDY]
+            return [f"policy.act_on: {unknown[0]!r} is no remedy; name some of {', '.join(remedies)} (or all)"]
         missing = [c for c in DeathCategory.values() if c not in self.death_actions]
         if missing:
             return [f"death_actions must name every category ({', '.join(DeathCategory.values())}); missing {missing[0]}"]

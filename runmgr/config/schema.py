@@ -23,6 +23,7 @@ from runmgr.config.kubernetes import KubernetesConfig
 from runmgr.config.lint import LintConfig
 from runmgr.config.megatron import MegatronConfig, TrainerKind, TrainerSection, save_dir
 from runmgr.config.metrics import MetricsConfig
+from runmgr.config.notify import NotifyConfig
 from runmgr.config.numbers import number_problems
 from runmgr.config.policy import PolicyConfig
 from runmgr.config.rehearse import RehearseConfig
@@ -149,6 +150,8 @@ class RunConfig(TrainerConfig):
     """The sizes of ``runmgr launch --rehearse``: this recipe small, on this machine (runmgr/rehearsal.py)."""
     kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
     """On KubeRay: replace an excluded node's worker pod (runmgr/config/kubernetes.py; k8s/ sets it)."""
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
+    """Webhooks told when the run needs a person (runmgr/config/notify.py; docs/notify.md)."""
 
     @property
     def world_size(self) -> int:
@@ -224,6 +227,7 @@ class RunConfig(TrainerConfig):
         out += self.rehearse.problems()
         out += self.checkpoint.s3.problems()
         out += self.kubernetes.problems()
+        out += self.notify.problems()
         out += nested_problems(self.watcher, "watcher")
         out += self.chaos.problems(self.training.train_iters)
         try:

@@ -18,6 +18,7 @@ from runmgr.controller.group import GroupPoll, OutputLine, WorkerFailure, Worker
 from runmgr.policy.abilities import BUILTIN_ABILITIES, TrainerAbilities
 from runmgr.policy.capacity import Capacity
 from runmgr.policy.checkpoints import VerifiedCheckpoint
+from runmgr.policy.decision import Decision, held_for_approval
 from runmgr.config.policy import PolicyConfig
 from runmgr.policy.history import History
 from runmgr.policy.ladder import decide
@@ -82,6 +83,8 @@ class Judge:
         self._warm_cover: Callable[[], Optional[WarmCover]] = no_warm_cover
         self._subrun = SubrunMemory()
         self._lineage_steps = 0
+        self._held: Optional[tuple[Incident, Decision, list[VerifiedCheckpoint]]] = None
+        """The remedy held for a person's approval, with what it was decided on."""
 
     def start_subrun(self, workers: Sequence[WorkerInfo],
                      warm_cover: Callable[[], Optional[WarmCover]] | None = None,
@@ -213,8 +216,25 @@ class Judge:
         checkpoints = list(self.checkpoints(last_step))
         decision = decide(incident, self.history, self.policy_config, checkpoints, self._capacity(),
                           self.abilities, self._warm_cover())
-        self.history = self.history.record(incident, decision, checkpoints)
+        decision = held_for_approval(decision, self.policy_config.carries_out)
+        if decision.awaits_approval:  # in the policy's history once approved: a declined one never was
+            if self._held is None:
+                self._held = (incident, decision, checkpoints)
+        else:
+            self.history = self.history.record(incident, decision, checkpoints)
         return Judgement(incident, decision)
+
+    def declined(self) -> None:
+        """A person declined the held remedy: as if it had never been decided (no budget used, no
+        sub-run ending), so that what comes next is decided afresh."""
+        self._held = None
+
+    def approved(self) -> None:
+        """A person approved the held remedy: in the policy's history from now, as carried out."""
+        if self._held is not None:
+            incident, decision, checkpoints = self._held
+            self.history = self.history.record(incident, replace(decision, awaits_approval=False), checkpoints)
+            self._held = None
 
 
 class SubrunMemory:

@@ -18,4 +18,9 @@ class Judgement:
 
     @property
     def ends_subrun(self) -> bool:
-        return self.decision.restarts or self.decision.action == ABORT
+        """The decision ends the sub-run now (a remedy held for a person's approval does not yet)."""
+        return (self.decision.restarts or self.decision.action == ABORT) and not self.decision.awaits_approval
+
+    @property
+    def awaits_approval(self) -> bool:
+        return self.decision.awaits_approval

@@ -12,6 +12,7 @@ fake worker group.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Callable, Protocol, Sequence
 
 from runmgr.controller.group import (
@@ -21,7 +22,7 @@ from runmgr.controller.judge import Judge
 from runmgr.controller.judgement import Judgement
 from runmgr.controller.replacement import NodeReplacement
 from runmgr.controller.states import (
-    ALLOWED, Failed, Finished, Launching, Restarting, Running, State, is_terminal,
+    ALLOWED, AwaitingApproval, Failed, Finished, Launching, Restarting, Running, State, Verdict, is_terminal,
 )
 from runmgr.errors import ClusterError, ClusterLostError, PlanRefusedError
 from runmgr.policy.decision import ABORT, Decision
@@ -69,6 +70,10 @@ def no_uploads() -> list[UploadObservation]:
     return []
 
 
+def no_verdict(subrun: str) -> Verdict | None:
+    return None
+
+
 class Controller:
     """Drives sub-runs until the run finishes or needs a person."""
 
@@ -88,6 +93,7 @@ class Controller:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         nodes: NodeReplacement | None = None,
+        verdicts: Callable[[str], Verdict | None] = no_verdict,
     ) -> None:
         """``make_group()`` builds an empty group that places a sub-run's ranks as its
         plan says (data-parallel size, nodes to avoid); ``resume_at(step, why)`` finds
@@ -95,7 +101,8 @@ class Controller:
         ``read_devices()`` and ``read_uploads()`` the device poll's readings and the S3
         mirror's attempts since the last call, read after the observers saw the poll;
         ``nodes``: the cluster's replacement of excluded nodes (None: it replaces none, and
-        the judge's capacity says so, so no decision asks for one)."""
+        the judge's capacity says so, so no decision asks for one); ``verdicts(subrun)``: a person's
+        answer to the remedy ``subrun`` holds for approval, once (None: none yet)."""
         self.state: State = initial
         self.trainer_config = trainer_config
         self.make_group = make_group
@@ -110,6 +117,7 @@ class Controller:
         self.clock = clock
         self.sleep = sleep
         self.nodes = nodes
+        self.verdicts = verdicts
         self.last_step = initial.start_step
         self._group: WorkerGroup | None = None
         self._finished_ranks: set[int] = set()
@@ -128,7 +136,8 @@ class Controller:
 
     def step(self) -> State:
         """Perform one transition (or one poll while running)."""
-        handlers = {Launching: self._launch, Running: self._watch, Restarting: self._restart}
+        handlers = {Launching: self._launch, Running: self._watch, AwaitingApproval: self._watch,
+                    Restarting: self._restart}
         new = handlers[type(self.state)](self.state)
         if new is not self.state:
             self._transition(new)
@@ -190,7 +199,7 @@ class Controller:
             return Failed(state.subrun, judgement.decision.reason, self.last_step)
         return Restarting(state.subrun, state.plan, judgement, self.last_step)
 
-    def _watch(self, state: Running) -> State:
+    def _watch(self, state: Running | AwaitingApproval) -> State:
         assert self._group is not None
         try:
             poll = self._group.poll(self.poll_interval_s)
@@ -211,6 +220,9 @@ class Controller:
         ending = [j for j in judgements if j.ends_subrun]
         if ending:
             return self._end_subrun(state, ending)
+        held = next((j for j in judgements if j.awaits_approval), None)
+        if held is not None and isinstance(state, Running):  # the ranks go on while a person decides
+            return AwaitingApproval(state.subrun, state.plan, state.start_step, state.workers, held)
         if poll.failures:
             self._stop_group()
             texts = "; ".join(f"rank {f.rank}: {f.text.splitlines()[-1] if f.text else f.kind}" for f in poll.failures)
@@ -220,9 +232,23 @@ class Controller:
         if state.workers and len(self._finished_ranks) >= len(state.workers):
             self._stop_group()
             return Finished(state.subrun, self.last_step)
+        if isinstance(state, AwaitingApproval):
+            return self._answered(state, self.verdicts(state.subrun))
         return state
 
-    def _end_subrun(self, state: Running, ending: list[Judgement]) -> State:
+    def _answered(self, state: AwaitingApproval, verdict: Verdict | None) -> State:
+        """A person's answer to the held remedy: carried out as decided, or the run goes on."""
+        if verdict is None:
+            return state
+        if not verdict.approved:
+            self.judge.declined()
+            return Running(state.subrun, state.plan, state.start_step, state.workers, declined=verdict)
+        self.judge.approved()
+        decision = replace(state.judgement.decision, awaits_approval=False)
+        return self._end_subrun(state, [replace(state.judgement, decision=decision)], approval=verdict)
+
+    def _end_subrun(self, state: Running | AwaitingApproval, ending: list[Judgement],
+                    approval: Verdict | None = None) -> State:
         """Carry out what the decisions that end the sub-run amount to (the policy's
         :func:`merge_ending`): stacks, stopping the ranks, then a person or the next sub-run."""
         merged = merge_ending([j.decision for j in ending])
@@ -234,7 +260,7 @@ class Controller:
         if judgement.decision.action == ABORT:
             return Failed(state.subrun, judgement.decision.reason, self.last_step)
         return Restarting(state.subrun, state.plan, judgement, self.last_step, merged.also_exclude,
-                          merged.also_resize)
+                          merged.also_resize, approval)
 
     def _restart(self, state: Restarting) -> State:
         decision = state.judgement.decision

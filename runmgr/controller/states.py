@@ -25,6 +25,16 @@ class Launching:
 
 
 @dataclass(frozen=True)
+class Verdict:
+    """A person's answer to a held remedy (``runmgr approve`` / ``runmgr decline``)."""
+
+    approved: bool
+    by: str
+    """Who answered (the user that ran the command)."""
+    at: float
+
+
+@dataclass(frozen=True)
 class Running:
     """The ranks of ``subrun`` are training."""
 
@@ -32,6 +42,21 @@ class Running:
     plan: ResumePlan
     start_step: int
     workers: tuple = ()
+    declined: Optional[Verdict] = None
+    """The held remedy a person just declined (after :class:`AwaitingApproval`); None otherwise."""
+
+
+@dataclass(frozen=True)
+class AwaitingApproval:
+    """The ranks of ``subrun`` go on training while a remedy runmgr may not take by itself
+    (``policy.act_on``) waits for a person: ``runmgr approve`` or ``runmgr decline``."""
+
+    subrun: str
+    plan: ResumePlan
+    start_step: int
+    workers: tuple
+    judgement: Judgement
+    """The incident and the held decision."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +72,8 @@ class Restarting:
     seen in the poll that also ended it for a spike): the next sub-run avoids them too."""
     also_resize: Optional[int] = None
     """The smallest data-parallel size any decision of that poll asked for."""
+    approval: Optional[Verdict] = None
+    """The person who approved the decision, when it was held for one."""
 
 
 @dataclass(frozen=True)
@@ -66,11 +93,12 @@ class Failed:
     last_step: int
 
 
-State = Launching | Running | Restarting | Finished | Failed
+State = Launching | Running | AwaitingApproval | Restarting | Finished | Failed
 
 ALLOWED: dict[type, tuple[type, ...]] = {
     Launching: (Running, Restarting, Failed),
-    Running: (Running, Restarting, Finished, Failed),
+    Running: (Running, AwaitingApproval, Restarting, Finished, Failed),
+    AwaitingApproval: (Running, Restarting, Finished, Failed),
     Restarting: (Launching, Failed),
     Finished: (),
     Failed: (),

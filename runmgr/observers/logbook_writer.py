@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from logbook import Logbook
 from runmgr.controller.judgement import Judgement
-from runmgr.controller.states import Failed, Finished, Launching, Restarting, Running, State
+from runmgr.controller.states import AwaitingApproval, Failed, Finished, Launching, Restarting, Running, State
 from runmgr.controller.group import GroupPoll, WorkerInfo
 from runmgr.stacks import stacks_dir
 from runmgr.watch.observations import RefusedValue
@@ -181,11 +181,27 @@ class LogbookObserver:
             self.refusals.close(self.book, new.subrun)
         if isinstance(new, Launching):
             self._start(new)
+        elif isinstance(new, Running) and new.declined is not None:
+            held = old.judgement if isinstance(old, AwaitingApproval) else None
+            what = f" {held.decision.action} for the {held.incident.summary()}" if held else ""
+            self.book.record_event(new.subrun, "declined", f"{new.declined.by} declined{what}; the run goes on",
+                                   {"by": new.declined.by, "at": new.declined.at})
         elif isinstance(new, Running):
             self.book.record_event(new.subrun, "workers_started", f"{len(new.workers)} workers started",
                                    workers_record(new.workers))
+        elif isinstance(new, AwaitingApproval):
+            incident, decision = new.judgement.incident, new.judgement.decision
+            self.book.record_event(
+                new.subrun, "awaiting_approval",
+                f"held for a person (policy.act_on): runmgr would {decision.action} for the {incident.summary()}; "
+                f"`runmgr approve RUN` carries it out, `runmgr decline RUN` goes on without it",
+                {"action": str(decision.action), "incident_kind": str(incident.kind)}, step=incident.onset_step)
         elif isinstance(new, Restarting):
             decision = new.judgement.decision
+            if new.approval is not None:
+                self.book.record_event(new.subrun, "approved",
+                                       f"{new.approval.by} approved {decision.action}: carried out now",
+                                       {"by": new.approval.by, "at": new.approval.at, "action": str(decision.action)})
             record_stacks(self.book, new.subrun)
             self.book.end_subrun(new.subrun, "restarting", new.last_step, f"{decision.action}: {new.judgement.incident.summary()}")
         elif isinstance(new, Finished):

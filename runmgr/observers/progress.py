@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Callable, TextIO
 
-from runmgr.controller.states import Failed, Finished, Launching, Restarting, Running, State
+from runmgr.controller.states import AwaitingApproval, Failed, Finished, Launching, Restarting, Running, State
 from runmgr.controller.judgement import Judgement
 from runmgr.controller.group import GroupPoll
 from runmgr.observers.logbook_writer import tokens_per_s
@@ -50,6 +50,12 @@ class ProgressObserver:
         if isinstance(new, Launching):
             # The cause is told in full with its incident; here only what it was.
             self._event(f"sub-run {new.subrun}: starting from step {new.start_step} ({new.cause.split(': ')[0]})")
+        elif isinstance(new, Running) and new.declined is not None:
+            self._event(f"sub-run {new.subrun}: {new.declined.by} declined the held remedy; going on")
+        elif isinstance(new, AwaitingApproval):
+            decision = new.judgement.decision
+            self._event(f"sub-run {new.subrun}: waiting for a person to approve {decision.action} "
+                        f"(`runmgr approve RUN` or `runmgr decline RUN`); training goes on")
         elif isinstance(new, Running):
             pids = ", ".join(f"rank {w.rank} pid {w.pid}" for w in new.workers)
             count = f"{len(new.workers)} worker{'s' if len(new.workers) != 1 else ''}"

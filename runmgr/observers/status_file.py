@@ -6,13 +6,14 @@ import os
 import time
 from pathlib import Path
 
-from runmgr.controller.states import Failed, Finished, Launching, Restarting, Running, State
+from runmgr.controller.states import AwaitingApproval, Failed, Finished, Launching, Restarting, Running, State
 from runmgr.status import write_status
 from runmgr.controller.judgement import Judgement
 from runmgr.controller.group import GroupPoll
 from trainer.report import PAUSED
 
-STATE_NAMES = {Launching: "launching", Running: "running", Restarting: "restarting", Finished: "finished", Failed: "failed"}
+STATE_NAMES = {Launching: "launching", Running: "running", AwaitingApproval: "awaiting_approval",
+               Restarting: "restarting", Finished: "finished", Failed: "failed"}
 
 
 class StatusFileObserver:
@@ -33,7 +34,8 @@ class StatusFileObserver:
     def on_transition(self, old: State | None, new: State) -> None:
         self.status["state"] = STATE_NAMES[type(new)]
         self.status["subrun"] = new.subrun
-        if isinstance(new, Running):
+        self.status["awaiting"] = awaiting_record(new) if isinstance(new, AwaitingApproval) else None
+        if isinstance(new, Running) and new.declined is None:
             self.status["workers"] = [w.to_dict() for w in new.workers]
             self._phases, self.status["paused_ranks"] = {}, []
         elif isinstance(new, Launching):
@@ -63,3 +65,10 @@ class StatusFileObserver:
     def _write(self) -> None:
         self.status["updated_at"] = time.time()
         write_status(self.run_dir, self.status)
+
+
+def awaiting_record(state: AwaitingApproval) -> dict:
+    """The remedy a run holds for a person, as ``runmgr status`` and ``runmgr approve`` read it."""
+    incident, decision = state.judgement.incident, state.judgement.decision
+    return {"action": str(decision.action), "incident": incident.summary(), "step": incident.onset_step,
+            "reason": decision.reason}

@@ -7,7 +7,7 @@ folds into the next sub-run's :class:`trainer.plan.ResumePlan`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, Optional
 
 from runmgr.choices import Action, LadderAction, RestartPoint
@@ -84,6 +84,9 @@ class Decision:
     await_timeout_s: float = 0.0
     """The longest wait for ``await_ranks``; past it the sub-run starts with what is there
     (a launch that cannot place its ranks is a launch failure, decided as such)."""
+    awaits_approval: bool = False
+    """``policy.act_on`` does not name this remedy: the executor holds it until a person approves
+    it (``runmgr approve``: carried out as decided) or declines it (the run goes on)."""
 
     @property
     def restarts(self) -> bool:
@@ -108,8 +111,19 @@ class Decision:
             "wait_s": self.wait_s,
             "local_norms_steps": list(self.local_norms_steps),
             "warm": self.warm,
+            "awaits_approval": self.awaits_approval,
             "replace_ranks": list(self.replace_ranks),
             "replace_nodes": list(self.replace_nodes),
             "await_ranks": self.await_ranks,
             "await_timeout_s": self.await_timeout_s,
         }
+
+
+def held_for_approval(decision: Decision, carries_out) -> Decision:
+    """``decision``, held for a person's approval when ``carries_out(action)`` says runmgr does not
+    take that remedy by itself (``policy.act_on``)."""
+    if carries_out(decision.action):
+        return decision
+    return replace(decision, awaits_approval=True,
+                   reason=f"{decision.reason}; held for a person (policy.act_on does not name {decision.action}): "
+                          f"`runmgr approve RUN` carries it out, `runmgr decline RUN` goes on without it")

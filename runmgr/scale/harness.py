@@ -21,7 +21,7 @@ import ray
 from prometheus_client import CollectorRegistry
 
 from logbook import Logbook
-from runmgr.config.compose import config_as_dict, load_run_config
+from runmgr.config.compose import load_run_config, recorded_config
 from runmgr.config.schema import RunConfig
 from runmgr.controller.judge import ClusterSlots, Judge
 from runmgr.controller.judgement import Judgement
@@ -209,7 +209,7 @@ def build_controller(job: ScaleJob, config: RunConfig, book: Logbook, hosts: lis
     ids = SubrunIds(1, 0)
     first = ids.take()
     initial = Launching(first, ResumePlan(subrun=first, data_parallel_size=job.ranks), 0, "launch", {})
-    logbook = LogbookObserver(book, config_as_dict(config))
+    logbook = LogbookObserver(book, recorded_config(config))
     return Controller(initial, trainer_config, make_group=make_group, resume_at=resume_at, judge=judge,
                       subrun_ids=ids, poll_interval_s=job.poll_interval_s,
                       observers=[logbook, *observers])

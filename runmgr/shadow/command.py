@@ -21,6 +21,7 @@ from runmgr.config.schema import RunConfig
 from runmgr.errors import UserError
 from runmgr.metrics.exporter import MetricsObserver
 from runmgr.metrics.server import MetricsServer
+from runmgr.notify.observer import NotifyObserver
 from runmgr.shadow.follower import NOT_ACTED_ON, Follower
 from runmgr.shadow.lines import StreamLines, open_source
 
@@ -64,12 +65,17 @@ def main_follow(where: str, conf: Optional[str], overrides: Sequence[str], conf_
     exporter = MetricsObserver(book, config.training.train_iters) if metrics is not None else None
     if metrics is not None and exporter is not None:
         metrics.registry.register(exporter)
+    notify = None
     try:
-        follower = Follower(config, source, book, time.time, observers=(exporter,) if exporter else ())
+        notify = NotifyObserver(config, book) if config.notify.targets() else None  # a missing secret: one line
+        follower = Follower(config, source, book, time.time, observers=(exporter,) if exporter else (),
+                            notify=notify)
         say(out, f"runmgr: following {source.describe()} in shadow mode ({NOT_ACTED_ON}); logbook {config.run_dir()}"
                  + (f"; metrics at http://{metrics.address}/metrics" if metrics is not None else ""))
         _follow(follower, source, stop, poll_interval_s, out)
     finally:
+        if notify is not None:  # what is queued is sent (or its failure recorded) before the logbook closes
+            notify.close()
         if metrics is not None:
             if exporter is not None:
                 metrics.registry.unregister(exporter)

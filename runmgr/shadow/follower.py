@@ -29,12 +29,13 @@ import json
 import math
 import os
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
 from logbook import Logbook
 from runmgr.config.argv import flag_value
+from runmgr.config.compose import recorded_config
 from runmgr.config.schema import RunConfig
 from runmgr.controller.group import GroupPoll, WorkerInfo
 from runmgr.controller.judge import Judge
@@ -42,6 +43,7 @@ from runmgr.controller.judgement import Judgement
 from runmgr.controller.states import Launching, Running
 from runmgr.megatron.flags import PlanNotCarried, checkpoint_step, script_args
 from runmgr.megatron.flavors import abilities_of, job_abilities
+from runmgr.notify.observer import NotifyObserver
 from runmgr.observers.logbook_writer import LogbookObserver
 from runmgr.policy.checkpoints import VerifiedCheckpoint
 from runmgr.policy.plan_update import next_plan
@@ -82,18 +84,21 @@ class Follower:
     """Follows one source into one logbook. ``poll()`` once per interval; ``close()`` at the end."""
 
     def __init__(self, config: RunConfig, source: LineSource, book: Logbook, clock: Callable[[], float],
-                 observers: tuple = ()) -> None:
-        """``observers``: more observers of the sub-runs, polls and judgements (the metrics exporter)."""
+                 observers: tuple = (), notify: Optional[NotifyObserver] = None) -> None:
+        """``observers``: more observers of the sub-runs, polls and judgements (the metrics exporter);
+        ``notify``: told of each recommendation (and, as an observer, of the rest)."""
         self.config = config
         self.source = source
         self.book = book
         self.clock = clock
-        self.writer = LogbookObserver(book, {"shadow": True, "source": source.describe(),
-                                             "watcher_policy_of": config.run.name})
-        self.observers = (self.writer, *observers)
+        self.writer = LogbookObserver(book, {**recorded_config(config),
+                                             "shadow": {"source": source.describe(), "acted_on": False}})
+        self.notify = notify
+        self.observers = (self.writer, *observers, *((notify,) if notify is not None else ()))
         self.args = list(config.megatron.args)
         self.checkpoints: dict[int, VerifiedCheckpoint] = {}
-        self.judge = Judge(config.watcher, config.policy,
+        # Nothing is carried out in shadow: every decision is a recommendation, none held (policy.act_on).
+        self.judge = Judge(config.watcher, replace(config.policy, act_on=["all"]),
                            lambda max_step: [c for c in self.checkpoints.values() if c.step <= max_step],
                            abilities=job_abilities(config.megatron.flavor, self.args) if self.args
                            else abilities_of(config.megatron.flavor))
@@ -193,22 +198,25 @@ class Follower:
         assert self.subrun is not None
         decision = judgement.decision
         checkpoint = self._checkpoint_path(decision.restart_from_step)
-        plan = next_plan(self.subrun.plan, decision, f"{self.subrun.id}+", checkpoint)
+        # The sub-run runmgr would have started: the label the judge now goes on with (``ID+N``).
+        plan = next_plan(self.subrun.plan, decision, self.subrun.label, checkpoint)
         args, refused = self._restart_args(plan)
         where = f" from the checkpoint at step {decision.restart_from_step}" \
             if decision.restart_from_step is not None else ""
         how = f"; it would restart the job with: {shlex.join(args)}" if args else \
             (f"; {refused}" if refused else "")
         self.recommendations += 1
+        text = f"{NOT_ACTED_ON}: runmgr would {decision.action}{where} ({judgement.incident.summary()}){how}"
         self.book.record_event(
-            self.subrun.id, "recommendation",
-            f"{NOT_ACTED_ON}: runmgr would {decision.action}{where} ({judgement.incident.summary()}){how}",
+            self.subrun.id, "recommendation", text,
             {"acted_on": False, "action": str(decision.action), "reason": decision.reason,
              "incident_kind": judgement.incident.kind, "step": judgement.incident.onset_step,
              "restart_from_step": decision.restart_from_step, "start_checkpoint": checkpoint,
              "plan": plan.to_dict(), "script": self.config.megatron.script, "args": args,
              **({"not_carried": refused} if refused else {})},
             step=judgement.incident.onset_step)
+        if self.notify is not None:
+            self.notify.on_recommendation(self.subrun.id, judgement, text)
 
     def _checkpoint_path(self, step: Optional[int]) -> Optional[str]:
         """Megatron's ``iter_%07d`` under the job's ``--load`` (or ``--save``) directory."""

@@ -20,7 +20,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"controller", "resume", "agents"}),
     frozenset({"workers", "observers", "metrics", "chaos", "healthcheck", "stacks", "status", "rundir", "cluster",
                "dryrun", "refusals", "stopping", "logbook_samples", "reaper", "headwatch", "diskspace", "s3",
-               "precision", "simulate", "kuberay", "rehearsal", "scale", "ports"}),
+               "precision", "simulate", "kuberay", "rehearsal", "scale", "ports", "notify", "approvals"}),
     frozenset({"lint"}),
     frozenset({"preflight", "launch", "lineage", "wiring", "runners", "replay", "shadow", "cli", "logbook_command", "__main__"}),
 )

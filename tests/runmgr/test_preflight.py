@@ -38,8 +38,18 @@ def test_an_accepted_dry_run_composes_its_config_once(compositions, tmp_path, ca
     assert "world size" in capsys.readouterr().out.lower()
 
 
+def test_a_webhook_whose_secret_is_not_set_refuses_the_launch_before_anything_is_written(tmp_path, capsys,
+                                                                                       monkeypatch):
+    monkeypatch.delenv("RUNMGR_UNSET_HOOK", raising=False)
+    code = main(["launch", "conf=demo", f"run.dir={tmp_path / 'run'}", "notify.webhook=env:RUNMGR_UNSET_HOOK"])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and "the environment variable RUNMGR_UNSET_HOOK is not set" in line
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_checks_run_in_order_and_a_dry_run_writes_nothing(tmp_path):
-    assert [check.__name__ for check in preflight.CHECKS] == ["data_path", "run_directory", "kubernetes", "s3_bucket"]
+    assert [check.__name__ for check in preflight.CHECKS] == ["data_path", "webhooks", "run_directory", "kubernetes",
+                                                               "s3_bucket"]
     request = preflight.LaunchRequest("demo", (f"run.dir={tmp_path / 'run'}", "kubernetes.replace_excluded_nodes=true"),
                                       dry_run=True)
     assert preflight.prepare_launch(request).config.kubernetes.replace_excluded_nodes  # a plan, not a refusal

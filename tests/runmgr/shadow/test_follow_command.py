@@ -4,6 +4,7 @@ standard input; bad input in one line."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from logbook import Logbook
 from tests import cli
 from tests.runmgr.shadow.megatron_lines import iteration_line, loss_at, saved_lines
 from tests.runmgr.shadow.test_follower import JOB_ARGS
+from tests.webhook import receiver  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parents[3]
 SPIKES = (range(60, 80), range(30, 33))
@@ -23,7 +25,17 @@ LATER_SPIKE = range(100, 116)
 
 
 def settings(tmp_path: Path) -> list[str]:
-    return [f"run.dir={tmp_path / 'run'}", "watcher=demo", "policy=demo", JOB_ARGS, "metrics.enabled=false"]
+    return [f"run.dir={tmp_path / 'run'}", "watcher=demo", "policy=demo", JOB_ARGS, "metrics.enabled=false",
+            "notify.webhook=env:RUNMGR_TEST_HOOK", "notify.backoff_s=0.05"]
+
+
+def hooked(receiver) -> dict:
+    """The follower's environment: the webhook's URL in it, never on its command line."""
+    return {**os.environ, "RUNMGR_TEST_HOOK": receiver.url}
+
+
+def told(receiver) -> list[tuple[str, str]]:
+    return [(body["kind"], body["decision"]["action"]) for body in receiver.bodies]
 
 
 def write(log: Path, iterations: range, spikes=SPIKES) -> float:
@@ -65,10 +77,11 @@ def wait_for(what, timeout: float = 120.0):
     raise AssertionError("the follower never recorded it")
 
 
-def test_a_live_log_s_spike_is_recommended_as_it_is_written_and_a_restarted_follower_repeats_nothing(tmp_path):
+def test_a_live_log_s_spike_is_recommended_as_it_is_written_and_a_restarted_follower_repeats_nothing(
+        tmp_path, receiver):
     log, run_dir = tmp_path / "train.log", tmp_path / "run"
     args = ["watch", "follow", str(log), *settings(tmp_path)]
-    follower = cli.start_runmgr(args, ROOT, None, tmp_path / "follower.log")
+    follower = cli.start_runmgr(args, ROOT, hooked(receiver), tmp_path / "follower.log")
     try:
         write(log, range(1, 51))
         wait_for(lambda: last_step(run_dir) >= 50)
@@ -78,7 +91,7 @@ def test_a_live_log_s_spike_is_recommended_as_it_is_written_and_a_restarted_foll
         follower.kill()  # -9, mid-log
         follower.wait()
         write(log, range(71, 81))  # written while no one follows
-        follower = cli.start_runmgr(args, ROOT, None, tmp_path / "follower.log")
+        follower = cli.start_runmgr(args, ROOT, hooked(receiver), tmp_path / "follower.log")
         write(log, range(81, 131))
         wait_for(lambda: [e for e in recorded(run_dir, "incident") if e["step"] == 100])
         # Then the job falls silent: a hang once the learned step time is far exceeded.
@@ -97,14 +110,19 @@ def test_a_live_log_s_spike_is_recommended_as_it_is_written_and_a_restarted_foll
         assert [row["step"] for row in book.all_metrics()] == list(range(1, 131))
     shown = cli.runmgr("logbook", "show", str(run_dir))
     assert shown.returncode == 0 and "not acted on (shadow)" in shown.stdout, shown.stdout + shown.stderr
+    # A person was told of each recommendation once, the restart notwithstanding; the URL is nowhere.
+    assert told(receiver) == [("recommendation", "rollback_skip"), ("recommendation", "lower_lr"),
+                              ("recommendation", "dump_and_restart")]
+    assert receiver.url not in (tmp_path / "follower.log").read_text() + str(recorded(run_dir, "event"))
 
 
-def test_the_same_log_on_standard_input_is_judged_the_same_and_its_end_ends_the_sub_run(tmp_path):
+def test_the_same_log_on_standard_input_is_judged_the_same_and_its_end_ends_the_sub_run(tmp_path, receiver):
     log, run_dir = tmp_path / "train.log", tmp_path / "run"
     write(log, range(1, 101))
     with log.open() as lines:
         done = subprocess.run([sys.executable, "-m", "runmgr", "watch", "follow", "-", *settings(tmp_path)],
-                              stdin=lines, capture_output=True, text=True, cwd=ROOT, timeout=120)
+                              stdin=lines, capture_output=True, text=True, cwd=ROOT, timeout=120,
+                              env=hooked(receiver))
     assert done.returncode == 0, done.stderr
     assert "loss_spike at step 60" in done.stdout and "rollback_skip (not acted on (shadow))" in done.stdout
     incidents = [(e["kind"], e["step"]) for e in recorded(run_dir, "incident")]
@@ -112,6 +130,7 @@ def test_the_same_log_on_standard_input_is_judged_the_same_and_its_end_ends_the_
     with Logbook.open(run_dir, create=False) as book:
         (subrun,) = book.lineage()
     assert subrun.end_state == "stopped" and subrun.last_step == 100
+    assert told(receiver) == [("recommendation", "rollback_skip")]  # sent before the follower exits
 
 
 @pytest.mark.parametrize("args, words", [

@@ -124,19 +124,23 @@ class AgentWorkerGroup:
         rank_nodes = {rank: place.node for rank, place in self._place_of.items()}
         self._subrun = plan.subrun
         self._inbox = self._kept_inbox.actor() if self._kept_inbox is not None else inbox_beside_driver()
-        master = self.agents.rendezvous(self._place_of[0])
-        # Stored once, not serialised once per node; only rank 0's node sums step reports up per node.
-        config_ref, plan_ref, nodes_ref = ray.put(config), ray.put(plan), ray.put(rank_nodes)
-        self._runs = {self.agents.start(place, world, master, config_ref, plan_ref,
-                                        nodes_ref if 0 in place.ranks else None, self._inbox): place
-                      for place in self._places}
         try:
+            master = self.agents.rendezvous(self._place_of[0])
+            # Stored once, not serialised once per node; only rank 0's node sums step reports up per node.
+            config_ref, plan_ref, nodes_ref = ray.put(config), ray.put(plan), ray.put(rank_nodes)
+            self._runs = {self.agents.start(place, world, master, config_ref, plan_ref,
+                                            nodes_ref if 0 in place.ranks else None, self._inbox): place
+                          for place in self._places}
             described = ray_cluster.get_while_head_lives([self.agents.describe(place) for place in self._places],
                                                          self.start_timeout_s)
         except GetTimeoutError:
             self.shutdown()
             raise ClusterError(f"the ranks of {len(self._places)} node(s) did not start within "
                                f"{self.start_timeout_s:.0f} s (free resources: {ray.available_resources()})") from None
+        except RayActorError as exc:  # an agent died before its ranks started: a failed launch, for the policy
+            self.shutdown()
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ClusterError(f"a node agent died before its ranks started ({first})") from None
         self._infos = sorted((info for infos in described for info in infos), key=lambda info: info.rank)
         self._running = set(range(world))
         return self.workers

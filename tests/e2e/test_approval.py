@@ -29,7 +29,7 @@ def test_a_held_rollback_is_told_approved_from_the_cli_and_carried_out(tmp_path,
     approved = cli.runmgr("approve", str(run.run_dir), cwd=ROOT)
     assert approved.returncode == 0 and "approved rollback_skip" in approved.stdout, approved.stderr
     # Once the driver took the answer (the rolled-back sub-run is on), the pause may let go.
-    run.wait_for(lambda s: s["subrun"] != "1.00", what="the approved rollback's sub-run")
+    run.wait_for(lambda s: s["subrun"] != status["subrun"], what="the approved rollback's sub-run")
     run.release(62, index=1)
     assert run.wait(timeout=300) == 0, run.output()[-3000:]
 

@@ -82,3 +82,14 @@ def test_a_kept_inbox_serves_the_next_sub_run_and_drops_what_the_last_one_pushed
         assert isinstance(ray.get(inbox.actor().drain.remote(0)), list)  # the group left the kept inbox serving
     finally:
         inbox.close()
+
+
+def test_an_agent_dead_before_its_ranks_start_is_a_failed_launch_not_a_crash(local_ray, tmp_path):
+    from runmgr.errors import ClusterError
+
+    job = ScaleJob(ranks=8, ranks_per_node=4, hosts=1, step_s=0.2, train_iters=1000, design="agents")
+    hosts = [RemoteNodeAgentHost.remote(job.script(), job.push_interval_s) for _ in range(job.hosts)]
+    group = AgentWorkerGroup(SimulatedNodeAgents(hosts, job.nodes, job.ranks_per_node), job.ranks)
+    ray.kill(hosts[0])
+    with pytest.raises(ClusterError, match="a node agent died before its ranks started"):
+        group.start(job.config(tmp_path / "run").trainer_config(), ResumePlan(subrun="1.00"))

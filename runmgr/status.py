@@ -117,6 +117,11 @@ def render_status(status: dict) -> str:
     metrics = status.get("metrics")
     if isinstance(metrics, dict) and metrics.get("address") and status.get("driver_alive"):
         lines.append(f"metrics: http://{metrics['address']}/metrics")
+    held = status.get("awaiting")
+    if isinstance(held, dict) and held.get("action"):
+        lines.append(f"waiting for a person: runmgr would {held['action']} for the {held.get('incident')}; "
+                     f"`runmgr approve {status.get('run')}` carries it out, `runmgr decline {status.get('run')}` "
+                     f"goes on without it")
     if status.get("last_incident"):
         lines.append(f"last incident: {status['last_incident']}")
     return "\n".join(lines)

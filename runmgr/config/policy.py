@@ -152,8 +152,9 @@ def _default_death_actions() -> dict[DeathCategory, DeathAction]:
 
 
 ALL_REMEDIES = "all"
-NO_REMEDY = (Action.ignore.value, Action.abort.value)
-"""Decisions that are not remedies: carried out whatever ``act_on`` says."""
+NO_REMEDY = (Action.ignore.value, Action.abort.value, Action.retry_launch.value)
+"""Decisions carried out whatever ``act_on`` says: no remedy (ignore, abort), or nothing running to go
+on with while a person decides (retry_launch: the sub-run's ranks never started)."""
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 for a person, the webhook on 127.0.0.1 is told, ``runmgr approve`` carries it out, and the logbook
 says who approved. The ranks wait at a pause past the spike, so the answer reaches the driver
 before the run could finish, and are let go once the driver took it (no race with the machine's
-speed)."""
+speed). On a Ray of its own: on the session's, late in two clean-clone runs of the suite, this
+launch's node agents were cancelled before they ran, at every retry (not understood yet)."""
 
 from __future__ import annotations
 
@@ -17,13 +18,15 @@ from tests.webhook import receiver  # noqa: F401 (a fixture)
 FAULTS = "chaos.faults=[{kind: garbage_data, at_step: 45, steps: 12}, {kind: pause_at_step, at_step: 62}]"
 
 
-def test_a_held_rollback_is_told_approved_from_the_cli_and_carried_out(tmp_path, shared_ray, receiver):
+def test_a_held_rollback_is_told_approved_from_the_cli_and_carried_out(tmp_path, receiver):
     base = ["chaos=garbage_data", FAULTS, "watcher=demo", "policy=demo", "health.skip=true", "policy.act_on=[restart]",
-            f"cluster.address={shared_ray.address}", "training.train_iters=80", "checkpoint.save_interval=10",
+            "cluster.local_nodes=1", "training.train_iters=80", "checkpoint.save_interval=10",
             "notify.webhook=env:RUNMGR_TEST_HOOK", "notify.backoff_s=0.05"]
     run = LaunchedRun(tmp_path / "held", base=base, env={**os.environ, "RUNMGR_TEST_HOOK": receiver.url}).start()
     status = run.wait_for(lambda s: s["state"] == "awaiting_approval", timeout=300, what="the held rollback")
     assert status["awaiting"]["action"] == "rollback_skip" and "loss_spike" in status["awaiting"]["incident"]
+    shown = cli.runmgr("status", str(run.run_dir), cwd=ROOT)
+    assert "waiting for a person: runmgr would rollback_skip" in shown.stdout, shown.stdout + shown.stderr
     (told,) = receiver.wait_for(1)
     assert told["kind"] == "recommendation" and "waiting for a person" in told["text"]
     approved = cli.runmgr("approve", str(run.run_dir), cwd=ROOT)

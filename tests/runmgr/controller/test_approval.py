@@ -86,3 +86,12 @@ def test_act_on_names_only_remedies():
 
     with pytest.raises(ConfigError, match="policy.act_on: 'reboot' is no remedy"):
         load_run_config("demo", ["policy.act_on=[restart,reboot]", "run.dir=/tmp/x"])
+
+
+def test_a_launch_that_failed_is_retried_without_asking_whatever_act_on_says():
+    first, second = FakeGroup([], fail_start=True), FakeGroup([GroupPoll(steps=[step_report(1)],
+                                                                         finished_ranks=[0, 1])])
+    controller, recorder = make_controller([first, second], policy=held_policy())
+    restarting = until(controller, Restarting)
+    assert restarting.judgement.decision.action == "retry_launch" and not restarting.judgement.awaits_approval
+    assert controller.judge.history.entries  # counted against its budget: a failing launch ends

@@ -43,7 +43,9 @@ KILL_AT = 15
 TOLERANCE = 1e-5
 """Largest relative difference allowed between the resized and the unbroken run's losses."""
 BASE = [*E2E_OVERRIDES, "cluster.num_workers=4", "cluster.cpus_per_worker=1", "parallel.use_distributed_optimizer=true"]
-RESIZED = [f"chaos.faults=[{{kind: kill_worker, at_step: {KILL_AT}, rank: 1}}]",
+# The ranks wait after KILL_AT until the kill (the pause fires once a lineage: the next sub-run passes
+# it): without it a fast machine's ranks saved checkpoint 20 before the driver saw step 15 and killed.
+RESIZED = [f"chaos.faults=[{{kind: pause_at_step, at_step: {KILL_AT}}}, {{kind: kill_worker, at_step: {KILL_AT}, rank: 1}}]",
            "policy.death_actions.killed=exclude_node"]
 
 

@@ -41,6 +41,7 @@ from runmgr.controller.group import GroupPoll, WorkerInfo
 from runmgr.controller.judge import Judge
 from runmgr.controller.judgement import Judgement
 from runmgr.controller.states import Launching, Running
+from runmgr.errors import UserError
 from runmgr.megatron.flags import PlanNotCarried, checkpoint_step, script_args
 from runmgr.megatron.flavors import abilities_of, job_abilities
 from runmgr.notify.observer import NotifyObserver
@@ -60,6 +61,10 @@ RANK = 0
 """The followed log speaks for the whole job: its lines are one rank's beats (Megatron prints on
 rank 0 and the last rank only)."""
 NOT_ACTED_ON = "not acted on (shadow)"
+
+
+class ShadowStateError(UserError):
+    """Where a previous follower stood cannot be read: one line."""
 
 
 @dataclass
@@ -284,7 +289,11 @@ class Follower:
         self._catching_up = False
         if not self._state_path.exists():
             return
-        state = json.loads(self._state_path.read_text())
+        try:
+            state = json.loads(self._state_path.read_text())
+        except (OSError, ValueError) as problem:  # written atomically: damaged by hand or by the disk
+            raise ShadowStateError(f"{self._state_path} cannot be read ({problem}): remove it to follow the log "
+                                   f"from its start into a new run.dir, or point run.dir elsewhere") from None
         self.source.restore(state.get("source", {}))
         lineage = self.book.lineage()
         if not lineage or not lineage[-1].is_open or lineage[-1].id != state.get("subrun"):

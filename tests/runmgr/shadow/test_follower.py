@@ -147,3 +147,15 @@ def test_a_config_that_is_not_a_megatron_job_is_one_line(tmp_path, override, wor
 
     with pytest.raises(FollowInputError, match=words):
         follow_config("shadow", [override, f"run.dir={tmp_path}"], None)
+
+
+def test_a_damaged_position_file_is_one_line_not_a_traceback(tmp_path):
+    from runmgr.shadow.follower import ShadowStateError
+
+    job = Job(tmp_path)
+    follower, book = job.follower()
+    job.write(range(1, 11), follower)
+    book.close()
+    (job.config.run_dir() / "shadow_state.json").write_text("{not json")
+    with pytest.raises(ShadowStateError, match="cannot be read"):
+        job.follower()

@@ -41,13 +41,15 @@ SUITE_ENV := PYTHONDONTWRITEBYTECODE=
 test: $(STAMP) prometheus chromium
 	$(SUITE_ENV) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --timeout=600 --durations=30
 
-# The metrics test scrapes a real run with a real Prometheus: Debian's package
-# (about 8 s), installed when missing (as root, or through sudo).
+# The metrics test scrapes a real run with a real Prometheus, which sends the alerts of
+# runmgr's rules to a real Alertmanager: Debian's packages (about 10 s), installed when
+# missing (as root, or through sudo).
 prometheus:
-	@command -v prometheus >/dev/null || { \
+	@command -v prometheus >/dev/null && command -v prometheus-alertmanager >/dev/null || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
+	    prometheus prometheus-alertmanager >/dev/null; }
 
 # The page's browser tests (tests/logbook/web) drive Debian's chromium through
 # playwright's Python package, never a browser playwright downloads.

@@ -18,6 +18,7 @@ from trainer.config import TRAINER_SECTIONS, Choice, TrainerConfig
 from trainer.megatron_args import without_megatron_flag
 
 from health.config import HealthConfig, HealthConfigError, validate as validate_health
+from runmgr.config.argv import flag_value
 from runmgr.config.chaos import INPUT_KINDS, RANK_KINDS, ChaosConfig
 from runmgr.config.kubernetes import KubernetesConfig
 from runmgr.config.lint import LintConfig
@@ -164,6 +165,14 @@ class RunConfig(TrainerConfig):
     def drives_megatron(self) -> bool:
         """True when the ranks are a Megatron job under torchrun (``trainer.kind=megatron``)."""
         return self.trainer.kind == TrainerKind.megatron
+
+    def save_interval(self) -> Optional[int]:
+        """Steps between two checkpoints: the Megatron job's ``--save-interval`` (None when its
+        arguments have none), else ``checkpoint.save_interval``."""
+        if self.drives_megatron:
+            text = flag_value(self.megatron.args, "--save-interval")
+            return int(text) if text is not None and text.isdigit() and int(text) > 0 else None
+        return self.checkpoint.save_interval or None
 
     @property
     def job_describes_itself(self) -> bool:

@@ -64,6 +64,10 @@ ROWS: tuple[tuple[str, tuple[PanelSpec, ...]], ...] = (
         PanelSpec("Loss scale", names.LOSS_SCALE.name, description=names.LOSS_SCALE.help),
         PanelSpec("Tokens per second", names.TOKENS_PER_SECOND.name, description=names.TOKENS_PER_SECOND.help),
         PanelSpec("Step time", names.STEP_TIME.name, unit="s", description=names.STEP_TIME.help),
+        PanelSpec("Step time (median of the last 50)", names.STEP_TIME_MEDIAN.name, unit="s",
+                  description=names.STEP_TIME_MEDIAN.help),
+        PanelSpec("Since the last step", f"time() - {names.LAST_STEP_AT.name}", "stat", unit="s",
+                  description=names.LAST_STEP_AT.help + " The stall alert fires when this passes many step times."),
     )),
     ("Incidents and decisions", (
         PanelSpec("Incidents by kind", f"sum by (kind) ({names.INCIDENTS.name}) > 0", legend="{{kind}}",
@@ -76,6 +80,10 @@ ROWS: tuple[tuple[str, tuple[PanelSpec, ...]], ...] = (
                   description=names.HEALTH_NODES.help),
         PanelSpec("Nodes avoided", names.EXCLUDED_NODES.name, "stat", description=names.EXCLUDED_NODES.help),
         PanelSpec("Last checkpoint", names.CHECKPOINT_STEP.name, "stat", description=names.CHECKPOINT_STEP.help),
+        PanelSpec("Checkpoint intervals behind", f"({names.STEP.name} - {names.CHECKPOINT_STEP.name}) / "
+                  f"{names.CHECKPOINT_INTERVAL.name}", "stat",
+                  description="Steps since the last recorded checkpoint / steps between two checkpoints "
+                              f"({names.CHECKPOINT_INTERVAL.name}): above 1 and growing, checkpoints are not landing."),
         PanelSpec("Checkpoint age", names.CHECKPOINT_AGE.name, unit="s", description=names.CHECKPOINT_AGE.help),
         PanelSpec("S3 upload lag", names.UPLOAD_LAG.name, unit="s", description=names.UPLOAD_LAG.help),
     )),

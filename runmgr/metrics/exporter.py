@@ -13,6 +13,7 @@ logbook/accounting.py's own functions, so Prometheus and
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -41,6 +42,9 @@ REPORTED: dict[MetricSpec, str] = {
     names.LOSS_SCALE: "loss_scale", names.TOKENS_PER_SECOND: "tokens_per_s", names.STEP_TIME: "step_time",
 }
 """Metric -> the field of the logbook's metrics row (logbook_writer.metric_row) it serves."""
+STEP_TIME_WINDOW = 50
+"""Reported steps the median step time is taken over: enough that one slow step (a checkpoint's,
+an evaluation's) does not move it, few enough that it follows a change of pace within minutes."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,10 @@ class Live:
     """The last step's metrics row, as the logbook records it."""
     excluded_nodes: int = 0
     health: Mapping[str, int] = field(default_factory=dict)
+    stepped_at: float | None = None
+    """When the last step report arrived (the observer's clock)."""
+    step_times: tuple[float, ...] = ()
+    """Rank 0's step times of the last :data:`STEP_TIME_WINDOW` reported steps."""
 
 
 def health_verdicts(health: Mapping) -> dict[str, int]:
@@ -75,9 +83,11 @@ class MetricsObserver:
     the upload lag is NaN)."""
 
     def __init__(self, book: Logbook, train_iters: int, mirrored: bool = False,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, save_interval: int | None = None) -> None:
+        """``save_interval``: steps between two checkpoints (None: none on a schedule)."""
         self.book = book
         self.mirrored = mirrored
+        self.save_interval = save_interval
         self.clock = clock
         self.live = Live(train_iters)
 
@@ -93,7 +103,9 @@ class MetricsObserver:
 
     def on_poll(self, state: Running, poll: GroupPoll) -> None:
         if poll.steps:
-            self.live = replace(self.live, row=metric_row(poll.steps[-1]))
+            times = [float(step.step_time) for step in poll.steps if step.step_time is not None]
+            self.live = replace(self.live, row=metric_row(poll.steps[-1]), stepped_at=self.clock(),
+                                step_times=(self.live.step_times + tuple(times))[-STEP_TIME_WINDOW:])
 
     def on_judgement(self, state: Running | Launching, judgement: Judgement) -> None:
         """Incidents and decisions are served from the logbook, which records each judgement."""
@@ -114,7 +126,15 @@ class MetricsObserver:
         for spec, key in REPORTED.items():
             if key in live.row:
                 yield GaugeMetricFamily(spec.name, spec.help, value=live.row[key])
+        if live.stepped_at is not None:
+            yield GaugeMetricFamily(names.LAST_STEP_AT.name, names.LAST_STEP_AT.help, value=live.stepped_at)
+        if live.step_times:
+            yield GaugeMetricFamily(names.STEP_TIME_MEDIAN.name, names.STEP_TIME_MEDIAN.help,
+                                    value=statistics.median(live.step_times))
         yield GaugeMetricFamily(names.TRAIN_ITERS.name, names.TRAIN_ITERS.help, value=live.train_iters)
+        if self.save_interval:
+            yield GaugeMetricFamily(names.CHECKPOINT_INTERVAL.name, names.CHECKPOINT_INTERVAL.help,
+                                    value=self.save_interval)
 
     def _controller(self, live: Live) -> Iterator[Metric]:
         if live.subrun is not None:

@@ -43,8 +43,17 @@ TOKENS_PER_SECOND = _spec("runmgr_tokens_per_second", "gauge",
                           "reports")
 STEP_TIME = _spec("runmgr_step_time_seconds", "gauge", "Wall seconds of the last reported step on rank 0.",
                   "reports")
+LAST_STEP_AT = _spec("runmgr_last_step_timestamp_seconds", "gauge",
+                     "Unix time at which the driver received the last step report (the stall alert's clock).",
+                     "reports")
+STEP_TIME_MEDIAN = _spec("runmgr_step_time_median_seconds", "gauge",
+                         "Median wall seconds of rank 0's last 50 reported steps: the learned step time that the "
+                         "stall alert scales.", "reports")
 TRAIN_ITERS = _spec("runmgr_train_iters", "gauge", "Steps the run trains in all (training.train_iters).",
                     "transitions")
+CHECKPOINT_INTERVAL = _spec("runmgr_checkpoint_interval_steps", "gauge",
+                            "Steps between two checkpoints (checkpoint.save_interval, or the Megatron job's "
+                            "--save-interval); absent when the run saves none on a schedule.", "transitions")
 SUBRUN = _spec("runmgr_subrun", "gauge",
                "The current sub-run: its id as the label (1.03), its index in the lineage as the value (3).",
                "transitions", ("subrun",))
@@ -79,7 +88,8 @@ UPLOAD_LAG = _spec("runmgr_checkpoint_upload_lag_seconds", "gauge",
                    "NaN when the run has no S3 mirror.", "logbook")
 
 ALL: tuple[MetricSpec, ...] = (
-    STEP, LOSS, GRAD_NORM, LEARNING_RATE, LOSS_SCALE, TOKENS_PER_SECOND, STEP_TIME, TRAIN_ITERS, SUBRUN, STATE,
+    STEP, LOSS, GRAD_NORM, LEARNING_RATE, LOSS_SCALE, TOKENS_PER_SECOND, STEP_TIME, LAST_STEP_AT, STEP_TIME_MEDIAN,
+    TRAIN_ITERS, CHECKPOINT_INTERVAL, SUBRUN, STATE,
     EXCLUDED_NODES, HEALTH_NODES, ETTR, LOST_STEPS, LOST_SECONDS, INCIDENTS, DECISIONS, CHECKPOINT_STEP,
     CHECKPOINT_AGE, UPLOAD_LAG,
 )

@@ -8,7 +8,8 @@ The translation to JSON Schema (draft 4, the base of OpenAPI 3.0):
 - an object with ``properties`` and no ``x-kubernetes-preserve-unknown-fields``
   takes ``additionalProperties: false``;
 - ``x-kubernetes-int-or-string`` becomes an integer-or-string;
-- ``nullable`` adds null to the type.
+- ``nullable`` adds null to the type;
+- a pattern's global flag that RE2 allows mid-pattern moves to its start, where Python's ``re`` wants it.
 CEL rules (``x-kubernetes-validations``) are not evaluated: the API server
 does that and no evaluator is at hand.
 """
@@ -28,10 +29,21 @@ CRD_FILES = {("ray.io", "RayCluster"): SCHEMAS / "kuberay" / "ray.io_rayclusters
              ("kueue.x-k8s.io", "LocalQueue"): SCHEMAS / "kueue" / "kueue.x-k8s.io_localqueues.yaml",
              ("scheduling.volcano.sh", "Queue"): SCHEMAS / "volcano" / "scheduling.volcano.sh_queues.yaml",
              ("monitoring.coreos.com", "ServiceMonitor"):
-                 SCHEMAS / "prometheus-operator" / "monitoring.coreos.com_servicemonitors.yaml"}
+                 SCHEMAS / "prometheus-operator" / "monitoring.coreos.com_servicemonitors.yaml",
+             ("monitoring.coreos.com", "PrometheusRule"):
+                 SCHEMAS / "prometheus-operator" / "monitoring.coreos.com_prometheusrules.yaml"}
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the CRDs are 1-2 MB of YAML
 _NESTED_ONE = ("items", "not")
 _NESTED_MANY = ("anyOf", "allOf", "oneOf")
+
+
+def python_pattern(pattern: str) -> str:
+    """A Go (RE2) pattern as Python's ``re`` takes it: RE2 allows a global flag such as ``(?i)``
+    after ``^`` (prometheus-operator's ``^(?i)(abort|warn)?$``); Python only at the start."""
+    for flag in ("(?i)",):
+        if flag in pattern and not pattern.startswith(flag):
+            pattern = flag + pattern.replace(flag, "")
+    return pattern
 
 
 def to_jsonschema(node: dict) -> dict:
@@ -46,6 +58,8 @@ def to_jsonschema(node: dict) -> dict:
             out[key] = to_jsonschema(value)
         elif key in _NESTED_MANY:
             out[key] = [to_jsonschema(child) for child in value]
+        elif key == "pattern":
+            out[key] = python_pattern(value)
         else:
             out[key] = value
     if node.get("x-kubernetes-int-or-string"):

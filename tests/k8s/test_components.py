@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from runmgr.cli import build_parser
+from runmgr.metrics.alerts import rule_groups
 from tests.k8s.crd_schema import CRD_FILES, crd_errors
 from tests.k8s.manifests import (K8S, KUBERNETES_VERSION, OVERLAYS, config_map_data, containers, head_group, of_kind,
                                  one, pod_templates, ray_cluster, render, render_dir, worker_groups)
@@ -35,13 +36,15 @@ MEANT_FOR = {
     "pdb": OVERLAYS,
     "storage-class": OVERLAYS,
     "servicemonitor": OVERLAYS,
+    "alerts": OVERLAYS,
     "logbook-page": OVERLAYS,
 }
 """Component -> the overlays it applies on top of (k8s/overlays/NAME)."""
 CASES = [(component, overlay) for component, overlays in MEANT_FOR.items() for overlay in overlays]
 TOGETHER = {"gpu": ("rdma-gpu", "rdma-multus", "priority", "volcano", "pdb", "storage-class", "servicemonitor",
-                     "logbook-page"),
-            "npu": ("hccl-npu", "priority", "kueue", "pdb", "storage-class", "servicemonitor", "logbook-page")}
+                     "alerts", "logbook-page"),
+            "npu": ("hccl-npu", "priority", "kueue", "pdb", "storage-class", "servicemonitor", "alerts",
+                    "logbook-page")}
 """Components a run may list together (kueue and volcano exclude each other), by device."""
 
 RDMA = "rdma/rdma_shared_device_a"
@@ -206,7 +209,8 @@ def test_a_run_with_every_component_it_can_take_validates(build, overlay):
         assert template["metadata"]["labels"][RUN_LABEL] == "a", group
     # Each component's objects are there, in the run's namespace, with its suffix.
     namespaced = [d for d in docs if d["kind"] in {"PodDisruptionBudget", "Deployment", "Service", "ServiceMonitor",
-                                                   "LocalQueue", "PersistentVolumeClaim", "ConfigMap"}]
+                                                   "PrometheusRule", "LocalQueue", "PersistentVolumeClaim",
+                                                   "ConfigMap"}]
     assert {d["metadata"].get("namespace") for d in namespaced} == {job["metadata"]["namespace"]}
     assert all(d["metadata"]["name"].endswith("-a") for d in docs)
 
@@ -475,6 +479,19 @@ def test_each_run_s_servicemonitor_selects_only_its_own_metrics_service(build):
         selected = [s["metadata"]["name"] for s in services
                     if selects(monitor["spec"]["selector"], s["metadata"]["labels"])]
         assert selected == [f"runmgr-metrics-{name}"]
+
+
+# ---- alerts ----------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_alerts_component_carries_the_generated_rules_into_the_run_s_namespace(build, overlay):
+    docs = build(overlay, ("servicemonitor", "alerts"))
+    (rule,) = of_kind(docs, "PrometheusRule")
+    (monitor,) = of_kind(docs, "ServiceMonitor")
+    assert crd_errors(rule) == []
+    assert rule["metadata"]["namespace"] == monitor["metadata"]["namespace"]
+    assert rule["metadata"]["labels"]["release"] == monitor["metadata"]["labels"]["release"]
+    assert rule["spec"] == rule_groups()  # what runmgr.rules.yml holds for plain Prometheus
 
 
 # ---- logbook-page ----------------------------------------------------------------------------------------------------

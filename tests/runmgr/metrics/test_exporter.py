@@ -74,6 +74,17 @@ class Probe:
         """The logbook writer records the incident and decision first; the next transition or poll checks them."""
 
 
+class ExporterClock:
+    """The exporter's clock: a second later at each reading, from 5000."""
+
+    def __init__(self) -> None:
+        self.now = 5000.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
 def run_with_a_death_and_an_exclusion(book: Logbook, registry: CollectorRegistry):
     """1.00 trains to 25 and loses rank 1; 1.01 sees an ECC error on node1 at step 28
     (no spare: data parallel shrinks); 1.02 finishes (as tests/runmgr/observers/test_logbook_writer.py)."""
@@ -84,7 +95,7 @@ def run_with_a_death_and_an_exclusion(book: Logbook, registry: CollectorRegistry
     third = FakeGroup([GroupPoll(steps=[step_report(s, loss=1.5, subrun="1.02") for s in range(21, 31)]),
                        GroupPoll(finished_ranks=[0])])
     points = {25: ResumePoint("/run/checkpoints/step_00000020", 20), 28: ResumePoint("/run/checkpoints/step_00000020", 20)}
-    exporter = MetricsObserver(book, train_iters=30)
+    exporter = MetricsObserver(book, train_iters=30, save_interval=20, clock=ExporterClock())
     registry.register(exporter)
     probe = Probe(registry, book)
     controller, _ = make_controller([first, second, third], points=points, slots={"node0": 1, "node1": 1},
@@ -114,6 +125,27 @@ def test_every_scrape_of_a_run_with_restarts_equals_the_logbook_at_that_moment(t
     assert samples["runmgr_checkpoint_step"][()] == 20
     assert samples["runmgr_lost_steps_total"][()] == 5 + 8  # 21-25 and 21-28 trained again
     assert math.isnan(samples["runmgr_checkpoint_upload_lag_seconds"][()])  # no S3 mirror
+    # What the stall and checkpoint alerts read: the last report's arrival, the learned step time, the interval.
+    assert samples["runmgr_last_step_timestamp_seconds"][()] > 5000  # the exporter's clock at that poll, not 1030
+    assert samples["runmgr_step_time_median_seconds"][()] == 0.1  # every fake step took 0.1 s
+    assert samples["runmgr_checkpoint_interval_steps"][()] == 20
+
+
+def test_the_last_step_s_arrival_is_when_the_poll_that_carried_it_was_seen(tmp_path):
+    """A poll without steps (a silent group) leaves the arrival where the last step put it: the
+    stall alert's clock runs from there."""
+    clock = ExporterClock()
+    registry = CollectorRegistry(auto_describe=False)
+    with Logbook.open(tmp_path) as book:
+        exporter = MetricsObserver(book, train_iters=30, clock=clock)
+        registry.register(exporter)
+        running = make_controller([FakeGroup([])])[0].state
+        exporter.on_poll(running, GroupPoll(steps=[step_report(1), step_report(2)]))
+        stepped_at = clock.now
+        exporter.on_poll(running, GroupPoll())
+        samples = scrape(registry)
+    assert samples["runmgr_last_step_timestamp_seconds"][()] == stepped_at
+    assert "runmgr_checkpoint_interval_steps" not in samples  # no interval given: none served
 
 
 def test_a_scrape_serves_exactly_the_metrics_names_lists(tmp_path):

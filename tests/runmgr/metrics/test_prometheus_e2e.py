@@ -3,19 +3,18 @@ real run's driver (on the session's Ray). The ranks hold after step 6 (chaos
 pause_at_step) and the test kills rank 1; the run restarts from its step-5
 checkpoint as sub-run 1.01 and holds again after step 12: at that moment
 Prometheus' loss, ETTR, sub-run and incidents are the logbook's, and every query
-of the committed Grafana dashboard returns data."""
+of the committed Grafana dashboard returns data. Prometheus evaluates runmgr's alerting rules
+(runmgr/metrics/alerts.py, with no hold) and a real Alertmanager posts the stall of that second
+hold to a webhook receiver on 127.0.0.1."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
-import shutil
 import signal
-import subprocess
 import time
-import urllib.parse
-import urllib.request
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -23,9 +22,11 @@ import pytest
 from logbook import Logbook
 from runmgr.chaos.build import release_file
 from runmgr.chaos.state import ChaosState
-from runmgr.ports import rendezvous_port
+from runmgr.metrics import alerts, names
 from tests.e2e.harness import E2E_OVERRIDES, LaunchedRun, runmgr_text
+from tests.prometheus import Alertmanager, Prometheus
 from tests.runmgr.metrics.test_dashboard import dashboard_queries
+from tests.webhook import Receiver, receiver  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -34,6 +35,7 @@ PAUSES = ((0, 6), (1, 12))
 SHORT = [o for o in E2E_OVERRIDES if not o.startswith(("training.train_iters=", "checkpoint.save_interval="))] + [
     "training.train_iters=14", "checkpoint.save_interval=5"]
 """The e2e config, as short as the story allows: a checkpoint before the kill, steps after each pause."""
+STALL_AT_ONCE = alerts.AlertThresholds(hold="0s", stall_at_least_s=3.0)
 SCHEDULE = "chaos.faults=[" + ", ".join(f"{{kind: pause_at_step, at_step: {step}}}" for _, step in PAUSES) + "]"
 
 
@@ -51,72 +53,17 @@ def wait_paused(run: LaunchedRun, index: int, step: int) -> dict:
     return status
 
 
-def free_port() -> int:
-    """A free port that no other process's ``bind(0)`` can take before the server binds it
-    (runmgr/ports.py: a port from the kernel's ephemeral range was seen taken in between)."""
-    return rendezvous_port()
-
-
-class Prometheus:
-    """A Prometheus server on 127.0.0.1 scraping the targets of a file every second."""
-
-    def __init__(self, workdir: Path) -> None:
-        binary = shutil.which("prometheus") or "/usr/bin/prometheus"
-        if not Path(binary).is_file():
-            pytest.fail("no prometheus binary: `apt-get install -y prometheus` (`make test` installs it)")
-        self.targets = workdir / "targets.json"
-        self.targets.write_text("[]")
-        config = workdir / "prometheus.yml"
-        config.write_text(json.dumps({  # JSON is YAML
-            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
-            "scrape_configs": [{"job_name": "runmgr", "file_sd_configs": [{"files": [str(self.targets)]}]}],
-        }))
-        self.address = f"127.0.0.1:{free_port()}"
-        self.log = open(workdir / "prometheus.log", "w")
-        self.proc = subprocess.Popen(
-            [binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
-             f"--web.listen-address={self.address}"], stdout=self.log, stderr=subprocess.STDOUT)
-        self._wait_ready(workdir / "prometheus.log")
-
-    def _wait_ready(self, log: Path, timeout: float = 60) -> None:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"prometheus exited ({self.proc.returncode}):\n{log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"http://{self.address}/-/ready", timeout=2) as reply:
-                    if reply.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        pytest.fail(f"prometheus not ready after {timeout} s:\n{log.read_text()[-2000:]}")
-
-    def scrape(self, address: str) -> None:
-        self.targets.write_text(json.dumps([{"targets": [address]}]))
-
-    def query(self, expr: str) -> list[dict]:
-        url = f"http://{self.address}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-        with urllib.request.urlopen(url, timeout=10) as reply:
-            answer = json.load(reply)
-        assert answer["status"] == "success", answer
-        return answer["data"]["result"]
-
-    def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
-
-
 @pytest.fixture
-def prometheus(tmp_path):
-    server = Prometheus(tmp_path)
+def alerting(tmp_path, receiver):
+    """Alertmanager posting to the webhook receiver, and Prometheus evaluating runmgr's rules
+    (built with no hold and a 3 s floor, so a stall fires within seconds) and sending to it."""
+    rules = tmp_path / "runmgr.rules.yml"
+    rules.write_text(alerts.render(alerts.rule_groups(STALL_AT_ONCE)))
+    manager = Alertmanager(tmp_path, receiver.url)
+    server = Prometheus(tmp_path, rule_files=(rules,), alertmanager=manager)
     yield server
     server.close()
+    manager.close()
 
 
 def served(prometheus: Prometheus) -> dict:
@@ -143,8 +90,25 @@ def logbook_now(run_dir: Path) -> dict:
     }
 
 
-def test_prometheus_scraping_a_run_sees_what_its_logbook_holds_and_every_dashboard_query_has_data(
-        tmp_path, prometheus, shared_ray):
+def stall_notice(receiver: Receiver, instance: str, after: float, timeout: float = 120) -> dict:
+    """The first RunmgrStalled alert for ``instance`` that Alertmanager posted as firing, of a stall
+    that began after ``after`` (Unix time): the one of the pause the test holds, not of the restart."""
+    def began(alert: dict) -> float:
+        return datetime.fromisoformat(alert["startsAt"]).timestamp()
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for body in receiver.wait_for(len(receiver.bodies) + 1, timeout=max(0.0, deadline - time.time())):
+            for alert in body["alerts"]:
+                if (alert["labels"]["alertname"] == "RunmgrStalled" and alert["status"] == "firing"
+                        and alert["labels"]["instance"] == instance and began(alert) > after):
+                    return alert
+    pytest.fail(f"no RunmgrStalled for {instance} after {after} within {timeout} s: {receiver.bodies}")
+
+
+def test_prometheus_scraping_a_run_sees_what_its_logbook_holds_pages_its_stall_and_every_dashboard_query_has_data(
+        tmp_path, alerting, receiver, shared_ray):
+    prometheus = alerting
     run = LaunchedRun(tmp_path / "scraped", base=SHORT,
                       extra=[SCHEDULE, f"cluster.address={shared_ray.address}"]).start()
     status = wait_paused(run, *PAUSES[0])
@@ -164,6 +128,15 @@ def test_prometheus_scraping_a_run_sees_what_its_logbook_holds_and_every_dashboa
     assert seen == expected
     assert expected["subrun"] == {"1.01": 1.0} and expected["incidents"].get("worker_death") == 1.0
     assert 0 < expected["ettr"] < 1 and math.isfinite(expected["loss"])
+
+    # The ranks hold after step 12 until released: a stalled run, paged through Alertmanager.
+    (last_step,) = prometheus.query(names.LAST_STEP_AT.name)  # step 12's report: its loss is served
+    alert = stall_notice(receiver, address, after=float(last_step["value"][1]))
+    assert alert["labels"]["severity"] == "page" and alert["labels"]["job"] == "runmgr"
+    assert alert["annotations"]["summary"].startswith(f"runmgr run at {address} has not stepped for ")
+    assert receiver.paths[0] == "/hook/secret-token"
+    holding = {a["labels"]["alertname"] for a in prometheus.alerts() if a["labels"]["instance"] == address}
+    assert "RunmgrStalled" in holding and "RunmgrNeedsPerson" not in holding, holding
 
     queries = dashboard_queries()
     deadline, empty = time.time() + 60, queries

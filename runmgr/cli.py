@@ -156,6 +156,11 @@ def build_parser() -> argparse.ArgumentParser:
     follow.add_argument("--poll-interval", type=positive_seconds, default=0.2, metavar="S",
                         help="seconds between two looks at the log (default 0.2)")
     follow.set_defaults(func=cmd_watch_follow)
+    from runmgr.score.command import add_parser as add_score
+    from runmgr.score.play_command import add_parser as add_play
+
+    add_score(watch_sub)
+    add_play(watch_sub)
 
     from trainer.data.prepare import add_arguments as add_prepare_arguments
 

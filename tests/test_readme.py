@@ -40,11 +40,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import pytest
 
@@ -101,6 +103,8 @@ class Context:
     text: Path
     metrics: Path
     tokenizer: Path
+    beside: Optional[dict] = None
+    """What "Try it beside a running job" printed, once its lines ran (they share one story)."""
 
     def runmgr(self, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
         return cli.runmgr(*args, cwd=self.cwd, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
@@ -128,6 +132,8 @@ def ctx(tmp_path_factory) -> Context:
     """The table's ``runmgr launch conf=NAME [key=value ...]``, run once: the small run."""
     cwd = tmp_path_factory.mktemp("readme")
     (cwd / "conf").symlink_to(ROOT / "conf")
+    (cwd / "tests").mkdir()
+    (cwd / "tests" / "data").symlink_to(ROOT / "tests" / "data")  # the logs "Try it beside a running job" plays
     (cwd / "notes.txt").write_text("A first paragraph.\n\nA second one.\n", encoding="utf-8")
     save_tokenizer(cwd / "tokenizer")
     context = Context(cwd, cwd / "notes.txt", cwd / "metrics.jsonl", cwd / "tokenizer")
@@ -376,6 +382,110 @@ def case_precision_check(ctx: Context) -> None:
             json.loads(same.stdout)["first_difference"] is None
 
 
+LIVE_LOG = "tests/data/live/megatron_spikes_and_hang.log"
+
+
+def try_it_beside(ctx: Context) -> dict:
+    """The section's first three lines as written: the stand-in job played into train.log, the
+    follower on it until it has called the hang (its own output says so), Ctrl-C, the logbook."""
+    if ctx.beside is not None:
+        return ctx.beside
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "runmgr", "watch"]
+    follower = subprocess.Popen([*command, "follow", "train.log", "run.dir=runs/beside", "watcher.hang.step.min_s=2"],
+                                cwd=ctx.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    player = subprocess.Popen([*command, "play", LIVE_LOG, "train.log", "--speed", "100"], cwd=ctx.cwd, env=env)
+    seen: list[str] = []
+    stuck = threading.Timer(300, follower.kill)  # a follower that never calls the hang: its output ends
+    stuck.start()
+    try:
+        for line in follower.stdout:
+            seen.append(line)
+            if "hang at step 360" in line:
+                break
+        follower.send_signal(signal.SIGINT)
+        rest, errors = follower.communicate(timeout=120)
+        assert player.wait(timeout=120) == 0
+    finally:
+        stuck.cancel()
+        for process in (follower, player):
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert follower.returncode == 0, errors[-3000:]
+    ctx.beside = {"follow": "".join(seen) + rest, "show": ctx.ok("logbook", "show", "runs/beside").stdout}
+    return ctx.beside
+
+
+def case_beside_play(ctx: Context) -> None:
+    try_it_beside(ctx)
+    assert (ctx.cwd / "train.log").read_text() == (ROOT / LIVE_LOG).read_text()
+
+
+def case_beside_follow(ctx: Context) -> None:
+    printed = try_it_beside(ctx)["follow"]
+    assert re.search(r"loss_spike at step 150: .* -> ignore\n", printed)
+    assert re.search(r"loss_spike at step 300: .* -> rollback_skip \(not acted on \(shadow\)\)", printed)
+    assert re.search(r"hang at step 360: .* -> dump_and_restart \(not acted on \(shadow\)\)", printed)
+    assert "stopped following" in printed
+
+
+def case_beside_show(ctx: Context) -> None:
+    shown = try_it_beside(ctx)["show"]
+    assert "incidents 3 (hang 1, loss_spike 2)" in shown
+    assert "not acted on (shadow): runmgr would rollback_skip from" in shown and "checkpoint at step 200" in shown
+
+
+def case_score_corpus(ctx: Context) -> None:
+    scored = ctx.ok("watch", "score", "tests/data/detectors").stdout
+    assert scored.startswith("runmgr watch score tests/data/detectors (conf=shadow): 18 logs")
+    assert re.search(r"^spike_persistent +2 +2 +2 +0 ", scored, re.M) and "clean runs: 5 logs" in scored
+
+
+def case_follow_row(ctx: Context) -> None:
+    log = ROOT / LIVE_LOG
+    for extra in ([], ["conf=shadow", "run.dir=runs/row-follow"]):
+        followed = subprocess.run([sys.executable, "-m", "runmgr", "watch", "follow", "-", *extra],
+                                  cwd=ctx.cwd, input=log.read_text(), capture_output=True, text=True, timeout=300,
+                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert followed.returncode == 0, followed.stderr[-3000:]
+        assert "-> rollback_skip (not acted on (shadow))" in followed.stdout
+        assert "the followed stream ended" in followed.stdout
+    shown = ctx.ok("logbook", "show", "runs/row-follow").stdout
+    assert "stopped" in shown and "loss_spike 2" in shown
+
+
+def case_play_row(ctx: Context) -> None:
+    played = ctx.ok("watch", "play", LIVE_LOG, "-", "--speed", "1000000").stdout
+    assert played == (ROOT / LIVE_LOG).read_text()
+    ctx.ok("watch", "play", LIVE_LOG, "played.log", "--speed", "1000000")  # 30 minutes of stamps in 2 ms
+    assert (ctx.cwd / "played.log").read_text() == played
+    refused = ctx.runmgr("watch", "play", LIVE_LOG, "-", "--speed", "0")
+    assert refused.returncode == 2 and "--speed must be a number above 0" in refused.stderr
+
+
+def case_score_row(ctx: Context) -> None:
+    few = ctx.cwd / "few"
+    few.mkdir(exist_ok=True)
+    for name in ("spike_recovering_mindspeed_bf16_i10", "clean_mindspeed_bf16_i1"):
+        for suffix in (".log", ".labels.yaml"):
+            (few / f"{name}{suffix}").write_text((ROOT / "tests/data/detectors" / f"{name}{suffix}").read_text())
+    default = ctx.ok("watch", "score", "few").stdout
+    assert re.search(r"^spike_recovering +1 +1 +1 +0 .* 1/1 +ignore x1$", default, re.M)
+    short = json.loads(ctx.ok("watch", "score", "few", "conf=shadow", "watcher.loss_spike.grace_steps=20",
+                              "--json").stdout)
+    (row,) = short["classes"]
+    assert row["class"] == "spike_recovering" and row["right_decision"] == 0  # rolled back after a 20-step grace
+
+
+def case_approve_decline(ctx: Context) -> None:
+    # The small run holds no remedy: one line, exit 2 (tests/e2e/test_approval.py approves a held one).
+    for verb in ("approve", "decline"):
+        refused = ctx.runmgr(verb, RUN)
+        assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
+        assert "Traceback" not in refused.stderr
+
+
 CASES: dict[str, Callable[[Context], None]] = {
     "make demo": case_make_demo,
     "make test": case_make_test,
@@ -413,6 +523,15 @@ CASES: dict[str, Callable[[Context], None]] = {
     "torchrun --nproc_per_node=2 -m trainer --num-layers N --hidden-size H ...": case_torchrun_megatron_dialect,
     "make demo EXTRAS=test,npu": case_make_demo_npu,
     "make demo DEMO_ARGS=chaos=none": case_make_demo_no_chaos,
+    f".venv/bin/runmgr watch play {LIVE_LOG} train.log --speed 100 &": case_beside_play,
+    ".venv/bin/runmgr watch follow train.log run.dir=runs/beside watcher.hang.step.min_s=2": case_beside_follow,
+    ".venv/bin/runmgr logbook show runs/beside": case_beside_show,
+    ".venv/bin/runmgr watch score tests/data/detectors": case_score_corpus,
+    "runmgr watch follow FILE|DIR|- [conf=NAME] [key=value ...]": case_follow_row,
+    "runmgr watch play LOG DEST|- [--speed X]": case_play_row,
+    "runmgr watch score DIR [conf=NAME] [key=value ...] [--json]": case_score_row,
+    "runmgr approve RUN": case_approve_decline,
+    "runmgr decline RUN": case_approve_decline,
     **KUBERNETES_CASES,
 }
 """README line (as :func:`normalise` writes it) -> what runs it."""

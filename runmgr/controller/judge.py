@@ -105,6 +105,10 @@ class Judge:
         self._data_parallel = len(rank_nodes) // per_replica or None
         self.watcher = self.watcher.for_new_subrun(self._nodes)
 
+    def next_silence_at(self) -> Optional[float]:
+        """When the watcher would first report a silence if no rank were heard before (None: never)."""
+        return self.watcher.next_silence_at()
+
     def judge(self, subrun: str, poll: GroupPoll, readings: Sequence[Observation], now: float,
               last_step: int) -> list[Judgement]:
         """Every incident this poll, the ``readings`` from outside the ranks (device polls,

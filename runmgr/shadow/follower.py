@@ -49,6 +49,7 @@ from runmgr.observers.logbook_writer import LogbookObserver
 from runmgr.policy.checkpoints import VerifiedCheckpoint
 from runmgr.policy.plan_update import next_plan
 from runmgr.shadow.lines import Line, LineSource
+from runmgr.shadow.stops import stop_of
 from runmgr.watch.megatron_log import MegatronLogReader
 from runmgr.watch.observations import LoadedCheckpoint, StepObservation
 from runmgr.workers.megatron_output import OutputTranslator
@@ -119,6 +120,13 @@ class Follower:
         judgements: list[Judgement] = []
         poll = GroupPoll()
         for at, line in self.source.take():
+            stopping = stop_of(line)
+            if stopping is not None and self.subrun is not None:
+                # Stopped on purpose (its scheduler, a person): the silence that follows is no hang.
+                judgements += self._judge(poll)
+                poll = GroupPoll()
+                self._end_subrun("stopped", f"the job was stopped ({stopping}); runmgr did nothing")
+                continue
             if self.subrun is None:
                 first = _parsed(at, line, _probe_translator())
                 if not (first.steps or first.observations or first.checkpoints):
@@ -135,6 +143,11 @@ class Follower:
         judgements += self._judge(poll)
         self._save_position()
         return judgements
+
+    def next_silence_at(self) -> Optional[float]:
+        """When the followed job's silence would first be a hang if no line came before (None:
+        never, or no sub-run open): a replay of a recorded log polls then (runmgr/score)."""
+        return self.judge.next_silence_at() if self.subrun is not None else None
 
     def _job_restarted(self, probe: GroupPoll) -> bool:
         """An iteration at or before the last one recorded, or a checkpoint loaded after steps (not
@@ -203,9 +216,10 @@ class Follower:
         assert self.subrun is not None
         decision = judgement.decision
         checkpoint = self._checkpoint_path(decision.restart_from_step)
-        # The sub-run runmgr would have started: the label the judge now goes on with (``ID+N``).
-        plan = next_plan(self.subrun.plan, decision, self.subrun.label, checkpoint)
-        args, refused = self._restart_args(plan)
+        # The sub-run runmgr would have started (none after an abort): the label the judge now goes
+        # on with (``ID+N``).
+        plan = next_plan(self.subrun.plan, decision, self.subrun.label, checkpoint) if decision.restarts else None
+        args, refused = self._restart_args(plan) if plan is not None else ([], None)
         where = f" from the checkpoint at step {decision.restart_from_step}" \
             if decision.restart_from_step is not None else ""
         how = f"; it would restart the job with: {shlex.join(args)}" if args else \
@@ -217,7 +231,7 @@ class Follower:
             {"acted_on": False, "action": str(decision.action), "reason": decision.reason,
              "incident_kind": judgement.incident.kind, "step": judgement.incident.onset_step,
              "restart_from_step": decision.restart_from_step, "start_checkpoint": checkpoint,
-             "plan": plan.to_dict(), "script": self.config.megatron.script, "args": args,
+             "plan": plan.to_dict() if plan is not None else None, "script": self.config.megatron.script, "args": args,
              **({"not_carried": refused} if refused else {})},
             step=judgement.incident.onset_step)
         if self.notify is not None:

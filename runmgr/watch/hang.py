@@ -169,6 +169,13 @@ class HangDetector:
         self._reported.update(beat.watched_as for beat, _ in silent)
         return [self._incident(silent, now)]
 
+    def next_report_at(self) -> Optional[float]:
+        """When :meth:`check` would first report a silence if no beat came before (None: it never
+        would): a replay of a recorded log judges the silence then, as a live poll would have."""
+        timeouts: dict[str, float] = {}
+        return min((beat.time + self.limit(beat, timeouts) for key, beat in self._last.items()
+                    if key not in self._reported), default=None)
+
     def _shortest_s(self) -> float:
         """No beat's silence is tolerated for less: the shortest timeout of the phases now (a
         planned silence only widens one; a phase never learned has its initial value)."""

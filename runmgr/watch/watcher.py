@@ -128,3 +128,8 @@ class Watcher:
     def check(self, now: float) -> list[Incident]:
         """Incidents that time alone produces (hangs, an S3 outage), as of ``now``."""
         return self.hang.check(now) + self.storage.check(now)
+
+    def next_silence_at(self) -> Optional[float]:
+        """When a silence would first be reported if nothing were heard before (the hang
+        detector's; None: never)."""
+        return self.hang.next_report_at()

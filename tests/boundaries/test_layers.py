@@ -22,10 +22,10 @@ LAYERS: tuple[frozenset[str], ...] = (
                "dryrun", "refusals", "stopping", "logbook_samples", "reaper", "headwatch", "diskspace", "s3",
                "precision", "simulate", "kuberay", "rehearsal", "scale", "ports", "notify", "approvals"}),
     frozenset({"lint"}),
-    frozenset({"preflight", "launch", "lineage", "wiring", "runners", "replay", "shadow", "cli", "logbook_command", "__main__"}),
+    frozenset({"preflight", "launch", "lineage", "wiring", "runners", "replay", "shadow", "score", "cli", "logbook_command", "__main__"}),
 )
 """Lowest first. A part may import its own layer and the ones below."""
-RAY_FREE = ("controller", "policy", "megatron", "watch", "config", "simulate", "agents", "shadow")
+RAY_FREE = ("controller", "policy", "megatron", "watch", "config", "simulate", "agents", "shadow", "score")
 
 
 def layer_of(part: str) -> int:

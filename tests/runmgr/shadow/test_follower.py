@@ -159,3 +159,31 @@ def test_a_damaged_position_file_is_one_line_not_a_traceback(tmp_path):
     (job.config.run_dir() / "shadow_state.json").write_text("{not json")
     with pytest.raises(ShadowStateError, match="cannot be read"):
         job.follower()
+
+
+def test_a_job_its_scheduler_cancelled_is_stopped_not_hung_and_its_resubmission_is_the_next_sub_run(tmp_path):
+    job = Job(tmp_path)
+    follower, book = job.follower()
+    job.write(range(1, 41), follower, spikes=(range(0), range(0)))
+    with job.log.open("a") as handle:
+        handle.write("slurmstepd: error: *** STEP 4471203.0 ON gpu-node-017 CANCELLED AT 2025-06-11T09:37:34 ***\n"
+                     "W0611 09:37:34.583000 54287 torch/distributed/elastic/agent/server/api.py:704] Received "
+                     "Signals.SIGTERM death signal, shutting down workers\n")
+    assert follower.poll() == []
+    job.clock[0] += 1800.0  # resubmitted half an hour later
+    assert follower.poll() == []
+    job.write(range(41, 51), follower, spikes=(range(0), range(0)))
+    first, second = book.lineage()
+    assert first.end_state == "stopped" and "CANCELLED AT" in first.end_reason and first.last_step == 40
+    assert second.is_open and events(book, "incident") == []
+
+
+def test_an_abort_is_recommended_without_a_restart_command(tmp_path):
+    job = Job(tmp_path)
+    job.config = load_run_config("shadow", [f"run.dir={tmp_path / 'run'}", "watcher=demo", "policy=demo", JOB_ARGS,
+                                            "policy.instability.ladder=[{action: rollback_skip, max_uses: 0}]"])
+    follower, book = job.follower()
+    judgements = job.write(range(1, 120), follower, spikes=(range(60, 120), range(0)))
+    assert any(j.decision.action == "abort" for j in judgements), [j.decision.action for j in judgements]
+    (abort,) = [e for e in events(book, "event", "recommendation") if e["data"]["action"] == "abort"]
+    assert abort["data"]["plan"] is None and abort["data"]["args"] == []

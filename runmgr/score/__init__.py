@@ -1,0 +1,1 @@
+"""runmgr watch score: the detectors and the policy measured over labelled logs."""

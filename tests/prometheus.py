@@ -11,12 +11,14 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 from typing import IO
 
 import pytest
 
 from runmgr.ports import rendezvous_port
+from tests.webhook import Receiver
 
 
 def free_port() -> int:
@@ -124,3 +126,19 @@ class Prometheus(Server):
         answer = self.get("/api/v1/alerts")
         assert answer["status"] == "success", answer
         return answer["data"]["alerts"]
+
+
+def stall_notice(receiver: Receiver, instance: str, after: float, timeout: float = 120) -> dict:
+    """The first RunmgrStalled alert for ``instance`` that Alertmanager posted as firing, of a stall
+    that began after ``after`` (Unix time): the one of the pause the test holds, not of the restart."""
+    def began(alert: dict) -> float:
+        return datetime.fromisoformat(alert["startsAt"]).timestamp()
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for body in receiver.wait_for(len(receiver.bodies) + 1, timeout=max(0.0, deadline - time.time())):
+            for alert in body["alerts"]:
+                if (alert["labels"]["alertname"] == "RunmgrStalled" and alert["status"] == "firing"
+                        and alert["labels"]["instance"] == instance and began(alert) > after):
+                    return alert
+    pytest.fail(f"no RunmgrStalled for {instance} after {after} within {timeout} s: {receiver.bodies}")

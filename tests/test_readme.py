@@ -394,7 +394,7 @@ def try_it_beside(ctx: Context) -> dict:
     command = [sys.executable, "-m", "runmgr", "watch"]
     follower = subprocess.Popen([*command, "follow", "train.log", "run.dir=runs/beside", "watcher.hang.step.min_s=2"],
                                 cwd=ctx.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    player = subprocess.Popen([*command, "play", LIVE_LOG, "train.log", "--speed", "100"], cwd=ctx.cwd, env=env)
+    player = subprocess.Popen([*command, "play", LIVE_LOG, "train.log", "--speed", "300"], cwd=ctx.cwd, env=env)
     seen: list[str] = []
     stuck = threading.Timer(300, follower.kill)  # a follower that never calls the hang: its output ends
     stuck.start()
@@ -523,7 +523,7 @@ CASES: dict[str, Callable[[Context], None]] = {
     "torchrun --nproc_per_node=2 -m trainer --num-layers N --hidden-size H ...": case_torchrun_megatron_dialect,
     "make demo EXTRAS=test,npu": case_make_demo_npu,
     "make demo DEMO_ARGS=chaos=none": case_make_demo_no_chaos,
-    f".venv/bin/runmgr watch play {LIVE_LOG} train.log --speed 100 &": case_beside_play,
+    f".venv/bin/runmgr watch play {LIVE_LOG} train.log --speed 300 &": case_beside_play,
     ".venv/bin/runmgr watch follow train.log run.dir=runs/beside watcher.hang.step.min_s=2": case_beside_follow,
     ".venv/bin/runmgr logbook show runs/beside": case_beside_show,
     ".venv/bin/runmgr watch score tests/data/detectors": case_score_corpus,

@@ -102,6 +102,9 @@ class MetricsObserver:
         self.live = live
 
     def on_poll(self, state: Running, poll: GroupPoll) -> None:
+        # A poll is of the state the run is in (a shadow follower's sub-run starts as launching and
+        # only ever polls: its ranks are the followed job's).
+        self.live = replace(self.live, state=STATE_NAMES.get(type(state), self.live.state))
         if poll.steps:
             times = [float(step.step_time) for step in poll.steps if step.step_time is not None]
             self.live = replace(self.live, row=metric_row(poll.steps[-1]), stepped_at=self.clock(),

@@ -66,6 +66,9 @@ def main_score(folder: str, conf: Optional[str], overrides: Sequence[str], conf_
                out: TextIO, as_json: bool = False) -> int:
     """Score every log of ``folder``; 0 after printing the table."""
     config = follow_config(conf, overrides, conf_dir)
+    if not config.drives_megatron:
+        raise ScoreInputError("watch score reads labelled Megatron-LM and MindSpeed-LLM logs: the config must say "
+                              "trainer.kind=megatron (conf/shadow.yaml does)")
     files = corpus_files(Path(folder))
     labelled = [(log, read_labels(labels)) for log, labels in files]  # every labels file checked first
     corpus = Corpus([score_one(config, log, labels) for log, labels in labelled])

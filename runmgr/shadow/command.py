@@ -3,7 +3,9 @@ in shadow mode until it ends (a stream closed) or the follower is stopped (Ctrl-
 
 The config (``conf/shadow.yaml`` unless one is named) gives the watcher and policy settings, the
 run directory (``run.dir=``, as for launch) and the metrics endpoint; ``megatron.args`` the job's
-own arguments, for the restart command each recommendation quotes.
+own arguments, for the restart command each recommendation quotes; ``trainer.kind`` the log's
+format: ``megatron`` (Megatron-LM, MindSpeed-LLM) or ``builtin`` (runmgr's own trainer run by
+another launcher: ``torchrun -m trainer conf=demo | runmgr watch follow - conf=demo``).
 """
 
 from __future__ import annotations
@@ -35,12 +37,10 @@ class FollowInputError(UserError):
 
 
 def follow_config(conf: Optional[str], overrides: Sequence[str], conf_dir: Optional[Path]) -> RunConfig:
-    config = load_run_config(conf or DEFAULT_CONF, list(overrides), conf_dir)
-    if not config.drives_megatron:
-        raise FollowInputError(
-            "watch follow reads Megatron-LM and MindSpeed-LLM logs: the config must say trainer.kind=megatron "
-            "(conf/shadow.yaml does); a run runmgr launched has its logbook already (`runmgr logbook show RUN`)")
-    return config
+    """The config that judges the log: ``trainer.kind=megatron`` (conf/shadow.yaml) reads a
+    Megatron-LM or MindSpeed-LLM log, ``builtin`` runmgr's own trainer's (``python -m trainer``
+    under another launcher; a run runmgr launched has its logbook already)."""
+    return load_run_config(conf or DEFAULT_CONF, list(overrides), conf_dir)
 
 
 def check_source(where: str) -> None:

@@ -46,13 +46,16 @@ from runmgr.megatron.flags import PlanNotCarried, checkpoint_step, script_args
 from runmgr.megatron.flavors import abilities_of, job_abilities
 from runmgr.notify.observer import NotifyObserver
 from runmgr.observers.logbook_writer import LogbookObserver
+from runmgr.policy.abilities import BUILTIN_ABILITIES, TrainerAbilities
 from runmgr.policy.checkpoints import VerifiedCheckpoint
 from runmgr.policy.plan_update import next_plan
 from runmgr.shadow.lines import Line, LineSource
 from runmgr.shadow.stops import stop_of
 from runmgr.watch.megatron_log import MegatronLogReader
+from runmgr.watch.trainer_log import TrainerLogReader
 from runmgr.watch.observations import LoadedCheckpoint, StepObservation
 from runmgr.workers.megatron_output import OutputTranslator
+from trainer.manifest import checkpoint_dir
 from trainer.plan import ResumePlan
 from trainer.report import StepReport
 
@@ -106,8 +109,7 @@ class Follower:
         # Nothing is carried out in shadow: every decision is a recommendation, none held (policy.act_on).
         self.judge = Judge(config.watcher, replace(config.policy, act_on=["all"]),
                            lambda max_step: [c for c in self.checkpoints.values() if c.step <= max_step],
-                           abilities=job_abilities(config.megatron.flavor, self.args) if self.args
-                           else abilities_of(config.megatron.flavor))
+                           abilities=self._abilities())
         self.subrun: Optional[_Subrun] = None
         self.recommendations = 0
         self._state_path = Path(book.run_dir) / STATE_FILE
@@ -128,7 +130,7 @@ class Follower:
                 self._end_subrun("stopped", f"the job was stopped ({stopping}); runmgr did nothing")
                 continue
             if self.subrun is None:
-                first = _parsed(at, line, _probe_translator())
+                first = _parsed(at, line, self._translator("probe", ResumePlan(subrun="probe"), 0))
                 if not (first.steps or first.observations or first.checkpoints):
                     continue  # the job's preamble (arguments, model building): nothing to judge yet
                 self._start_subrun(first, f"shadow: following {self.source.describe()} ({NOT_ACTED_ON})")
@@ -238,9 +240,12 @@ class Follower:
             self.notify.on_recommendation(self.subrun.id, judgement, text)
 
     def _checkpoint_path(self, step: Optional[int]) -> Optional[str]:
-        """Megatron's ``iter_%07d`` under the job's ``--load`` (or ``--save``) directory."""
+        """Megatron's ``iter_%07d`` under the job's ``--load`` (or ``--save``) directory; runmgr's
+        own trainer's ``step_%08d`` under the conf's checkpoint directory."""
         if step is None:
             return None
+        if not self.config.drives_megatron:
+            return str(checkpoint_dir(self.config.checkpoint_dir(), step))
         folder = flag_value(self.args, "--load") or flag_value(self.args, "--save")
         return str(Path(folder) / f"iter_{step:07d}") if folder else f"iter_{step:07d}"
 
@@ -271,7 +276,19 @@ class Follower:
         self.judge.start_subrun([WorkerInfo(RANK, 0, "followed job", "")], start_step=start)
         self._catching_up = False
 
+    def _abilities(self) -> TrainerAbilities:
+        """What the followed job could carry out: its Megatron flavor's (with its arguments), or
+        runmgr's own trainer's."""
+        if not self.config.drives_megatron:
+            return BUILTIN_ABILITIES
+        flavor = self.config.megatron.flavor
+        return job_abilities(flavor, self.args) if self.args else abilities_of(flavor)
+
     def _translator(self, subrun: str, plan: ResumePlan, start: int) -> OutputTranslator:
+        if not self.config.drives_megatron:  # runmgr's own trainer's lines (python -m trainer)
+            return OutputTranslator(plan, (RANK,), TrainerLogReader(subrun), self.config.checkpoint_dir(),
+                                    self.config.model.seq_length,
+                                    start_step=start)
         seq = flag_value(self.args, "--seq-length")
         folder = flag_value(self.args, "--save")
         return OutputTranslator(plan, (RANK,), MegatronLogReader(subrun), Path(folder) if folder else None,
@@ -342,10 +359,6 @@ def _parsed(at: float, line: str, translator: OutputTranslator) -> GroupPoll:
     poll = GroupPoll()
     translator.lines([(at, line)], poll)
     return poll
-
-
-def _probe_translator() -> OutputTranslator:
-    return OutputTranslator(ResumePlan(subrun="probe"), (RANK,), MegatronLogReader("probe"), None, None)
 
 
 def _merge(into: GroupPoll, more: GroupPoll) -> None:

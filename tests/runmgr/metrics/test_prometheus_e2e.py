@@ -14,7 +14,6 @@ import math
 import os
 import signal
 import time
-from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -24,9 +23,9 @@ from runmgr.chaos.build import release_file
 from runmgr.chaos.state import ChaosState
 from runmgr.metrics import alerts, names
 from tests.e2e.harness import E2E_OVERRIDES, LaunchedRun, runmgr_text
-from tests.prometheus import Alertmanager, Prometheus
+from tests.prometheus import Alertmanager, Prometheus, stall_notice
 from tests.runmgr.metrics.test_dashboard import dashboard_queries
-from tests.webhook import Receiver, receiver  # noqa: F401 (a fixture)
+from tests.webhook import receiver  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -88,22 +87,6 @@ def logbook_now(run_dir: Path) -> dict:
         "subrun": {lineage[-1].id: float(lineage[-1].index)},
         "incidents": {kind: float(count) for kind, count in summary["incidents"].items()},
     }
-
-
-def stall_notice(receiver: Receiver, instance: str, after: float, timeout: float = 120) -> dict:
-    """The first RunmgrStalled alert for ``instance`` that Alertmanager posted as firing, of a stall
-    that began after ``after`` (Unix time): the one of the pause the test holds, not of the restart."""
-    def began(alert: dict) -> float:
-        return datetime.fromisoformat(alert["startsAt"]).timestamp()
-
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        for body in receiver.wait_for(len(receiver.bodies) + 1, timeout=max(0.0, deadline - time.time())):
-            for alert in body["alerts"]:
-                if (alert["labels"]["alertname"] == "RunmgrStalled" and alert["status"] == "firing"
-                        and alert["labels"]["instance"] == instance and began(alert) > after):
-                    return alert
-    pytest.fail(f"no RunmgrStalled for {instance} after {after} within {timeout} s: {receiver.bodies}")
 
 
 def test_prometheus_scraping_a_run_sees_what_its_logbook_holds_pages_its_stall_and_every_dashboard_query_has_data(

@@ -135,7 +135,7 @@ def test_the_same_log_on_standard_input_is_judged_the_same_and_its_end_ends_the_
 
 @pytest.mark.parametrize("args, words", [
     (["watch", "follow", "/no/such/folder/train.log"], "no such folder: /no/such/folder"),
-    (["watch", "follow", "-", "trainer.kind=builtin"], "trainer.kind=megatron"),
+    (["watch", "follow", "-", "trainer.kind=deepspeed"], "trainer.kind"),
     (["watch", "follow", "-", "--poll-interval", "0"], "must be above 0"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, words):

@@ -139,14 +139,43 @@ def test_thousands_of_lines_written_at_once_are_all_taken_in_one_poll(tmp_path):
     assert len(book.all_metrics()) == 5000
 
 
-@pytest.mark.parametrize("override, words", [
-    ("trainer.kind=builtin", "trainer.kind=megatron"),
-])
-def test_a_config_that_is_not_a_megatron_job_is_one_line(tmp_path, override, words):
-    from runmgr.shadow.command import FollowInputError, follow_config
+def test_runmgr_s_own_trainer_run_by_another_launcher_is_followed_in_its_own_format(tmp_path):
+    """``torchrun -m trainer conf=demo | runmgr watch follow - conf=demo``: the lines its
+    PrintingReporter prints, a persistent spike recommended as a rollback to the conf's own
+    checkpoint directory, and the trainer's start from a checkpoint the next sub-run."""
+    import io
 
-    with pytest.raises(FollowInputError, match=words):
-        follow_config("shadow", [override, f"run.dir={tmp_path}"], None)
+    from trainer.cli import PrintingReporter
+    from trainer.report import CheckpointReport, StepReport
+
+    config = load_run_config("demo", [f"run.dir={tmp_path / 'run'}", "watcher=demo", "policy=demo", "chaos=none"])
+    log, clock = tmp_path / "train.log", [1000.0]
+    book = Logbook.open(config.run_dir())
+    follower = Follower(config, FileLines(log, lambda: clock[0]), book, lambda: clock[0])
+    out = io.StringIO()
+    reporter = PrintingReporter(train_iters=200, out=out)
+    judgements = []
+    for iteration in range(1, 101):
+        reporter.step(StepReport(subrun="x", step=iteration, loss=loss_at(iteration, PERSISTENT, RECOVERING),
+                                 grad_norm=1.0, lr=3e-4, loss_scale=1.0, tokens=512, consumed_samples=8 * iteration,
+                                 step_time=0.05, compute_times=(), skipped=False, time=0.0))
+        if iteration % 10 == 0:
+            reporter.checkpoint(CheckpointReport("x", iteration, f"ck/step_{iteration:08d}", 0.1, 0.0))
+        if iteration % 5 == 0:
+            log.write_text(out.getvalue())
+            clock[0] += 0.5
+            judgements += follower.poll()
+    acted = [j for j in judgements if j.decision.action != "ignore"]
+    assert [(j.incident.kind, j.incident.onset_step, j.decision.action) for j in acted][:1] == [
+        ("loss_spike", 60, "rollback_skip")]
+    (recommendation, *_) = events(book, "event", "recommendation")
+    assert recommendation["data"]["start_checkpoint"] == str(config.checkpoint_dir() / "step_00000050")
+    assert [j.incident.onset_step for j in judgements if j.incident.recovered] == [30]
+    with log.open("a") as handle:
+        handle.write("start at step 50 from ck/step_00000050 | decay: betas (0.9, 0.95), eps 1e-08, wd 0.1\n")
+    clock[0] += 0.5
+    follower.poll()
+    assert [s.start_step for s in book.lineage()] == [0, 50]
 
 
 def test_a_damaged_position_file_is_one_line_not_a_traceback(tmp_path):

@@ -57,8 +57,11 @@ class Logbook:
         self._out_of_range_noted: set[tuple[str, str]] = set()
 
     @classmethod
-    def open(cls, run_dir: str | Path, clock: Callable[[], float] = time.time, create: bool = True) -> "Logbook":
-        """Open (and with ``create``, make) the logbook of ``run_dir``."""
+    def open(cls, run_dir: str | Path, clock: Callable[[], float] = time.time, create: bool = True,
+             scratch: bool = False) -> "Logbook":
+        """Open (and with ``create``, make) the logbook of ``run_dir``. ``scratch``: a logbook
+        thrown away after use (``watch score``'s), written without waiting for the disk: not
+        crash-safe, and never a run's."""
         run_dir = Path(run_dir)
         path = run_dir / LOGBOOK_FILENAME
         if not create and not path.is_file():
@@ -81,6 +84,8 @@ class Logbook:
         if problem is not None:
             connection.close()
             raise LogbookError(damaged_message(path, problem))
+        if scratch:
+            connection.execute("PRAGMA synchronous=OFF")
         try:
             ensure_schema(connection, clock, where=str(run_dir))
         except sqlite3.DatabaseError as err:

@@ -54,7 +54,7 @@ def score_one(config: RunConfig, log: Path, labels: LogLabels) -> LogScore:
         timed = timed_lines(handle.readlines())
     source = PlayedLog(timed, log.name, now=timed[0][0] if timed else 0.0)
     with tempfile.TemporaryDirectory(prefix="runmgr-score-") as scratch:
-        book = Logbook.open(Path(scratch) / log.stem, clock=source.clock)
+        book = Logbook.open(Path(scratch) / log.stem, clock=source.clock, scratch=True)
         try:
             calls = play(flavored, source, book, labels.silence_at_end_s)
         finally:

@@ -34,7 +34,7 @@ def play(config: RunConfig, source: PlayedLog, book: Logbook, silence_at_end_s: 
     """Every incident a follower of ``source`` records into ``book`` (whose clock should be the
     source's), in order. After the last line the job stays silent ``silence_at_end_s`` more (a
     hang the log ends in)."""
-    follower = Follower(config, source, book, source.clock)
+    follower = Follower(config, source, book, source.clock, keeps_position=False)
     end = (source.lines[-1][0] if source.lines else source.now) + silence_at_end_s
     calls: list[Call] = []
     while True:

@@ -93,9 +93,11 @@ class Follower:
     """Follows one source into one logbook. ``poll()`` once per interval; ``close()`` at the end."""
 
     def __init__(self, config: RunConfig, source: LineSource, book: Logbook, clock: Callable[[], float],
-                 observers: tuple = (), notify: Optional[NotifyObserver] = None) -> None:
+                 observers: tuple = (), notify: Optional[NotifyObserver] = None, keeps_position: bool = True) -> None:
         """``observers``: more observers of the sub-runs, polls and judgements (the metrics exporter);
-        ``notify``: told of each recommendation (and, as an observer, of the rest)."""
+        ``notify``: told of each recommendation (and, as an observer, of the rest); ``keeps_position``
+        false: no position file (a played-back log, which no follower resumes)."""
+        self.keeps_position = keeps_position
         self.config = config
         self.source = source
         self.book = book
@@ -309,6 +311,8 @@ class Follower:
     # --- the follower's own restart ----------------------------------------------------------
 
     def _save_position(self) -> None:
+        if not self.keeps_position:
+            return
         state = {"source": self.source.position(), "subrun": self.subrun.id if self.subrun else None}
         temporary = self._state_path.with_suffix(".tmp")
         temporary.write_text(json.dumps(state))

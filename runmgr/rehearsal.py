@@ -311,9 +311,11 @@ def _checkpoint(config: RunConfig, rows: _Rows):
 def _run(config: RunConfig, rows: _Rows):
     name = config.run.name + REHEARSAL_SUFFIX
     rows.add("run.name", config.run.name, name, "its own run directory: never the real run's checkpoints")
-    rows.add("run.dir", config.run.dir, None, f"runs/{name}")
+    # A run.dir given is honoured: the rehearsal's goes beside it, never into it.
+    where = f"{config.run.dir.rstrip('/')}{REHEARSAL_SUFFIX}" if config.run.dir else None
+    rows.add("run.dir", config.run.dir, where, "beside the real run's directory" if where else f"runs/{name}")
     rows.keep("run.number", config.run.number, "sub-runs are numbered as the real run's")
-    return replace(config.run, name=name, dir=None)
+    return replace(config.run, name=name, dir=where)
 
 
 def _cluster(config: RunConfig, par: _Parallel, rows: _Rows):

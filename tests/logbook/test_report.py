@@ -170,3 +170,15 @@ def test_an_open_run_is_running_and_its_empty_logbook_is_empty(tmp_path, clock):
         report = run_report(book)
     assert report.state == "running" and report.ettr_series == () and report.mtbi_s is None
     assert report.subruns[0].last_step == 5 and report.summary["ettr"] == pytest.approx(10.0 / 11.0)
+
+
+def test_the_last_incident_is_the_one_behind_the_last_decision_that_acted(tmp_path, clock):
+    with Logbook.open(tmp_path / "run", clock=clock) as book:
+        book.start_subrun("1.00", "launch", {}, None, 0, {}, {})
+        judged(book, "1.00", "loss_spike", 90, "rollback_skip")
+        judged(book, "1.00", "grad_spike", 90, "ignore")  # beside it, decided already
+        assert run_report(book).last_incident == "loss_spike at step 90"
+    with Logbook.open(tmp_path / "quiet", clock=clock) as book:
+        book.start_subrun("1.00", "launch", {}, None, 0, {}, {})
+        judged(book, "1.00", "grad_spike", 12, "ignore")
+        assert run_report(book).last_incident == "grad_spike at step 12"  # nothing acted: the last recorded

@@ -92,6 +92,13 @@ def test_the_watcher_and_policy_keep_their_thresholds_and_budgets_and_take_the_w
     assert not any("z_threshold" in key or "max_restarts" in key for key in scaled)
 
 
+def test_a_run_dir_given_is_honoured_the_rehearsal_s_beside_it(tmp_path):
+    small, mapping = rehearsal("run12", f"run.dir={tmp_path / 'llama'}")
+    assert small.run_dir() == tmp_path / "llama-rehearsal" and small.run.name == "run12-rehearsal"
+    assert rows(mapping)["run.dir"].rehearsal == str(tmp_path / "llama-rehearsal")
+    assert rehearsal("run12")[0].run_dir() == Path("runs/run12-rehearsal")  # none given: under runs/, as before
+
+
 def test_the_rehearse_section_sizes_it():
     small, _ = rehearsal("run12", "rehearse.train_iters=300", "rehearse.chaos=none", "rehearse.hidden_size=128")
     assert small.training.train_iters == 300 and small.optim.lr_warmup_iters == round(2000 / 147661 * 300)

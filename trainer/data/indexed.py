@@ -166,7 +166,7 @@ class IndexedDataset:
         for path in (idx_file, bin_file):
             if not path.is_file():
                 raise DataError(f"{path} not found; write the dataset with "
-                                f"`python -m trainer.data.prepare --input FILE --output-prefix {prefix}`")
+                                f"`runmgr prepare-data --input FILE --output-prefix {prefix}`")
         header = read_index_header(idx_file)
         self.dtype: np.dtype = header.dtype
         raw = np.memmap(idx_file, dtype=np.uint8, mode="r")  # shared pages, not a copy per rank

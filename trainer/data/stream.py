@@ -20,7 +20,8 @@ from trainer.data.indexed import IndexedDataset, data_path, index_path, read_ind
 from trainer.data.sampler import EpochShuffle, SkipSchedule
 from trainer.data.windows import FixedWindows
 
-_PREPARE_HINT = "write one with `python -m trainer.data.prepare --input FILE --output-prefix {prefix}`"
+_PREPARE_HINT = ("write one with `runmgr prepare-data --input FILE --output-prefix {prefix}` "
+                 "(`python -m trainer.data.prepare` takes the same flags where only the trainer is installed)")
 
 
 class SampleStream:

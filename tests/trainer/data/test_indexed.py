@@ -106,7 +106,7 @@ def test_rejects_a_bin_that_does_not_match_its_idx(tmp_path):
 
 
 def test_missing_files_name_the_fix(tmp_path):
-    with pytest.raises(DataError, match=r"nothing\.idx not found; .*trainer\.data\.prepare"):
+    with pytest.raises(DataError, match=r"nothing\.idx not found; .*`runmgr prepare-data --input FILE --output-prefix"):
         IndexedDataset(tmp_path / "nothing")
 
 

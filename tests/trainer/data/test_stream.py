@@ -93,7 +93,8 @@ def junk_pair(prefix) -> str:
 
 
 @pytest.mark.parametrize("make, message", [
-    (lambda d: str(d / "missing"), r"missing\.bin not found; write one with `python -m trainer\.data\.prepare"),
+    (lambda d: str(d / "missing"),
+     r"missing\.bin not found; write one with `runmgr prepare-data --input FILE --output-prefix .*missing`"),
     (lambda d: str(d / "fox.bin"), r"ends with \.bin: give the prefix without it, data\.data_path=.*fox$"),
     (lambda d: junk_pair(d / "junk"), r"junk\.idx is not a Megatron indexed-dataset index"),
 ])

@@ -35,7 +35,7 @@ from runmgr.diskspace import DISK_WRITE_ERRORS, DiskReserve, end_on_full_disk, i
 from runmgr.diskspace import refusal as disk_refusal
 from runmgr.errors import DiskFullError, RunStateError
 from runmgr.rundir import RunDirLock
-from runmgr.status import ENDED_STATES, mark_stopped, read_status
+from runmgr.status import ENDED_STATES, mark_stopped, read_status, write_starting
 from runmgr.stopping import StopRequest, stop_on_signals
 from runmgr.workers.placing import refuse_unplaceable
 from runmgr.wiring import (
@@ -175,10 +175,13 @@ def run_lineage(config: RunConfig, recompose: Recompose, book: Logbook,
         return 0
     # A local Ray advertises room for the warm spares too (each holds a rank's resources).
     cluster = replace(config.cluster, num_workers=config.cluster.num_workers + config.controller.warm_spares)
+    starting(config, initial.start_step, ray_start_words(cluster))
     connection = ray_cluster.connect(cluster, messages_to=run_dir / ray_cluster.RAY_MESSAGES_FILE,
                                      head_lost_after_s=config.controller.cluster_lost_timeout_s)
     try:
         with stop_on_signals() as stop:  # Ctrl-C or SIGTERM: a clean stop, recorded as such
+            starting(config, initial.start_step, "skipping the health check (health.skip)" if config.health.skip
+                     else "health-checking the nodes (devices, compute, collectives, mounts)")
             gate = preflight_health(config, out)  # no admitted node: one line, exit 2
             refuse_unplaceable(config, gate.admitted_node_ids)  # no node holds a bundle: one line, before placing
             linted = merged(linted or LintResult(()), lint_after_health(config, gate.report, out))
@@ -199,6 +202,17 @@ def run_lineage(config: RunConfig, recompose: Recompose, book: Logbook,
         ray_cluster.disconnect(connection)  # no process of a local Ray is left, even without its head
     out.write(f"logbook: runmgr logbook show {run_dir}\n")
     return 0 if isinstance(final, Finished) else 1
+
+
+def starting(config: RunConfig, start_step: int, doing: str) -> None:
+    """``runmgr status`` says what the driver is doing before its first sub-run runs."""
+    write_starting(config.run_dir(), config.run.name, config.training.train_iters, start_step, doing)
+
+
+def ray_start_words(cluster) -> str:
+    if cluster.address:
+        return f"joining the Ray cluster at {cluster.address}"
+    return f"starting a local Ray of {cluster.local_nodes} node(s)"
 
 
 def stopped(book: Logbook, run_dir: Path, stop: StopRequest, out: TextIO) -> int:

@@ -32,6 +32,14 @@ def write_status(run_dir: Path, status: dict) -> None:
         raise
 
 
+def write_starting(run_dir: Path, run_name: str, train_iters: int, start_step: int, doing: str) -> None:
+    """The status of a driver still getting ready (before its first sub-run's controller keeps
+    the file): ``state`` starting and what it is ``doing`` (starting Ray, checking the nodes)."""
+    write_status(run_dir, {"run": run_name, "run_dir": str(run_dir), "driver_pid": os.getpid(),
+                           "train_iters": train_iters, "state": "starting", "doing": doing, "subrun": None,
+                           "step": start_step, "workers": [], "last_incident": None, "updated_at": time.time()})
+
+
 def resolve_run_dir(run: str, runs_root: Path = Path("runs")) -> Path:
     """``RUN`` is a run name under runs/ or a run directory."""
     candidates = [Path(run), runs_root / run]
@@ -106,6 +114,8 @@ def render_status(status: dict) -> str:
         f"step {status.get('step')}/{status.get('train_iters')}",
         f"driver pid {status.get('driver_pid')} ({'alive' if status.get('driver_alive') else 'gone'})",
     ]
+    if status.get("state") == "starting" and status.get("doing"):
+        lines.append(f"the driver is {status['doing']}")
     for w in status.get("workers", []):
         lines.append(f"  rank {w.get('rank', '?'):>3}  pid {w.get('pid', '?'):>7}  node {w.get('node_ip', '?')}  "
                      f"{str(w.get('node', '?'))[:12]}")

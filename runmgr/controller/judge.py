@@ -219,7 +219,7 @@ class Judge:
     def _decide(self, incident: Incident, last_step: int) -> Judgement:
         checkpoints = list(self.checkpoints(last_step))
         decision = decide(incident, self.history, self.policy_config, checkpoints, self._capacity(),
-                          self.abilities, self._warm_cover())
+                          self.abilities, self._warm_cover(), final_step=self._subrun.final_step)
         decision = held_for_approval(decision, self.policy_config.carries_out)
         if decision.awaits_approval:  # in the policy's history once approved: a declined one never was
             if self._held is None:

@@ -27,13 +27,20 @@ from runmgr.policy.warm import WarmCover
 from runmgr.watch.incidents import DEVICE_FAULT, INSTABILITY_KINDS, STORAGE_OUTAGE, Incident
 
 
+REWARMUP_SHARE = 10
+"""A re-warmup takes at most a tenth of the steps left after the restart: OPT's 200 steps of a
+150,000-step run, not the last half of a short one."""
+
+
 def decide(incident: Incident, history: History, config: PolicyConfig,
            checkpoints: Sequence[VerifiedCheckpoint], capacity: Optional[Capacity] = None,
-           abilities: TrainerAbilities = BUILTIN_ABILITIES, warm: Optional[WarmCover] = None) -> Decision:
+           abilities: TrainerAbilities = BUILTIN_ABILITIES, warm: Optional[WarmCover] = None,
+           final_step: Optional[int] = None) -> Decision:
     """The decision for ``incident``. ``checkpoints`` are the verified ones, any order;
     ``capacity`` what the cluster can hold now (None: unknown, keep the data-parallel size);
     ``abilities`` the remedies the trainer in use can carry out (a rung asks no more);
-    ``warm`` what the worker group could recover warm now (None: nothing, every restart is cold)."""
+    ``warm`` what the worker group could recover warm now (None: nothing, every restart is cold);
+    ``final_step`` the run's last step (None: unknown), which sizes a re-warmup."""
     if incident.kind == STORAGE_OUTAGE:  # the driver's uploads, whatever the sub-run is doing
         return decide_storage_outage(incident)
     closing = history.closing_entry(incident.subrun)
@@ -46,12 +53,13 @@ def decide(incident: Incident, history: History, config: PolicyConfig,
             return Decision(IGNORE, f"recorded, training goes on: {_recovery(incident)}")
         if incident.kind not in config.instability.kinds:
             return Decision(IGNORE, f"recorded: {incident.kind} is not in policy.instability.kinds")
-        return _climb(incident, history, config, checkpoints, abilities)
+        return _climb(incident, history, config, checkpoints, abilities, final_step)
     return decide_fault(incident, history, config, checkpoints, capacity, warm)
 
 
 def _climb(incident: Incident, history: History, config: PolicyConfig,
-           checkpoints: Sequence[VerifiedCheckpoint], abilities: TrainerAbilities) -> Decision:
+           checkpoints: Sequence[VerifiedCheckpoint], abilities: TrainerAbilities,
+           final_step: Optional[int] = None) -> Decision:
     onset = incident.onset_step if incident.onset_step is not None else 0
     ladder = config.instability.ladder
     chain = history.instability_streak(onset, config.instability.repeat_window_steps)
@@ -87,7 +95,7 @@ def _climb(incident: Incident, history: History, config: PolicyConfig,
     storm = storm_abort(incident, history, config, checkpoints)
     if storm is not None:
         return storm
-    return _rung_decision(incident, history, config, rung, start, why, used, abilities)
+    return _rung_decision(incident, history, config, rung, start, why, used, abilities, final_step)
 
 
 def _carried_rung(ladder: Sequence[Rung], index: int,
@@ -115,7 +123,7 @@ def _recovery(incident: Incident) -> str:
 
 def _rung_decision(incident: Incident, history: History, config: PolicyConfig, rung: Rung,
                    start: Optional[VerifiedCheckpoint], why: str, used: int,
-                   abilities: TrainerAbilities = BUILTIN_ABILITIES) -> Decision:
+                   abilities: TrainerAbilities = BUILTIN_ABILITIES, final_step: Optional[int] = None) -> Decision:
     """``start`` None: no verified checkpoint is old enough, and the run is young
     enough to start again from initialisation. What the trainer cannot carry out (a
     skip, a re-warmup) is left out of the decision, and its reason says why."""
@@ -127,7 +135,8 @@ def _rung_decision(incident: Incident, history: History, config: PolicyConfig, r
         skips, skip_note = (), f"no data skipped: {abilities.skip_data_why_not}"
     else:
         skips, skip_note = _skip_window(incident, config, origin)
-    rewarmup = rung.rewarmup_iters if abilities.rewarmup else 0
+    rewarmup, sized = _rewarmup_steps(rung.rewarmup_iters, origin.step, final_step)
+    rewarmup = rewarmup if abilities.rewarmup else 0
     if start is None:
         restart = (f"restart from initialisation (no verified checkpoint at or before step "
                    f"{onset - config.rollback.margin_steps}; onset {onset} is within "
@@ -142,7 +151,7 @@ def _rung_decision(incident: Incident, history: History, config: PolicyConfig, r
     if rung.clip_grad is not None:
         changes.append(f"gradient clipping {history.clip_grad() or 'as configured'} -> {rung.clip_grad:g} "
                        f"for the rest of the run")
-    changes += _rewarmup_notes(rung, abilities)
+    changes += _rewarmup_notes(rung, abilities, rewarmup, sized)
     norms_steps = _local_norms_steps(origin.step, config, abilities)
     if norms_steps:
         changes.append(f"local norms on steps {norms_steps[0]}-{norms_steps[-1]}")
@@ -163,13 +172,25 @@ def _local_norms_steps(start_step: int, config: PolicyConfig, abilities: Trainer
     return tuple(range(start_step + 1, start_step + 1 + config.rollback.local_norms_after_steps))
 
 
-def _rewarmup_notes(rung: Rung, abilities: TrainerAbilities) -> list[str]:
+def _rewarmup_steps(asked: int, restart_step: int, final_step: Optional[int]) -> tuple[int, str]:
+    """The re-warmup's length: the rung's, at most :data:`REWARMUP_SHARE`'s share of the steps left
+    after the restart (at least one step when any is asked), and why when it was cut."""
+    if not asked or final_step is None:
+        return asked, ""
+    left = max(0, final_step - restart_step)
+    cap = max(1, left // REWARMUP_SHARE)
+    if asked <= cap:
+        return asked, ""
+    return cap, f" (the rung's {asked}, cut to a tenth of the {left} steps left after the restart)"
+
+
+def _rewarmup_notes(rung: Rung, abilities: TrainerAbilities, steps: int, sized: str) -> list[str]:
     """The reset and re-warmup a rung asks for, as the trainer in use carries them out."""
     reset = rung.action == RESET_OPTIMIZER
     if abilities.rewarmup or not (reset or rung.rewarmup_iters):
         if reset:
-            return [f"reset Adam's moments, keep the weights, re-warm up over {rung.rewarmup_iters} steps"]
-        return [f"re-warm up over {rung.rewarmup_iters} steps"] if rung.rewarmup_iters else []
+            return [f"reset Adam's moments, keep the weights, re-warm up over {steps} steps{sized}"]
+        return [f"re-warm up over {steps} steps{sized}"] if rung.rewarmup_iters else []
     dropped = f"no re-warmup of {rung.rewarmup_iters} steps" if rung.rewarmup_iters else "no re-warmup"
     if reset:
         return [f"reset Adam's moments, keep the weights; {dropped}: {abilities.rewarmup_why_not}"]

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 from dataclasses import fields, replace
+from typing import Callable, TextIO
 
 from runmgr.errors import UserError
 from runmgr.simulate.assumptions import EttrAssumptions
@@ -44,6 +47,23 @@ def _numbers(text: str, kind, flag: str) -> list:
     return values
 
 
+class Progress:
+    """One line on stderr per simulated lineage: which, how many of how many, and the time left
+    at the pace so far (a sweep of 16,384 devices takes half a minute on 2 cores)."""
+
+    def __init__(self, total: int, out: TextIO, clock: Callable[[], float] = time.monotonic) -> None:
+        self.total, self.out, self.clock = total, out, clock
+        self.started, self.count = clock(), 0
+
+    def done(self, what: str) -> None:
+        self.count += 1
+        spent = self.clock() - self.started
+        left = spent / self.count * (self.total - self.count)
+        self.out.write(f"simulated {self.count}/{self.total}: {what} ({spent:.0f} s so far, about {left:.0f} s "
+                       f"left)\n")
+        self.out.flush()
+
+
 def cmd_simulate_ettr(args: argparse.Namespace) -> int:
     from runmgr.simulate.ettr import SimulationError, failures_for, simulate, sweep_intervals
     from runmgr.simulate.report import CostPoint, EttrReport, render
@@ -57,14 +77,19 @@ def cmd_simulate_ettr(args: argparse.Namespace) -> int:
         raise UserError("--intervals needs at least one checkpoint interval, e.g. --intervals 25")
     scales = _numbers(args.restart_scales, float, "--restart-scales")
     failures = failures_for(assumptions, args.seed)
-    by_interval = {warm: sweep_intervals(assumptions, warm, intervals, failures) for warm in (False, True)}
+    progress = Progress(2 * len(intervals) + 2 * len(scales), sys.stderr)
+    by_interval = {warm: sweep_intervals(assumptions, warm, intervals, failures, done=progress.done)
+                   for warm in (False, True)}
     report = EttrReport(assumptions, args.seed, len(failures), by_interval)
     points = []
     for scale in scales:
         scaled = replace(assumptions, cold_restart_s=assumptions.cold_restart_s * scale,
                          warm_restart_s=assumptions.warm_restart_s * scale)
-        runs = {warm: simulate(replace(scaled, checkpoint_interval_steps=report.best(warm).checkpoint_interval_steps),
-                               warm, failures) for warm in (False, True)}
+        runs = {}
+        for warm in (False, True):
+            runs[warm] = simulate(replace(scaled, checkpoint_interval_steps=report.best(warm).checkpoint_interval_steps),
+                                  warm, failures)
+            progress.done(f"{'warm' if warm else 'cold'} restarts at {scale:g} x their cost")
         points.append(CostPoint(scale, scaled.cold_restart_s, scaled.warm_restart_s, runs[False], runs[True]))
     report = replace(report, by_restart_cost=points)
     print(json.dumps(report.to_dict(), indent=1) if args.json else render(report), end="" if not args.json else "\n")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import asdict, dataclass, replace
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from runmgr.config.policy import HardwareConfig, PolicyConfig, RestartConfig
 from runmgr.config.watcher import WatcherConfig
@@ -142,9 +142,13 @@ def _result(a: EttrAssumptions, warm: bool, world: SimWorld) -> EttrResult:
 
 
 def sweep_intervals(a: EttrAssumptions, warm: bool, intervals: Sequence[int],
-                    failures: Sequence[Failure]) -> list[EttrResult]:
-    """One lineage per checkpoint interval, over the same failures."""
-    return [simulate(replace(a, checkpoint_interval_steps=interval), warm, failures) for interval in intervals]
+                    failures: Sequence[Failure], done: Callable[[str], None] = lambda what: None) -> list[EttrResult]:
+    """One lineage per checkpoint interval, over the same failures; ``done(what)`` after each."""
+    results = []
+    for interval in intervals:
+        results.append(simulate(replace(a, checkpoint_interval_steps=interval), warm, failures))
+        done(f"{'warm' if warm else 'cold'} restarts, a checkpoint every {interval} steps")
+    return results
 
 
 def best(results: Sequence[EttrResult]) -> EttrResult:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from runmgr.simulate.assumptions import MEASURED_COLD_RESTART_S, WARM_RESTART_TARGET_S, EttrAssumptions
-from runmgr.simulate.ettr import EttrResult, best
+from runmgr.simulate.ettr import FAILURE_HORIZON, EttrResult, best
 from runmgr.simulate.failures import LLAMA3_DAYS, LLAMA3_DEVICES, LLAMA3_INTERRUPTIONS, llama3_rate_per_device_s
 
 PATHS = {False: "today's restart (cold)", True: "warm restart"}
@@ -66,7 +66,9 @@ def render(report: EttrReport) -> str:
         f"ETTR of a {a.days:g}-day job on {a.devices} devices ({a.devices // a.devices_per_node} nodes of "
         f"{a.devices_per_node}): failures at Llama 3's rates by class ({LLAMA3_INTERRUPTIONS} in {LLAMA3_DAYS:g} "
         f"days on {LLAMA3_DEVICES} GPUs, Table 5) x {a.failure_scale:g}: one every {mtbf_s(a) / 3600:.2f} h; "
-        f"{report.failures_drawn} drawn (seed {report.seed}); driven by runmgr's controller and policy",
+        f"{report.failures_drawn} drawn (seed {report.seed}) over {FAILURE_HORIZON:g} x the failure-free span so "
+        f"that a slow path never runs out of them, each run meeting those before its end (the fail column); "
+        f"driven by runmgr's controller and policy",
         f"assumptions: step {a.step_time_s:g} s; checkpoint stall {a.checkpoint_stall_s:g} s; detection "
         f"{a.detect_s:g} s; cold restart {a.cold_restart_s:g} s ({MEASURED_COLD_RESTART_S:g} s measured here x "
         f"{a.cold_restart_s / MEASURED_COLD_RESTART_S:g}); warm restart {a.warm_restart_s:g} s "
@@ -101,6 +103,13 @@ def _best_lines(report: EttrReport) -> str:
         top = report.best(warm)
         parts.append(f"best {PATHS[warm]}: ETTR {top.ettr:.2%} with a checkpoint every "
                      f"{top.checkpoint_interval_steps} steps")
+    cold, warm = (report.best(False), report.best(True)) if len(report.by_interval) == 2 else (None, None)
+    if cold is not None and warm.ettr < cold.ettr:
+        parts.append(f"choose the cold path here (controller.warm_spares=0): the warm path's snapshots take "
+                     f"{warm.snapshots_s / 3600:.1f} h and save {(cold.restarts_s - warm.restarts_s) / 3600:.1f} h "
+                     f"of restarts and {(cold.lost_work_s - warm.lost_work_s) / 3600:.1f} h of redone work at "
+                     f"{cold.failures} failures: too few failures for a snapshot every "
+                     f"{a.snapshot_interval_steps} step(s) to pay (--snapshot-interval-steps, or more devices)")
     parts.append(f"Young's interval for the cold path: sqrt(2 x {a.checkpoint_stall_s:g} s x {mtbf_s(a):.0f} s) = "
                  f"{young:.0f} s = {young / a.step_time_s:.0f} steps")
     return "\n".join(parts)

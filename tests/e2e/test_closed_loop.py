@@ -187,6 +187,8 @@ def test_recurring_instability_lowers_the_lr_then_resets_adam_with_fresh_state_a
     actions = [d["action"] for d in events if d["type"] == "decision"]
     assert actions.index("rollback_skip") < actions.index("lower_lr") < actions.index("reset_optimizer")
     reset = next(d for d in events if d["type"] == "decision" and d["action"] == "reset_optimizer")
+    # The rung's 200-step re-warmup, in a run of a few hundred steps: a tenth of the steps left.
+    assert 0 < reset["plan"]["rewarmup_iters"] < 200 and "cut to a tenth of the" in reset["reason"]
     start = next_subrun_start(events, reset)
     settings = next(e for e in events if e["type"] == "event" and e["kind"] == "effective_settings"
                     and e["subrun"] == start["subrun"])

@@ -72,6 +72,18 @@ def test_again_within_the_window_lowers_the_lr_then_resets_adam():
     assert "instability 3 in a row (earlier onsets within 1000 steps: 3050, 3010)" in third.reason
 
 
+def test_a_re_warmup_takes_at_most_a_tenth_of_the_steps_left_and_says_so():
+    reset_first = PolicyConfig(instability=InstabilityConfig(ladder=(
+        Rung(action=RESET_OPTIMIZER, max_uses=2, skip_data=True, rewarmup_iters=200),)))
+    short = decide(spike(3050), History(), reset_first, CHECKPOINTS, final_step=3500)  # restart at 2500
+    assert short.rewarmup_iters == 100
+    assert ("re-warm up over 100 steps (the rung's 200, cut to a tenth of the 1000 steps left after the "
+            "restart)") in short.reason
+    long_run = decide(spike(3050), History(), reset_first, CHECKPOINTS, final_step=150000)
+    unknown = decide(spike(3050), History(), reset_first, CHECKPOINTS)
+    assert long_run.rewarmup_iters == unknown.rewarmup_iters == 200 and "cut to" not in long_run.reason
+
+
 def test_an_instability_far_from_the_previous_one_starts_again_at_the_first_rung():
     decisions = climb([3050, 3010, 6000])
     assert [d.action for d in decisions] == [ROLLBACK_SKIP, LOWER_LR, ROLLBACK_SKIP]

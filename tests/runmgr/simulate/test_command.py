@@ -31,6 +31,28 @@ def test_the_report_compares_both_paths_by_interval_and_restart_cost():
     assert [p["scale"] for p in scaled] == [0.5, 2.0] and scaled[0]["cold"] > scaled[1]["cold"]
 
 
+def test_each_simulated_lineage_is_a_progress_line_and_the_text_is_on_stdout_alone():
+    done = cli.runmgr("simulate", "ettr", *SMALL, "--intervals", "10,50", "--restart-scales", "1")
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert [line.split(":")[0] for line in lines] == [f"simulated {n}/6" for n in range(1, 7)]
+    assert lines[0].startswith("simulated 1/6: cold restarts, a checkpoint every 10 steps (")
+    assert lines[-1].startswith("simulated 6/6: warm restarts at 1 x their cost (") and "about 0 s left" in lines[-1]
+    assert "simulated" not in done.stdout
+
+
+def test_the_failures_drawn_and_those_met_are_told_apart_and_a_losing_warm_path_says_so():
+    # 512 devices: ten failures in the job's time, too few for a snapshot every step to pay.
+    done = cli.runmgr("simulate", "ettr", "--devices", "512", "--intervals", "25,100,400", "--restart-scales", "")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "46 drawn (seed 0) over 4 x the failure-free span" in out and "(the fail column)" in out
+    fail = [line.split()[-4] for line in out.splitlines() if line.strip().startswith(("today's restart (cold)  ",
+                                                                                      "warm restart  "))][-2:]
+    assert fail == ["10", "10"]
+    assert "choose the cold path here (controller.warm_spares=0): the warm path's snapshots take 5.2 h" in out
+
+
 @pytest.mark.parametrize("args, says", [
     (["--devices", "0"], "devices must be > 0"),
     (["--devices", "12"], "devices (12) must be a multiple of devices_per_node (8)"),

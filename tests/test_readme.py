@@ -514,7 +514,7 @@ CASES: dict[str, Callable[[Context], None]] = {
     "runmgr logbook serve [RUN_OR_FOLDER] [--host 127.0.0.1] [--port N]": case_logbook_serve,
     "runmgr logbook norms RUN --step N [--threshold X] [--json]": case_logbook_norms,
     "runmgr prepare-data --input FILE --output-prefix P [--tokenizer PATH_OR_NAME]": case_prepare_data,
-    "runmgr precision-check conf=A [key=value ...] [--against conf=B [key=value ...] | --against-log FILE] "
+    "runmgr precision-check conf=A [key=value ...] (--against conf=B [key=value ...] | --against-log FILE) "
     "[--steps N] [--json]": case_precision_check,
     "runmgr simulate ettr [--devices N] [--intervals K1,K2,...] [--restart-scales X1,X2,...] [--json]":
         case_simulate_ettr,

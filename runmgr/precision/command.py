@@ -27,7 +27,7 @@ def add_parser(sub) -> None:
              "stage that differs and the weights involved")
     parser.add_argument("items", nargs="*", metavar="conf=A key=value",
                         help="the reference: its config and overrides")
-    other = parser.add_mutually_exclusive_group()
+    other = parser.add_mutually_exclusive_group()  # one is needed: the refusal below says which
     other.add_argument("--against", nargs="+", default=None, metavar="conf=B key=value",
                        help="the other side: a config and its overrides, run here too")
     other.add_argument("--against-log", type=Path, default=None, metavar="MEGATRON_LOG",

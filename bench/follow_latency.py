@@ -41,13 +41,14 @@ ITERATION = re.compile(r"\] iteration +(\d+)/")
 
 
 class Written:
-    """When each iteration's line first appeared in ``path`` (read every 5 ms)."""
+    """When each iteration's line first appeared in the log file, as a reader polling it every
+    5 ms saw it (the writer is another process)."""
 
     def __init__(self, path: Path) -> None:
         self.path, self.at = path, {}
         self.done = threading.Event()
-        self.thread = threading.Thread(target=self._watch, daemon=True)
-        self.thread.start()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
 
     def _watch(self) -> None:
         while not self.done.is_set():
@@ -58,7 +59,7 @@ class Written:
 
     def close(self) -> None:
         self.done.set()
-        self.thread.join()
+        self._thread.join()
 
 
 def trial(workdir: Path, speed: float, poll_s: float) -> dict:

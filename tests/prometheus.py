@@ -11,12 +11,14 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, Iterator
 
 import pytest
 
+from runmgr.metrics import alerts
 from runmgr.ports import rendezvous_port
 from tests.webhook import Receiver
 
@@ -142,3 +144,20 @@ def stall_notice(receiver: Receiver, instance: str, after: float, timeout: float
                         and alert["labels"]["instance"] == instance and began(alert) > after):
                     return alert
     pytest.fail(f"no RunmgrStalled for {instance} after {after} within {timeout} s: {receiver.bodies}")
+
+
+@contextmanager
+def alerting(workdir: Path, webhook_url: str, thresholds: alerts.AlertThresholds) -> Iterator[Prometheus]:
+    """Alertmanager posting to ``webhook_url``, and Prometheus evaluating runmgr's rules built with
+    ``thresholds`` and sending their alerts to it: the Prometheus, until the block ends."""
+    rules = workdir / "runmgr.rules.yml"
+    rules.write_text(alerts.render(alerts.rule_groups(thresholds)))
+    manager = Alertmanager(workdir, webhook_url)
+    try:
+        server = Prometheus(workdir, rule_files=(rules,), alertmanager=manager)
+        try:
+            yield server
+        finally:
+            server.close()
+    finally:
+        manager.close()

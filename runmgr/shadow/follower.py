@@ -212,6 +212,9 @@ class Follower:
             start = self.subrun.last_step or 0
             self.subrun.translator = self._translator(self.subrun.label, ResumePlan(subrun=self.subrun.label), start)
             self.judge.restart_detectors({RANK: "followed job"})
+            if poll.heartbeats:  # lines of this poll after the decision: the job is alive now, and silent from here
+                judgements += self.judge.judge(self.subrun.label, GroupPoll(heartbeats=[poll.heartbeats[-1]]), [],
+                                               now, self.subrun.last_step or 0)
         return judgements
 
     # --- recommendations ---------------------------------------------------------------------

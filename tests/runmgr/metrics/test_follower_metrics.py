@@ -18,7 +18,8 @@ import pytest
 
 from logbook import Logbook
 from runmgr.metrics import alerts, names
-from tests.prometheus import Alertmanager, Prometheus, stall_notice
+from tests.prometheus import Prometheus, stall_notice
+from tests.prometheus import alerting as servers
 from tests.webhook import receiver  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.slow
@@ -32,13 +33,8 @@ median the follower serves), and it is played 300 times faster."""
 
 @pytest.fixture
 def alerting(tmp_path, receiver):
-    rules = tmp_path / "runmgr.rules.yml"
-    rules.write_text(alerts.render(alerts.rule_groups(STALL_AT_ONCE)))
-    manager = Alertmanager(tmp_path, receiver.url)
-    server = Prometheus(tmp_path, rule_files=(rules,), alertmanager=manager)
-    yield server
-    server.close()
-    manager.close()
+    with servers(tmp_path, receiver.url, STALL_AT_ONCE) as prometheus:
+        yield prometheus
 
 
 def value(prometheus: Prometheus, expr: str) -> float | None:

@@ -23,7 +23,8 @@ from runmgr.chaos.build import release_file
 from runmgr.chaos.state import ChaosState
 from runmgr.metrics import alerts, names
 from tests.e2e.harness import E2E_OVERRIDES, LaunchedRun, runmgr_text
-from tests.prometheus import Alertmanager, Prometheus, stall_notice
+from tests.prometheus import Prometheus, stall_notice
+from tests.prometheus import alerting as servers
 from tests.runmgr.metrics.test_dashboard import dashboard_queries
 from tests.webhook import receiver  # noqa: F401 (a fixture)
 
@@ -56,13 +57,8 @@ def wait_paused(run: LaunchedRun, index: int, step: int) -> dict:
 def alerting(tmp_path, receiver):
     """Alertmanager posting to the webhook receiver, and Prometheus evaluating runmgr's rules
     (built with no hold and a 3 s floor, so a stall fires within seconds) and sending to it."""
-    rules = tmp_path / "runmgr.rules.yml"
-    rules.write_text(alerts.render(alerts.rule_groups(STALL_AT_ONCE)))
-    manager = Alertmanager(tmp_path, receiver.url)
-    server = Prometheus(tmp_path, rule_files=(rules,), alertmanager=manager)
-    yield server
-    server.close()
-    manager.close()
+    with servers(tmp_path, receiver.url, STALL_AT_ONCE) as prometheus:
+        yield prometheus
 
 
 def served(prometheus: Prometheus) -> dict:

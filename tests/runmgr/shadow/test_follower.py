@@ -89,6 +89,20 @@ def test_a_silence_longer_than_the_learned_step_time_is_a_hang_recommended_once(
     assert recommendation["data"]["action"] == "dump_and_restart" and "--load" in recommendation["data"]["args"]
 
 
+def test_a_silence_after_a_decision_taken_mid_poll_is_still_a_hang(tmp_path):
+    """The persistent spike is decided at a line in the middle of one poll's lines (a fast log): the
+    detectors start afresh there, and the job's silence after the poll's last line is still timed."""
+    job = Job(tmp_path)
+    follower, book = job.follower()
+    with job.log.open("a") as handle:
+        handle.write("".join(iteration_line(i, loss_at(i, PERSISTENT, range(0))) + "\n" for i in range(1, 121)))
+    judgements = follower.poll()  # every line at once: the spike from 60 is decided at 70 of 120
+    assert [j.decision.action for j in judgements if j.decision.action != "ignore"][:1] == ["rollback_skip"]
+    job.clock[0] += 60.0
+    hangs = [j for j in follower.poll() if j.incident.kind == "hang"]
+    assert [(j.incident.onset_step, j.decision.action) for j in hangs] == [(120, "dump_and_restart")]
+
+
 def test_the_job_restarting_by_itself_is_the_next_sub_run(tmp_path):
     job = Job(tmp_path)
     follower, book = job.follower()

@@ -10,12 +10,9 @@ once; the same with the log on standard input. bench/follow_latency.py measures 
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -28,7 +25,6 @@ from tests.webhook import Receiver, receiver  # noqa: F401 (a fixture)
 ROOT = Path(__file__).resolve().parents[3]
 LIVE_LOG = ROOT / "tests" / "data" / "live" / "megatron_spikes_and_hang.log"
 SPEED = 300.0
-ITERATION = re.compile(r"\] iteration +(\d+)/")
 JOB = ("megatron.args=[--global-batch-size,256,--seq-length,4096,--train-iters,1000,--lr,3e-4,"
        "--save,/shared/ckpt/llama-70b,--load,/shared/ckpt/llama-70b,--save-interval,50]")
 
@@ -94,33 +90,10 @@ def assert_the_story(run_dir: Path, hook: Receiver) -> None:
     assert all(body["kind"] == "recommendation" and "not acted on" in body["text"] for body in hook.bodies)
 
 
-class Written:
-    """When each iteration's line first appeared in the log file, as a reader polling it every
-    5 ms saw it (the writer is another process)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path, self.at = path, {}
-        self.done = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-        self._thread.start()
-
-    def _watch(self) -> None:
-        while not self.done.is_set():
-            if self.path.exists():
-                for iteration in ITERATION.findall(self.path.read_text()):
-                    self.at.setdefault(int(iteration), time.time())
-            time.sleep(0.005)
-
-    def close(self) -> None:
-        self.done.set()
-        self._thread.join()
-
-
 def test_a_log_written_line_by_line_by_another_process_is_followed_and_each_call_told_once(tmp_path, receiver):
     log, run_dir = tmp_path / "train.log", tmp_path / "beside"
     follower = subprocess.Popen(follow_args(run_dir, str(log), receiver.url), cwd=tmp_path, env=env(),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    written = Written(log)
     try:
         started(follower)
         player = subprocess.run([sys.executable, "-m", "runmgr", "watch", "play", str(LIVE_LOG), str(log),
@@ -129,17 +102,20 @@ def test_a_log_written_line_by_line_by_another_process_is_followed_and_each_call
         receiver.wait_for(2, timeout=120)  # the rollback's and the hang's: the silence goes on until then
         out = stop(follower)
     finally:
-        written.close()
         if follower.poll() is None:
             follower.kill()
             follower.wait()
     assert "secret-token" not in out
     assert_the_story(run_dir, receiver)
+    # Against the times the follower read the lines (the logbook's rows): bench/follow_latency.py
+    # measures from when they were written.
+    with Logbook.open(run_dir, create=False) as book:
+        read_at = {row["step"]: row["time"] for row in book.all_metrics()}
     hang = next(e for e in incidents(run_dir) if e["kind"] == "hang")
     timeout_s = float(hang["evidence"]["description"].split("timeout ")[1].split(" s")[0])
-    assert hang["time"] - written.at[360] >= timeout_s  # never before the learned timeout
+    assert hang["time"] - read_at[360] > timeout_s  # never before the learned timeout
     spike = next(e for e in incidents(run_dir) if e["kind"] == "loss_spike" and e["step"] == 300)
-    assert spike["time"] >= written.at[350]  # decided by iteration 350's line: the end of its 50-step grace
+    assert spike["time"] >= read_at[350]  # decided by iteration 350's line: the end of its 50-step grace
 
 
 def test_the_same_log_on_standard_input_tells_the_same_story(tmp_path, receiver):

@@ -51,12 +51,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_watch_replay(args: argparse.Namespace) -> int:
     from runmgr.replay import main_replay
 
-    conf = [i.split("=", 1)[1] for i in args.items if i.startswith("conf=")]
-    overrides = [i for i in args.items if not i.startswith("conf=")]
-    if len(conf) > 1:
-        raise UserError("name at most one config, e.g. `runmgr watch replay FILE conf=demo`")
+    from runmgr.config.compose import split_conf
+
+    conf, overrides = split_conf(args.items, "runmgr watch replay FILE conf=demo")
     return main_replay(args.file, args.json, sys.stdout, save_interval=args.save_interval,
-                       conf=conf[0] if conf else None, overrides=overrides, conf_dir=args.config_dir)
+                       conf=conf, overrides=overrides, conf_dir=args.config_dir)
 
 
 def cmd_watch_follow(args: argparse.Namespace) -> int:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Optional
 
 import yaml
 from hydra import compose, initialize_config_dir
@@ -15,7 +17,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from runmgr.config.schema import RunConfig
-from runmgr.errors import ConfigError
+from runmgr.errors import ConfigError, UserError
 
 CONF_DIR_ENV = "RUNMGR_CONF_DIR"
 OPEN_MAPPINGS = ("megatron.env",)
@@ -155,6 +157,15 @@ def _list_item_message(merged: DictConfig, settings: list[str]) -> str | None:
                 return (f"cannot set {item.split('=', 1)[0]}: {whole} is a list, set it whole, e.g. "
                         f"{whole}=[...] with every item (its current items are in conf/*.yaml)")
     return None
+
+
+def split_conf(items: Sequence[str], example: str) -> tuple[Optional[str], list[str]]:
+    """A command's ``conf=NAME key=value ...`` items as (NAME or None, the overrides); more than one
+    ``conf=`` is one line, with ``example`` (``runmgr watch replay FILE conf=demo``) to show how."""
+    conf = [item.split("=", 1)[1] for item in items if item.startswith("conf=")]
+    if len(conf) > 1:
+        raise UserError(f"name at most one config, e.g. `{example}`")
+    return (conf[0] if conf else None), [item for item in items if not item.startswith("conf=")]
 
 
 def load_run_config(conf_name: str, overrides: list[str], conf_dir: Path | None = None) -> RunConfig:

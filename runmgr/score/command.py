@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Optional, Sequence, TextIO
 
 from logbook import Logbook
+from runmgr.config.compose import split_conf
 from runmgr.config.schema import RunConfig
 from runmgr.score.labels import LABELS_SUFFIX, LogLabels, ScoreInputError, read_labels
 from runmgr.score.playback import play
@@ -78,11 +79,8 @@ def main_score(folder: str, conf: Optional[str], overrides: Sequence[str], conf_
 
 
 def cmd_watch_score(args: argparse.Namespace) -> int:
-    conf = [i.split("=", 1)[1] for i in args.items if i.startswith("conf=")]
-    overrides = [i for i in args.items if not i.startswith("conf=")]
-    if len(conf) > 1:
-        raise ScoreInputError("name at most one config, e.g. `runmgr watch score tests/data/detectors conf=shadow`")
-    return main_score(args.folder, conf[0] if conf else None, overrides, args.config_dir, sys.stdout, args.json)
+    conf, overrides = split_conf(args.items, "runmgr watch score tests/data/detectors conf=shadow")
+    return main_score(args.folder, conf, overrides, args.config_dir, sys.stdout, args.json)
 
 
 def add_parser(watch_sub) -> None:

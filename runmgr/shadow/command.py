@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Optional, Sequence, TextIO
 
 from logbook import Logbook
-from runmgr.config.compose import load_run_config
+from runmgr.config.compose import load_run_config, split_conf
 from runmgr.config.schema import RunConfig
 from runmgr.errors import UserError
 from runmgr.metrics.exporter import MetricsObserver
@@ -115,9 +115,6 @@ def _stop_on_signals() -> threading.Event:
 
 
 def cmd_watch_follow(args) -> int:
-    conf = [i.split("=", 1)[1] for i in args.items if i.startswith("conf=")]
-    overrides = [i for i in args.items if not i.startswith("conf=")]
-    if len(conf) > 1:
-        raise FollowInputError("name at most one config, e.g. `runmgr watch follow train.log conf=myjob`")
-    return main_follow(args.source, conf[0] if conf else None, overrides, args.config_dir, sys.stdout, sys.stdin,
+    conf, overrides = split_conf(args.items, "runmgr watch follow train.log conf=myjob")
+    return main_follow(args.source, conf, overrides, args.config_dir, sys.stdout, sys.stdin,
                        poll_interval_s=args.poll_interval)

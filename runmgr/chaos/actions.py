@@ -47,15 +47,20 @@ def hang_rank(runner: NodeRunner, worker: WorkerInfo, resume_after_s: float) -> 
             f"(helper pid {helper} resumes it after {resume_after_s:.0f} s if nobody does)")
 
 
-def _start_duty_cycle(pid: int, factor: float, period_s: float, duration_s: float) -> int:
-    return procfault.spawn_helper(["duty-cycle", pid, factor, period_s, duration_s]).pid
+def _start_duty_cycle(pid: int, factor: float, period_s: float, duration_s: float) -> tuple[int, bool]:
+    helper = procfault.spawn_helper(["duty-cycle", pid, factor, period_s, duration_s]).pid
+    return helper, procfault.can_restore_priority()
 
 
 def slow_rank(runner: NodeRunner, worker: WorkerInfo, factor: float, period_s: float, duration_s: float) -> str:
-    """Stop and continue the rank in a duty cycle: it computes 1/factor of the time, a real straggler."""
-    helper = runner.run(_start_duty_cycle, worker.pid, factor, period_s, duration_s)
+    """Stop and continue the rank in a duty cycle at a lower priority: it computes 1/factor of
+    the time where a core is free and gets 1/factor of its peers' share where none is, a real
+    straggler on an idle machine and on a busy one (runmgr/chaos/procfault.duty_cycle)."""
+    helper, restorable = runner.run(_start_duty_cycle, worker.pid, factor, period_s, duration_s)
+    nice = procfault.nice_steps(factor)
+    after = "then back" if restorable else "kept until the rank ends: lowering a nice value needs root"
     return (f"{describe(worker)} runs {100 / factor:.0f}% of each {period_s:g} s for {duration_s:g} s "
-            f"(SIGSTOP/SIGCONT duty cycle, helper pid {helper}): a {factor:g}x straggler")
+            f"(SIGSTOP/SIGCONT duty cycle, helper pid {helper}) at nice +{nice} ({after}): a {factor:g}x straggler")
 
 
 def node_raylet_pid(node_id: str) -> int | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
@@ -60,3 +61,30 @@ def test_duty_cycle_resumes_the_process_when_the_helper_is_terminated(sleeper):
     helper.send_signal(signal.SIGTERM)
     helper.wait(timeout=5)
     assert procfault.process_state(proc.pid) == "S"
+
+
+def test_the_nice_increment_gives_the_straggler_one_factor_th_of_a_peer_s_cpu_weight():
+    # Linux's weights: nice 0 is 1024, nice 5 is 335 (a third), nice 2 is 655, nice 19 is 15.
+    assert [procfault.nice_steps(f) for f in (1.25, 1.5, 3.0, 10.0, 1000.0)] == [1, 2, 5, 10, 19]
+
+
+def test_duty_cycle_lowers_the_priority_of_every_thread_while_it_lasts_and_gives_it_back(tmp_path):
+    import subprocess
+    import sys
+
+    # A process of three threads: a nice value is a thread's, and torch's ranks have several.
+    script = "import threading, time\nfor _ in range(2): threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\ntime.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        assert wait_until(lambda: len(procfault._threads(proc.pid)) == 3, 5.0)
+        before = {tid: os.getpriority(os.PRIO_PROCESS, tid) for tid in procfault._threads(proc.pid)}
+        helper = procfault.spawn_helper(["duty-cycle", proc.pid, 3.0, 0.1, 1.0])
+        raised = lambda: all(os.getpriority(os.PRIO_PROCESS, tid) == before[tid] + 5 for tid in before)
+        assert wait_until(raised, 3.0), "the helper lowered not every thread's priority"
+        assert helper.wait(timeout=5) == 0
+        if procfault.can_restore_priority():
+            assert {tid: os.getpriority(os.PRIO_PROCESS, tid) for tid in before} == before
+        assert procfault.process_state(proc.pid) == "S"
+    finally:
+        proc.kill()
+        proc.wait(timeout=5)

@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from typing import Literal, Mapping, Optional, Sequence
@@ -74,6 +75,52 @@ def run_bounded(argv: Sequence[str], timeout_s: float,
     status: Status = "ok" if proc.returncode == 0 else "failed"
     return CommandResult(tuple(argv), status, proc.returncode, out, err,
                          time.monotonic() - start)
+
+
+def _drain(pipe, into: list[str], first_line: threading.Event) -> None:
+    for line in pipe:
+        into.append(line)
+        first_line.set()
+    first_line.set()  # end of output counts as started: the wait below then sees the exit
+
+
+def run_bounded_from_first_line(argv: Sequence[str], timeout_s: float,
+                                start_s: float) -> CommandResult:
+    """Run ``argv``; its ``timeout_s`` counts from its first line on stdout.
+
+    For a worker whose deadline bounds what it does, not the interpreter's start: on a node
+    whose cores are busy, starting Python alone can take seconds, and a probe killed before
+    it began would blame the thing it was sent to test. A command silent for ``start_s``
+    comes back ``timeout`` with no output.
+    """
+    begin = time.monotonic()
+    proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, errors="replace",
+                            start_new_session=True)
+    out: list[str] = []
+    err: list[str] = []
+    started = threading.Event()
+    readers = [threading.Thread(target=_drain, args=(proc.stdout, out, started), daemon=True),
+               threading.Thread(target=_drain, args=(proc.stderr, err, threading.Event()),
+                                daemon=True)]
+    for reader in readers:
+        reader.start()
+    timed_out = not started.wait(start_s)
+    if not timed_out:
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+    if timed_out:
+        _kill_group(proc)
+    for reader in readers:
+        # A process stuck in the kernel (D state) keeps its pipes open: stop waiting for it.
+        reader.join(_GRACE_S)
+    seconds = time.monotonic() - begin
+    if timed_out:
+        return CommandResult(tuple(argv), "timeout", None, "".join(out), "".join(err), seconds)
+    status: Status = "ok" if proc.returncode == 0 else "failed"
+    return CommandResult(tuple(argv), status, proc.returncode, "".join(out), "".join(err), seconds)
 
 
 def run_tool(name: str, args: Sequence[str], timeout_s: float,

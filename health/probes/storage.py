@@ -19,9 +19,14 @@ from typing import Optional
 from health.config import MountSpec, StorageChecks
 from health.findings import Finding, ProbeResult, fail, ok
 from health.parsers.mounts import mount_findings, parse_mounts
-from health.probes.bounded import CommandResult, run_bounded
+from health.probes.bounded import CommandResult, run_bounded_from_first_line
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "storage_worker.py")
+WORKER_START_S = 30.0
+"""How long the worker may take to start before it reaches the mount. Its deadline
+(``health.storage.timeout_s``, 2 s in tests) counts from its first step, so that a node slow to
+start a process is reported as overloaded, never as a mount hung "in start-up" it had not
+touched yet."""
 
 # errno name -> what it means on a shared mount and what to do about it.
 ERRNO_MEANINGS = {
@@ -72,6 +77,12 @@ def _last_step(messages: list[dict]) -> str:
 def _worker_findings(spec: MountSpec, run: CommandResult, timeout_s: float) -> ProbeResult:
     messages = _messages(run.stdout)
     where = spec.path
+    if run.status == "timeout" and not messages:
+        return ProbeResult([fail(
+            "storage.probe_not_started",
+            f"{where}: the storage probe's worker did not start within {WORKER_START_S:g} s, "
+            "before it touched the mount: the node is overloaded; drain it or check it again "
+            "when it is idle", path=where, start_s=WORKER_START_S)])
     if run.status == "timeout":
         step = _last_step(messages)
         return ProbeResult([fail(
@@ -139,7 +150,8 @@ def probe_mount(spec: MountSpec, checks: StorageChecks,
         return ProbeResult(found)  # writing would test the wrong file system
     job = json.dumps({"path": spec.path, "probe_bytes": int(checks.probe_mb * 1e6),
                       "latency_ops": checks.latency_ops})
-    run = run_bounded([sys.executable, "-I", "-S", WORKER, job], checks.timeout_s)
+    run = run_bounded_from_first_line([sys.executable, "-I", "-S", WORKER, job], checks.timeout_s,
+                                      WORKER_START_S)
     worker = _worker_findings(spec, run, checks.timeout_s)
     return ProbeResult(found + worker.findings, worker.figures,
                        {f"storage.fstype@{spec.path}": _fstype(found)})

@@ -71,7 +71,7 @@ def test_a_hung_mount_ends_at_its_timeout_and_the_node_is_labelled(tmp_path):
         report = json.loads(result.stdout)
         assert len(report["nodes"]) == 1 and set(report["excluded"]) == {report["nodes"][0]["node"]}
         for reasons in report["excluded"].values():
-            assert any(f"{mount}: the probe hung in stat and was stopped after 2 s" in r for r in reasons)
+            assert any(f"{mount}: the probe hung in stat and was stopped after 2 s" in r for r in reasons), reasons
         node = k8s.nodes["npu-node-17"]
         assert node["metadata"]["labels"][HEALTH_LABEL] == "excluded"
         assert [t["key"] for t in node["spec"]["taints"]] == [TAINT_KEY]

@@ -102,8 +102,13 @@ def main() -> None:
         ok(args)
         return
     if args.mode == "rerun":
+        # Megatron logs it on rank 0 before the checkpoint that every rank saves together, so no
+        # rank exits before it is written: the others wait for it here (before, on a loaded
+        # machine, rank 1 exited first and torchrun stopped rank 0 before it had printed).
         if RANK == 0:
-            print(MEGATRON_RERUN, flush=True)  # Megatron logs it (a flushed record) before it exits
+            print(MEGATRON_RERUN, flush=True)  # a flushed record
+            (args.gate / "rerun-logged").touch()
+        wait_for(args.gate / "rerun-logged")
         sys.exit(16)
     elif args.mode == "validation":
         validation(args)

@@ -88,10 +88,9 @@ def run_bounded_from_first_line(argv: Sequence[str], timeout_s: float,
                                 start_s: float) -> CommandResult:
     """Run ``argv``; its ``timeout_s`` counts from its first line on stdout.
 
-    For a worker whose deadline bounds what it does, not the interpreter's start: on a node
-    whose cores are busy, starting Python alone can take seconds, and a probe killed before
-    it began would blame the thing it was sent to test. A command silent for ``start_s``
-    comes back ``timeout`` with no output.
+    For a worker whose deadline bounds what it does, not the interpreter's start: a probe
+    killed before it began would blame the thing it was sent to test. A command silent for
+    ``start_s`` comes back ``timeout`` with no output.
     """
     begin = time.monotonic()
     proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

@@ -5,7 +5,7 @@ is the ``--json`` output)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -16,6 +16,9 @@ from logbook.store import Logbook
 
 COMPARED = ("loss", "grad_norm")
 """The metrics compared step by step."""
+LAYOUT = ("data_parallel_size",)
+"""The plan's fields that change how a run trains without changing its config: in the diff as
+``plan.<field>``, since a remedy's layout change is often what made two runs differ."""
 RUN_IDENTITY = ("run.name", "run.dir")
 """Config keys that name the run itself: they differ between any two runs, so the diff leaves them out."""
 
@@ -29,6 +32,9 @@ class RunSeries:
     """The config of its last sub-run (what it finished with, remedies included)."""
     series: dict[str, dict[int, float]]
     """metric -> step -> value (steps where the metric was recorded)."""
+    layout: dict = field(default_factory=dict)
+    """What the last sub-run's plan set that the config does not say: ``{"data_parallel_size": 1}``
+    after a node was excluded without a spare (the config still asks for its world)."""
 
 
 @dataclass(frozen=True)
@@ -63,12 +69,15 @@ def read_run(run_dir: str | Path) -> RunSeries:
         for metric in COMPARED:
             if row.get(metric) is not None:
                 series[metric][int(row["step"])] = float(row[metric])
-    return RunSeries(Path(run_dir).resolve().name, lineage[-1].config, series)
+    layout = {key: lineage[-1].plan[key] for key in LAYOUT if lineage[-1].plan.get(key) is not None}
+    return RunSeries(Path(run_dir).resolve().name, lineage[-1].config, series, layout)
 
 
-def training_diff(a: dict, b: dict) -> dict[str, list]:
-    """:func:`logbook.configdiff.config_diff` less :data:`RUN_IDENTITY`."""
-    return {key: values for key, values in config_diff(a, b).items() if key not in RUN_IDENTITY}
+def training_diff(a: RunSeries, b: RunSeries) -> dict[str, list]:
+    """:func:`logbook.configdiff.config_diff` of the configs and layouts, less :data:`RUN_IDENTITY`."""
+    with_layout = lambda run: {**run.config, **({"plan": run.layout} if run.layout else {})}  # noqa: E731
+    return {key: values for key, values in config_diff(with_layout(a), with_layout(b)).items()
+            if key not in RUN_IDENTITY}
 
 
 def compare_runs(a: RunSeries, b: RunSeries, baseline: Optional[Sequence[RunSeries]] = None) -> RunComparison:
@@ -87,6 +96,5 @@ def compare_runs(a: RunSeries, b: RunSeries, baseline: Optional[Sequence[RunSeri
                            "(did each run train at least one step?)")
     return RunComparison(
         a.name, b.name, (baseline[0].name, baseline[1].name) if baseline is not None else None,
-        training_diff(a.config, b.config),
-        training_diff(baseline[0].config, baseline[1].config) if baseline is not None else None,
+        training_diff(a, b), training_diff(baseline[0], baseline[1]) if baseline is not None else None,
         tuple(comparisons), overall(comparisons))

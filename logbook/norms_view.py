@@ -3,7 +3,8 @@ around a step, as text (or JSON), from the logbook's ``local_norms`` table.
 
 The steps around N may have been trained more than once (a rollback redoes them):
 the norms are read as one sub-run saw its history (logbook/norms_queries.py), by
-default the sub-run in which an incident at step N was seen, else the newest.
+default the sub-run in which an incident at step N was seen, else the newest sub-run
+that trained step N (not a later one that resumed past it).
 """
 
 from __future__ import annotations
@@ -58,7 +59,9 @@ def _subrun_of(step: int, lineage, events: list[dict], asked: Optional[str]) -> 
         return seen[-1]["subrun"], f"the {seen[-1]['kind']} at step {step} was seen there"
     if not lineage:
         raise LogbookError("no sub-runs in this logbook")
-    return lineage[-1].id, "the newest sub-run; --subrun reads another"
+    # The newest sub-run that trained step N: a later one that resumed past N never saw it.
+    trained = next((sub for sub in reversed(lineage) if sub.start_step < step), lineage[0])
+    return trained.id, f"the newest sub-run that trained step {step}, from step {trained.start_step}; --subrun reads another"
 
 
 def _ratio(value: Optional[float]) -> str:

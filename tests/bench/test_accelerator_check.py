@@ -44,7 +44,8 @@ def test_the_dry_run_takes_every_stage_on_cpu_and_leaves_its_figures_in_files(tm
     # garbage -> a rollback past it; the resumes repeat the unbroken run's losses up to the skip.
     demo = stages["demo"]["figures"]
     assert demo["exit_codes"] == [0, 0]
-    assert demo["incidents"][:3] == ["1.00 worker_death", "1.01 hang", "1.02 loss_spike"], demo
+    assert demo["incidents"][:3] == ["1.00 worker_death", "1.01 hang", "1.02 loss_spike"], \
+        (demo, (out / "demo_chronicle.txt").read_text()[-4000:])
     assert demo["decisions"][:3] == ["1.00 restart", "1.01 dump_and_restart", "1.02 rollback_skip"], demo
     assert demo["identical_losses_until_step"] is not None
     assert 20 < demo["identical_losses_until_step"] <= demo["garbage_at_stream_step"]
@@ -59,7 +60,9 @@ def test_the_dry_run_takes_every_stage_on_cpu_and_leaves_its_figures_in_files(tm
     assert cost["1"] == pytest.approx(10 * cost["10"]) == pytest.approx(100 * cost["100"])
 
     megatron = stages["megatron"]["figures"]
-    assert megatron["incidents"] == ["1.00 worker_death"] and megatron["subruns"] == 2
+    # What happened, where it was not what a kill makes: the chronicle and the driver's output.
+    story = (out / "megatron_chronicle.txt").read_text()[-4000:] + (out / "megatron.log").read_text()[-3000:]
+    assert megatron["incidents"] == ["1.00 worker_death"] and megatron["subruns"] == 2, story
     commands = json.loads((out / "megatron_commands.json").read_text())
     assert [c["subrun"] for c in commands] == ["1.00", "1.01"] and "--save" in commands[1]["argv"]
     warm = stages["warm_nccl"]["figures"]

@@ -18,7 +18,7 @@ STEPS = 30
 
 
 def write_run(run_dir: Path, wiggle: float = 0.0, drift_from: int | None = None, weight_decay: float = 0.1,
-              micro_batch: int = 4, phase: float = 0.0) -> Path:
+              micro_batch: int = 4, phase: float = 0.0, data_parallel: int = 2) -> Path:
     """A finished one-sub-run logbook: a falling loss plus ``wiggle`` noise, plus a growing
     difference from step ``drift_from``; the grad norm follows the same pattern."""
     config = {"run": {"name": run_dir.name, "dir": str(run_dir)},  # differ between any two runs: not in the diff
@@ -30,7 +30,7 @@ def write_run(run_dir: Path, wiggle: float = 0.0, drift_from: int | None = None,
         rows.append({"step": step, "loss": 3.0 / (1 + step / 7) + noise + drift, "grad_norm": 1.0 + noise - drift,
                      "lr": 3e-3, "loss_scale": 1.0, "tokens": 1024, "step_time": 0.1, "time": 1000.0 + step})
     with Logbook.open(run_dir) as book:
-        book.start_subrun("1.00", "launch", {}, None, 0, {}, config)
+        book.start_subrun("1.00", "launch", {}, None, 0, {"data_parallel_size": data_parallel}, config)
         book.record_metrics("1.00", rows)
         book.end_subrun("1.00", "finished", STEPS, None)
     return run_dir
@@ -43,7 +43,8 @@ def runmgr(cwd: Path, *args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Path:
     """runs/ref, runs/same (a copy), runs/wd (weight decay 0: drifts from step 8),
-    runs/c and runs/d (the baseline pair: noise 1e-4), runs/mb (micro batch 2: noise 3e-5)."""
+    runs/c and runs/d (the baseline pair: noise 1e-4), runs/mb (micro batch 2: noise 3e-5),
+    runs/shrunk (its plan's data parallel 1, the config unchanged: noise 3e-5)."""
     cwd = tmp_path_factory.mktemp("compare")
     write_run(cwd / "runs" / "ref")
     write_run(cwd / "runs" / "same")
@@ -51,7 +52,17 @@ def runs(tmp_path_factory) -> Path:
     write_run(cwd / "runs" / "c", wiggle=1e-4)
     write_run(cwd / "runs" / "d", wiggle=1e-4, phase=3.0)
     write_run(cwd / "runs" / "mb", wiggle=3e-5, phase=1.0, micro_batch=2)
+    write_run(cwd / "runs" / "shrunk", wiggle=3e-5, phase=2.0, data_parallel=1)
     return cwd
+
+
+def test_a_layout_the_plan_changed_is_in_the_diff(runs):
+    """Issue 32: a remedy that shrank data parallel 2 -> 1 left the config as it was, and the
+    diff said "none" about what made the runs differ."""
+    result = runmgr(runs, "ref", "shrunk")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[2:4] == ["config diff (ref -> shrunk):", "  plan.data_parallel_size: 2 -> 1"], lines[:5]
 
 
 def test_the_same_run_twice_is_identical(runs):

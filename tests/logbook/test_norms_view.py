@@ -61,6 +61,18 @@ def test_another_subrun_reads_its_own_branch_and_json_has_every_weight(run_with_
     assert "moved first, at step 31: embedding.weight" in high.getvalue()
 
 
+def test_a_step_without_an_incident_is_read_by_the_newest_subrun_that_trained_it(run_with_norms):
+    """Issue 32: `--step 10` was headed with the newest sub-run, which resumed at step 20 and
+    never trained step 10."""
+    early, late = io.StringIO(), io.StringIO()
+    cli.norms(run_with_norms, 10, early)
+    cli.norms(run_with_norms, 35, late)
+    assert early.getvalue().startswith("local norms around step 10, as sub-run 7.00 saw them "
+                                       "(the newest sub-run that trained step 10, from step 0;")
+    assert late.getvalue().startswith("local norms around step 35, as sub-run 7.01 saw them "
+                                      "(the newest sub-run that trained step 35, from step 20;")
+
+
 def test_the_table_keeps_every_step_of_every_subrun(run_with_norms):
     with Logbook.open(run_with_norms, create=False) as book:
         rows = book.query(fetch_local_norms)

@@ -209,7 +209,7 @@ def case_rehearse(ctx: Context) -> None:
 def case_lint(ctx: Context) -> None:
     assert "no findings" in ctx.ok("lint", "conf=demo").stdout
     warned = ctx.ok("lint", "conf=demo", *TINY, "optim.adam_beta2=0.999").stdout
-    assert "adam-beta2" in warned and "fix:     set optim.adam_beta2=0.95" in warned and "seed 000" in warned
+    assert "adam-beta2" in warned and "fix:     set optim.adam_beta2=0.95" in warned and "case report 000" in warned
 
 
 def case_health_check(ctx: Context) -> None:

@@ -12,9 +12,11 @@ from typing import Literal
 
 from trainer.config import Choice
 
-SEED_000 = "seed 000"
-SEED_004 = "seed 004"
-OPT = "OPT Run 11/12 lessons"
+# Where each lesson comes from, in words a user can look up: the case reports runmgr was built
+# from (docs/lint.md, "Where the lessons come from") and OPT-175B's published logbook.
+SEED_000 = "case report 000: LLaMA2-70B on an Ascend NPU cluster"
+SEED_004 = "case report 004: a precision-tuning guide for large models"
+OPT = "OPT-175B's logbook, Runs 11-12"
 REMEDIES = "runmgr's remedies as the job's flags (docs/megatron.md)"
 
 

@@ -22,8 +22,9 @@ EXIT_ERRORS = 2
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    lint = sub.add_parser("lint", help="check a config, its data and its checkpoint for the mistakes seeds "
-                                       "000/004 and OPT's lessons name (docs/lint.md)")
+    lint = sub.add_parser("lint", help="check a config, its data and its checkpoint for the mistakes that a "
+                                       "LLaMA2-70B NPU case, a precision-tuning guide and OPT-175B's logbook "
+                                       "name (docs/lint.md)")
     lint.add_argument("items", nargs="*", metavar="conf=NAME key=value", help="the config and its overrides")
     lint.add_argument("--config-dir", type=Path, default=None, help="directory of the configs (default: ./conf)")
     lint.add_argument("--json", action="store_true", help="one JSON object per finding")

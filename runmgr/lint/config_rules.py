@@ -63,7 +63,7 @@ def decay_1d(config: TrainerConfig) -> Optional[Finding]:
         return None
     return RULES["decay-1d"].finding(
         "optim.decay_1d_weights is true: weight decay also shrinks biases and norm gains (Megatron decays "
-        "matrices only; seed 004 traced a 0.1 loss gap to it)",
+        "matrices only; a precision-tuning guide traced a 0.1 loss gap to it)",
         "set optim.decay_1d_weights=false")
 
 
@@ -77,7 +77,7 @@ def no_warmup(config: TrainerConfig) -> Optional[Finding]:
     return RULES["no-warmup"].finding(
         f"no learning-rate warmup: the LR starts at its peak optim.lr={optim.lr:g} "
         f"(optim.lr_warmup_iters={optim.lr_warmup_iters}, optim.lr_warmup_fraction={optim.lr_warmup_fraction})",
-        "set optim.lr_warmup_fraction=0.01 (seed 000) or optim.lr_warmup_iters to a few hundred steps")
+        "set optim.lr_warmup_fraction=0.01 (as the LLaMA2-70B NPU case did) or optim.lr_warmup_iters to a few hundred steps")
 
 
 def tokens_per_batch(config: TrainerConfig) -> int:
@@ -109,7 +109,7 @@ def peak_lr(config: TrainerConfig) -> Optional[Finding]:
         return None
     return RULES["peak-lr"].finding(
         f"optim.lr is {lr:g}, {lr / usual:.0f}x the usual {usual:.1e} for {batch}",
-        f"set optim.lr near {usual:.1e} (seed 000: ~1e-4 for 4M tokens, ~1e-5 for 1M) and keep a warmup")
+        f"set optim.lr near {usual:.1e} (the LLaMA2-70B NPU case: ~1e-4 for 4M tokens, ~1e-5 for 1M) and keep a warmup")
 
 
 def clip_off(config: TrainerConfig) -> Optional[Finding]:

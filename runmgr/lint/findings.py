@@ -7,7 +7,7 @@ from typing import Literal
 
 Severity = Literal["error", "warning"]
 """``error``: the run would train wrong for sure (``launch`` stops, exit 2);
-``warning``: a setting seeds 000/004 or OPT's lessons call a mistake (printed
+``warning``: a setting the case reports or OPT-175B's logbook call a mistake (printed
 and recorded in the logbook; ``lint.ignore`` silences it on purpose)."""
 
 
@@ -23,7 +23,7 @@ class Finding:
     fix: str
     """What to set instead."""
     source: str
-    """Where the lesson comes from (``seed 000``, ``seed 004``, ``OPT Run 11/12 lessons``)."""
+    """Where the lesson comes from (runmgr/config/lint.py: a case report or OPT-175B's logbook, in words)."""
 
     def line(self) -> str:
         """The finding as one line: ``<id> (<severity>): <message>``."""

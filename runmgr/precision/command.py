@@ -22,7 +22,7 @@ def add_parser(sub) -> None:
     """Register the subcommand on the ``runmgr`` parser's subparsers."""
     parser = sub.add_parser(
         "precision-check",
-        help="seed 004's precision check: pin both sides (2 layers, constant LR, no dropout, deterministic, one "
+        help="a precision-tuning guide's check (docs/precision_check.md): pin both sides (2 layers, constant LR, no dropout, deterministic, one "
              "rank), compare step-1 loss, step-1 local norms, step-2 loss and N steps at LR 0; name the first "
              "stage that differs and the weights involved")
     parser.add_argument("items", nargs="*", metavar="conf=A key=value",

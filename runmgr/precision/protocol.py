@@ -74,7 +74,7 @@ def refuse_pinned_overrides(side: Side, seed: Optional[int]) -> None:
         key = override_key(item)
         if key in PINNED and item.partition("=")[2].strip() != PINNED[key]:
             raise UserError(f"{item} in `{side.label()}`: the precision check pins {key}={PINNED[key]} "
-                            f"(seed 004's simplified configuration): drop it")
+                            f"(the precision-tuning guide's simplified configuration): drop it")
         if key in SET_BY_THE_CHECK:
             raise UserError(f"{item} in `{side.label()}`: {SET_BY_THE_CHECK[key]}")
         if key == SEED_KEY and seed is not None and item.partition("=")[2].strip() != str(seed):

@@ -43,7 +43,7 @@ def render(report: CheckReport) -> str:
     """The text ``runmgr precision-check`` prints."""
     first = report.first_difference
     lines = [
-        "precision check (seed 004): both sides pinned to " + " ".join(report.pinned) + ", the same seed",
+        "precision check (case report 004's protocol, docs/precision_check.md): both sides pinned to " + " ".join(report.pinned) + ", the same seed",
         f"A: {report.a}",
         f"B: {report.b}",
         "",

@@ -1,8 +1,8 @@
 """``runmgr logbook skipped RUN``: the data a run chose never to train on.
 
 Every skip range in the lineage's plans (stream positions ``[start, end)``)
-is listed with the sub-run that added it and why, then the text of its first
-samples, decoded from the run's own sample stream: the data order is a pure
+is listed with the sub-run that added it and why, then the text of its samples
+from the incident's onset on (the range may start at the checkpoint before it), decoded from the run's own sample stream: the data order is a pure
 function of (seed, position), so the recorded config rebuilds exactly the
 samples the trainer would have read there (seed 004: look at the data around
 a jump). Lives in runmgr because it needs both the logbook and the trainer.
@@ -46,6 +46,24 @@ class SkippedRange:
     def new_positions(self) -> list[int]:
         """Positions of the range that no earlier range skipped already."""
         return [p for p in range(self.start, self.end) if not any(a <= p < b for a, b in self.grows)]
+
+    @property
+    def onset(self) -> tuple[int, int | None] | None:
+        """``(stream position, step)`` where the incident that added the range began, when the
+        sub-run's evidence records it inside the range's new positions: what a reader looks at first."""
+        incident = self.subrun.evidence.get("incident")
+        sample = incident.get("onset_sample") if isinstance(incident, Mapping) else None
+        if not isinstance(sample, int) or sample not in self.new_positions():
+            return None
+        step = incident.get("onset_step")
+        return sample, step if isinstance(step, int) else None
+
+    def shown_positions(self) -> list[int]:
+        """The new positions in the order they are decoded: from the onset on, then the ones before it."""
+        positions, onset = self.new_positions(), self.onset
+        if onset is None:
+            return positions
+        return [p for p in positions if p >= onset[0]] + [p for p in positions if p < onset[0]]
 
     @property
     def why(self) -> str:
@@ -105,8 +123,9 @@ def chunks(text: str, width: int) -> list[str]:
 
 
 def describe(found: SkippedRange, stream: SampleStream, limit: int, chars: int, width: int) -> list[str]:
-    """One range: where it is, who added it and why, then its first samples decoded
-    (of a range that grew an earlier one, the first of its new samples)."""
+    """One range: where it is, who added it and why, then its samples decoded from the
+    incident's onset on where the evidence records it, else its first (of a range that grew an
+    earlier one, of its new samples)."""
     count = found.end - found.start
     head = f"{range_text(found.start, found.end)}  {count} sample{'s' if count != 1 else ''}, " \
            f"added by {found.subrun.id}"
@@ -117,7 +136,11 @@ def describe(found: SkippedRange, stream: SampleStream, limit: int, chars: int, 
     tidy = tidier([run.get("dir") if isinstance(run, Mapping) else None])
     lines += wrap(f"  why: {tidy(found.why)}", width, "       ")
     label_width = len(str(found.end)) + 2
-    positions = found.new_positions()
+    positions = found.shown_positions()
+    onset = found.onset
+    if onset is not None and limit > 0:
+        step = f" (step {onset[1]}'s batch)" if onset[1] is not None else ""
+        lines.append(f"  from the incident's onset, #{onset[0]}{step}:")
     for position in positions[:limit]:
         text = printable(stream.decode(position))
         shown = text if len(text) <= chars else text[:chars] + "…"

@@ -86,6 +86,25 @@ def test_each_range_is_told_with_its_origin_and_real_text(tmp_path):
     assert max(len(line) for line in text.splitlines()) <= 100
 
 
+def test_the_samples_at_the_incidents_onset_are_shown_first(tmp_path):
+    """Issue 32: a rollback skips from its checkpoint on, and the range's first samples were not
+    the ones the spike began on."""
+    with Logbook.open(tmp_path) as book:
+        book.start_subrun("3.00", "launch", {}, None, 0, plan("3.00", []), config())
+        book.end_subrun("3.00", "restarting", 8, "rollback_skip")
+        book.start_subrun("3.01", "loss_spike at step 7", {"incident": {"kind": "loss_spike", "onset_step": 7,
+                                                                        "onset_sample": 48, "samples_per_step": 8}},
+                          None, 4, plan("3.01", [[32, 56]]), config())
+    out = io.StringIO()
+    show_skipped(tmp_path, out, limit=2, chars=10_000)
+    text = out.getvalue()
+    assert "  from the incident's onset, #48 (step 7's batch):" in text
+    assert list(shown_samples(text)) == [48, 49]
+    everything = io.StringIO()
+    show_skipped(tmp_path, everything, limit=24, chars=10_000)
+    assert list(shown_samples(everything.getvalue())) == [*range(48, 56), *range(32, 48)]
+
+
 def test_the_recorded_seed_picks_the_samples(tmp_path):
     write_run(tmp_path / "a", seed=SEED)
     write_run(tmp_path / "b", seed=SEED + 1)

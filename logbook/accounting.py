@@ -13,7 +13,8 @@ Time. ETTR (effective training time ratio) = kept time / wall time, where
               restarts, health checks and redone steps are not in it), and
   wall time = from the first sub-run's start to the last sub-run's end, or,
               while it has no end, to the last thing the logbook recorded
-              (so a run whose driver died does not lose ETTR every day after).
+              (so a run whose driver died does not lose ETTR every day after),
+              less the spans it stood stopped by a person (``paused`` below).
 Both are read from the logbook's clock and the trainer's step timings, never
 from the time the figures are looked at.
 
@@ -21,6 +22,9 @@ What each restart cost (sub-run k >= 1, against sub-run k-1), all in seconds:
   redone   = sum of ``step_time`` over the rows k's start superseded (steps
              trained and thrown away, trained again after it);
   downtime = k's start - (k-1)'s end (its last record when it has no end);
+  paused   = the same span where (k-1) ended ``stopped`` (a person stopped it: Ctrl-C,
+             SIGTERM): the run stood still on purpose until it was relaunched, so the
+             span is neither downtime nor wall time (ETTR does not count it as lost);
   restart  = from k's start to the moment its first step began: the row of
              its lowest step, its ``time`` (else ``recorded_at``) minus its
              ``step_time``; a sub-run that trained nothing restarted for its
@@ -38,6 +42,9 @@ from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from logbook.records import SubRun
 
+STOPPED = "stopped"
+"""The end state of a sub-run a person stopped (logbook.records.SubRun.end_state)."""
+
 
 @dataclass(frozen=True)
 class SubRunCost:
@@ -51,6 +58,8 @@ class SubRunCost:
     """Seconds from the previous sub-run's end (or last record) to this start."""
     restart: float = 0.0
     """Seconds from this start to the moment its first step began (see the module docstring)."""
+    paused: float = 0.0
+    """Seconds the run stood stopped by a person before this start (then ``downtime`` is 0)."""
 
 
 def furthest_step(subrun: SubRun, max_metric_step: Optional[int]) -> int:
@@ -116,10 +125,12 @@ def subrun_costs(
         previous_end = previous.ended_at
         if previous_end is None:
             previous_end = last_activity.get(previous.id, previous.started_at)
+        gap = max(0.0, subrun.started_at - previous_end)
+        stopped = previous.end_state == STOPPED
         costs[subrun.id] = SubRunCost(
             lost_steps=lost_steps(furthest_step(previous, step_max.get(previous.id)), subrun.start_step),
             lost_step_time=sum(row.get("step_time") or 0.0 for row in superseded_by[subrun.id]),
-            downtime=max(0.0, subrun.started_at - previous_end),
+            downtime=0.0 if stopped else gap, paused=gap if stopped else 0.0,
         )
     return costs
 
@@ -146,7 +157,7 @@ def summary_of(
     """Run-level figures from the lineage's :class:`Ledger`."""
     started_at = subruns[0].started_at if subruns else None
     ended_at = _run_end(subruns, last_record_time)
-    wall_time = (ended_at - started_at) if started_at is not None and ended_at is not None else 0.0
+    wall_time = (ended_at - started_at - books.paused) if started_at is not None and ended_at is not None else 0.0
     last = subruns[-1] if subruns else None
     last_step = books.last_kept_step if books.last_kept_step is not None else (last.start_step if last else 0)
     return {
@@ -162,6 +173,7 @@ def summary_of(
         "started_at": started_at,
         "ended_at": ended_at,
         "wall_time_s": wall_time,
+        "paused_s": books.paused,
         "kept_time_s": books.kept_time,
         "lost_time_s": max(0.0, wall_time - books.kept_time),
         "ettr": (books.kept_time / wall_time) if wall_time > 0 else None,
@@ -227,6 +239,8 @@ class Ledger:
     """(a sub-run's end, ETTR up to then), one point per ended sub-run."""
     reached: dict[str, int]
     """Sub-run id -> how far it got (:func:`furthest_step`)."""
+    paused: float = 0.0
+    """Seconds the lineage stood stopped by a person between sub-runs (not wall time)."""
 
 
 def step_stats(rows: Iterable[dict]) -> dict[str, StepStats]:
@@ -296,21 +310,24 @@ def ledger(subruns: Sequence[SubRun], stats: Mapping[str, StepStats], superseded
     """Walk the lineage once: each start's cost, what is kept, ETTR at each end."""
     costs: dict[str, SubRunCost] = {}
     reached = {sub.id: furthest_step(sub, stats[sub.id].last_step if sub.id in stats else None) for sub in subruns}
-    kept_rows, kept_time, series = 0, 0.0, []
+    kept_rows, kept_time, paused, series = 0, 0.0, 0.0, []
     for previous, subrun in zip([None, *subruns[:-1]], subruns):
         own, lost = stats.get(subrun.id), superseded.by_start.get(subrun.id, RangeTotals(0, 0.0, None))
         restart = _restart(subrun, own, last_activity)
         if previous is None:
             costs[subrun.id] = SubRunCost(0, 0.0, 0.0, restart)
         else:
+            gap = max(0.0, subrun.started_at - _end(previous, last_activity))
+            stopped = previous.end_state == STOPPED  # a person's stop: the wait for the relaunch is not lost
+            paused += gap if stopped else 0.0
             costs[subrun.id] = SubRunCost(lost_steps(reached[previous.id], subrun.start_step), lost.step_time,
-                                          max(0.0, subrun.started_at - _end(previous, last_activity)), restart)
+                                          0.0 if stopped else gap, restart, gap if stopped else 0.0)
         kept_rows += (own.rows if own else 0) - lost.rows
         kept_time += (own.step_time if own else 0.0) - lost.step_time
-        elapsed = None if subrun.ended_at is None else subrun.ended_at - subruns[0].started_at
+        elapsed = None if subrun.ended_at is None else subrun.ended_at - subruns[0].started_at - paused
         if elapsed is not None and elapsed > 0:
             series.append((subrun.ended_at, kept_time / elapsed))
-    return Ledger(costs, kept_rows, kept_time, superseded.last_kept_step, tuple(series), reached)
+    return Ledger(costs, kept_rows, kept_time, superseded.last_kept_step, tuple(series), reached, paused)
 
 
 def _restart(subrun: SubRun, own: Optional[StepStats], last_activity: Mapping[str, float]) -> float:

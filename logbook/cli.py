@@ -36,7 +36,7 @@ def show(run_dir: str | Path, out: TextIO, width: int = 100, full: bool = False,
                 return 0
             lineage, events = book.lineage(), book.events()
             edges, recorded = book.query(queries.edge_metrics)
-    costs = {sub.id: SubRunCost(sub.lost_steps, sub.redone_s, sub.downtime_s, sub.restart_s) for sub in report.subruns}
+    costs = {sub.id: SubRunCost(sub.lost_steps, sub.redone_s, sub.downtime_s, sub.restart_s, sub.paused_s) for sub in report.subruns}
     lines = chronicle(run_title(lineage), lineage, events, edges, costs, report.summary, width,
                       run_dir=str(run_dir), full=full, recorded=recorded)
     header_end = lines.index("") if "" in lines else len(lines)  # the header ends at the first blank line

@@ -93,7 +93,8 @@ def header(title: str, summary: Mapping[str, Any], width: int) -> list[str]:
         ettr = (f"ETTR {summary['ettr']:.1%} (effective training time ratio: time on kept steps / wall time"
                 f" = {duration(summary['kept_time_s'])} / {duration(summary['wall_time_s'])})")
     fields = [
-        f"started {started}", f"wall time {duration(summary['wall_time_s'])}",
+        f"started {started}", f"wall time {duration(summary['wall_time_s'])}"
+        + (f" (less {duration(summary['paused_s'])} stopped by a person)" if summary.get("paused_s") else ""),
         f"sub-runs {summary['subruns']}", incident_text,
         f"steps kept {summary['steps_kept']} (last {summary['last_step']})",
         f"steps lost {summary['steps_lost']}", f"checkpoints {summary['checkpoints']}",
@@ -190,6 +191,8 @@ def cost_text(cost: SubRunCost) -> str:
     """``steps lost: 13 (6.5 s of training redone), down 4.0 s before this start``."""
     text = f"steps lost: {cost.lost_steps} ({duration(cost.lost_step_time)} of training redone)"
     # The controller restarts within milliseconds of an end; "down 0.0 s" would be noise.
+    if cost.paused >= 0.05:
+        text += f", stopped by a person for {duration(cost.paused)} before this start (not lost)"
     return text + (f", down {duration(cost.downtime)} before this start" if cost.downtime >= 0.05 else "")
 
 

@@ -51,6 +51,8 @@ class SubRunReport:
     """The incidents seen during it (event ids)."""
     redone_s: float = 0.0
     """Seconds of training spent on the steps this start threw away."""
+    paused_s: float = 0.0
+    """Seconds the run stood stopped by a person before this start (not downtime, not wall time)."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,7 @@ def _subrun_report(sub: SubRun, cost: SubRunCost, reached: int, incident_ids: tu
         id=sub.id, started_at=sub.started_at, ended_at=sub.ended_at, start_step=sub.start_step, last_step=reached,
         end_state=sub.end_state, cause=sub.cause, start_checkpoint=sub.start_checkpoint, plan=sub.plan,
         config_diff=sub.config_diff, lost_steps=cost.lost_steps, downtime_s=cost.downtime, restart_s=cost.restart,
-        incident_ids=incident_ids, redone_s=cost.lost_step_time,
+        incident_ids=incident_ids, redone_s=cost.lost_step_time, paused_s=cost.paused,
     )
 
 

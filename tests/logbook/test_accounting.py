@@ -56,6 +56,17 @@ def test_ettr_is_kept_step_time_over_wall_time():
     assert summary["last_state"] == "finished" and summary["last_step"] == 60
 
 
+def test_a_stop_by_a_person_is_not_costed_with_the_wait_for_its_relaunch():
+    """Issue 32: a Ctrl-C at 30 s and a relaunch the next morning counted the night as lost."""
+    lineage = [subrun(0, 0, 0.0, 30.0, 30, "stopped"), subrun(1, 30, 36_030.0, 36_060.0, 60, "finished")]
+    steps = rows("5.00", 1, 30) + rows("5.01", 31, 60)
+    costs = subrun_costs(lineage, steps, last_activity={})
+    assert costs["5.01"].downtime == 0.0 and costs["5.01"].paused == 36_000.0
+    summary = run_summary(lineage, steps, [], 2, 36_060.0)
+    assert summary["wall_time_s"] == 60.0 and summary["paused_s"] == 36_000.0
+    assert summary["ettr"] == pytest.approx(1.0) and summary["lost_time_s"] == 0.0
+
+
 def test_open_run_wall_time_ends_at_the_last_record_not_at_reading_time():
     lineage = [subrun(0, 0, 0.0)]
     summary = run_summary(lineage, rows("5.00", 1, 10), [], 0, last_record_time=20.0)

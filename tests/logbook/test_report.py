@@ -92,8 +92,11 @@ def independent_figures(events: list[dict], rows: list[dict]) -> dict:
                 and all(r["step"] <= starts[later]["start_step"] for later in range(ids.index(r["subrun"]) + 1, prefix))]
 
     first_start = starts[0]["time"]
-    series = [(ends[sid]["time"], sum(r["step_time"] for r in kept_by(k + 1)) / (ends[sid]["time"] - first_start))
-              for k, sid in enumerate(order)]
+    # A person's stop: the wait until the relaunch is neither wall time nor downtime.
+    paused = [starts[k]["time"] - ends[order[k - 1]]["time"] if k and ends[order[k - 1]]["end_state"] == "stopped"
+              else 0.0 for k in range(len(order))]
+    series = [(ends[sid]["time"], sum(r["step_time"] for r in kept_by(k + 1))
+               / (ends[sid]["time"] - first_start - sum(paused[:k + 1]))) for k, sid in enumerate(order)]
     classes: dict[str, dict] = {}
     for k in range(1, len(order)):
         previous, current = order[k - 1], order[k]
@@ -105,7 +108,7 @@ def independent_figures(events: list[dict], rows: list[dict]) -> dict:
         reached = max([ends[previous]["last_step"] or 0] + [r["step"] for r in rows if r["subrun"] == previous])
         entry["steps_lost"] += max(0, reached - start["start_step"])
         entry["redone_s"] += sum(r["step_time"] for r in kept_by(k) if r["step"] > start["start_step"])
-        entry["downtime_s"] += start["time"] - ends[previous]["time"]
+        entry["downtime_s"] += start["time"] - ends[previous]["time"] - paused[k]
         own = [r for r in rows if r["subrun"] == current]
         began = (min(own, key=lambda r: r["step"])["time"] - STEP_TIME) if own else ends[current]["time"]
         entry["restart_s"] += began - start["time"]
@@ -139,7 +142,9 @@ def test_costs_count_incidents_and_the_subruns_they_ended(recorded):
     by_kind = {cost.kind: cost for cost in report.costs}
     assert (by_kind["hang"].incidents, by_kind["hang"].restarts) == (2, 2)
     assert (by_kind["slowdown"].incidents, by_kind["slowdown"].restarts, by_kind["slowdown"].wall_lost_s) == (1, 0, 0)
-    assert by_kind[NO_INCIDENT].incidents == 0 and by_kind[NO_INCIDENT].downtime_s == 600.0
+    # 3.02 was stopped by a person and relaunched 600 s later: that wait is not lost (issue 32)
+    assert by_kind[NO_INCIDENT].incidents == 0 and by_kind[NO_INCIDENT].downtime_s == 0.0
+    assert report.subruns[3].paused_s == 600.0 and report.summary["paused_s"] == 600.0
     # the most wall time lost first
     assert [c.wall_lost_s for c in report.costs] == sorted((c.wall_lost_s for c in report.costs), reverse=True)
     # 3.00, 3.01, 3.03 and 3.04 were ended by an incident

@@ -74,7 +74,7 @@ def build_observers(config: RunConfig, book: Logbook, initial: Launching, out: T
     exporter = None
     if metrics is not None:
         exporter = MetricsObserver(book, config.training.train_iters, mirrored=mirror is not None,
-                                   save_interval=config.save_interval())
+                                   save_interval=config.save_interval(), run=config.run.name)
         metrics.registry.register(exporter)
     injector = chaos.injector(lambda injection: record_injection(book, injection)) \
         if chaos is not None and chaos.enabled else None

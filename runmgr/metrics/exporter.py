@@ -80,12 +80,15 @@ class MetricsObserver:
     """Keeps the live figures from the controller's transitions and polls; a
     Prometheus collector (registered in the run's own registry) serves them with
     the logbook's figures. ``mirrored``: the run mirrors checkpoints to S3 (else
-    the upload lag is NaN)."""
+    the upload lag is NaN). ``run``: the run's name, a ``run`` label on every sample, so that two
+    runs scraped into one Prometheus (or one dashboard) never collide."""
 
     def __init__(self, book: Logbook, train_iters: int, mirrored: bool = False,
-                 clock: Callable[[], float] = time.time, save_interval: int | None = None) -> None:
+                 clock: Callable[[], float] = time.time, save_interval: int | None = None,
+                 run: str | None = None) -> None:
         """``save_interval``: steps between two checkpoints (None: none on a schedule)."""
         self.book = book
+        self.run = run
         self.mirrored = mirrored
         self.save_interval = save_interval
         self.clock = clock
@@ -121,9 +124,13 @@ class MetricsObserver:
 
     def collect(self) -> Iterator[Metric]:
         live = self.live
-        yield from self._reported(live)
-        yield from self._controller(live)
-        yield from self._from_logbook(self.book.live_figures(names.MIRRORED_EVENTS))
+        families = [*self._reported(live), *self._controller(live),
+                    *self._from_logbook(self.book.live_figures(names.MIRRORED_EVENTS))]
+        for family in families:
+            if self.run is not None:
+                family.samples = [sample._replace(labels={names.RUN_LABEL: self.run, **sample.labels})
+                                  for sample in family.samples]
+            yield family
 
     def _reported(self, live: Live) -> Iterator[Metric]:
         for spec, key in REPORTED.items():

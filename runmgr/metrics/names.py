@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 MetricType = Literal["gauge", "counter", "stateset"]
+RUN_LABEL = "run"
+"""A label on every sample a run's driver serves: its ``run.name``, so that two runs scraped into one
+Prometheus never collide (beside Prometheus' own ``job`` and ``instance`` target labels)."""
 
 
 @dataclass(frozen=True)

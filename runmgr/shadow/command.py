@@ -62,7 +62,8 @@ def main_follow(where: str, conf: Optional[str], overrides: Sequence[str], conf_
     source = open_source(where, time.time, stdin)
     metrics = MetricsServer.start(config.metrics)
     book = Logbook.open(config.run_dir())
-    exporter = MetricsObserver(book, config.training.train_iters, save_interval=config.save_interval()) \
+    exporter = MetricsObserver(book, config.training.train_iters, save_interval=config.save_interval(),
+                               run=config.run.name) \
         if metrics is not None else None
     if metrics is not None and exporter is not None:
         metrics.registry.register(exporter)

@@ -177,6 +177,25 @@ def test_a_relaunch_serves_the_lineage_counts_the_logbook_holds(tmp_path):
     assert samples["runmgr_subrun"] == {(("subrun", "1.03"),): 3}
 
 
+def test_two_runs_in_one_prometheus_are_told_apart_by_their_run_label(tmp_path):
+    """Issue 32: the gauges carried no run label, so two runs' series collided in one Prometheus."""
+    served = {}
+    for name in ("run12", "run13"):
+        with Logbook.open(tmp_path / name) as book:
+            registry = CollectorRegistry(auto_describe=False)
+            exporter = MetricsObserver(book, train_iters=30, run=name)
+            registry.register(exporter)
+            launch = Launching(f"{name[3:]}.00", ResumePlan(subrun=f"{name[3:]}.00", data_parallel_size=2), 0,
+                               "launch", {})
+            for observer in (LogbookObserver(book, CONFIG), exporter):
+                observer.on_transition(None, launch)
+            served[name] = scrape(registry)
+    for name, samples in served.items():
+        assert samples["runmgr_train_iters"] == {(("run", name),): 30}
+        assert samples["runmgr_subrun"] == {(("run", name), ("subrun", f"{name[3:]}.00")): 0}
+        assert all(dict(labels).get("run") == name for series in samples.values() for labels in series)
+
+
 def test_upload_lag_is_read_from_the_uploads_the_mirror_records(tmp_path):
     now = [5000.0]
     with Logbook.open(tmp_path, clock=lambda: now[0]) as book:

@@ -86,7 +86,8 @@ def test_a_changed_weight_decay_diverges_where_it_leaves_the_band(runs, tmp_path
 
 def test_reduction_order_noise_is_consistent_with_the_baseline_band(runs):
     result = judged(runs, "ref", "mb4", "--baseline", "ref", "one_rank")
-    assert result["baseline_config_diff"] == {"cluster.num_workers": [2, 1]}
+    # the plan says the layout too: one rank is data parallel 1 (the diff names both, issue 32)
+    assert result["baseline_config_diff"] == {"cluster.num_workers": [2, 1], "plan.data_parallel_size": [2, 1]}
     assert result["config_diff"] == {"training.micro_batch_size": [2, 4]}
     loss = result["metrics"]["loss"]
     assert any(d != 0 for d in loss["diff"]) and loss["band"][-1] > 0  # real noise on both sides

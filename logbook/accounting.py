@@ -122,15 +122,11 @@ def subrun_costs(
         if previous is None:
             costs[subrun.id] = SubRunCost(0, 0.0, 0.0)
             continue
-        previous_end = previous.ended_at
-        if previous_end is None:
-            previous_end = last_activity.get(previous.id, previous.started_at)
-        gap = max(0.0, subrun.started_at - previous_end)
-        stopped = previous.end_state == STOPPED
+        downtime, paused = _downtime_and_pause(previous, subrun, last_activity)
         costs[subrun.id] = SubRunCost(
             lost_steps=lost_steps(furthest_step(previous, step_max.get(previous.id)), subrun.start_step),
             lost_step_time=sum(row.get("step_time") or 0.0 for row in superseded_by[subrun.id]),
-            downtime=0.0 if stopped else gap, paused=gap if stopped else 0.0,
+            downtime=downtime, paused=paused,
         )
     return costs
 
@@ -317,11 +313,10 @@ def ledger(subruns: Sequence[SubRun], stats: Mapping[str, StepStats], superseded
         if previous is None:
             costs[subrun.id] = SubRunCost(0, 0.0, 0.0, restart)
         else:
-            gap = max(0.0, subrun.started_at - _end(previous, last_activity))
-            stopped = previous.end_state == STOPPED  # a person's stop: the wait for the relaunch is not lost
-            paused += gap if stopped else 0.0
+            downtime, pause = _downtime_and_pause(previous, subrun, last_activity)
+            paused += pause
             costs[subrun.id] = SubRunCost(lost_steps(reached[previous.id], subrun.start_step), lost.step_time,
-                                          0.0 if stopped else gap, restart, gap if stopped else 0.0)
+                                          downtime, restart, pause)
         kept_rows += (own.rows if own else 0) - lost.rows
         kept_time += (own.step_time if own else 0.0) - lost.step_time
         elapsed = None if subrun.ended_at is None else subrun.ended_at - subruns[0].started_at - paused
@@ -334,6 +329,13 @@ def _restart(subrun: SubRun, own: Optional[StepStats], last_activity: Mapping[st
     if own is None or own.first_began is None:
         return max(0.0, _end(subrun, last_activity) - subrun.started_at)
     return max(0.0, own.first_began - subrun.started_at)
+
+
+def _downtime_and_pause(previous: SubRun, subrun: SubRun, last_activity: Mapping[str, float]) -> tuple[float, float]:
+    """The span from ``previous``'s end to ``subrun``'s start, as (downtime, paused): paused when a
+    person stopped ``previous`` (the wait for the relaunch is not lost), else downtime."""
+    gap = max(0.0, subrun.started_at - _end(previous, last_activity))
+    return (0.0, gap) if previous.end_state == STOPPED else (gap, 0.0)
 
 
 def _end(subrun: SubRun, last_activity: Mapping[str, float]) -> float:

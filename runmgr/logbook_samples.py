@@ -2,7 +2,8 @@
 
 Every skip range in the lineage's plans (stream positions ``[start, end)``)
 is listed with the sub-run that added it and why, then the text of its samples
-from the incident's onset on (the range may start at the checkpoint before it), decoded from the run's own sample stream: the data order is a pure
+from the incident's onset on (the range may start at the checkpoint before it),
+decoded from the run's own sample stream: the data order is a pure
 function of (seed, position), so the recorded config rebuilds exactly the
 samples the trainer would have read there (seed 004: look at the data around
 a jump). Lives in runmgr because it needs both the logbook and the trainer.

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, StateSetMetricFamily
+from prometheus_client.samples import Sample
 
 from logbook import Logbook, parse_subrun_id
 from runmgr.choices import Action, IncidentKind
@@ -128,7 +129,7 @@ class MetricsObserver:
                     *self._from_logbook(self.book.live_figures(names.MIRRORED_EVENTS))]
         for family in families:
             if self.run is not None:
-                family.samples = [sample._replace(labels={names.RUN_LABEL: self.run, **sample.labels})
+                family.samples = [Sample(sample.name, {names.RUN_LABEL: self.run, **sample.labels}, *sample[2:])
                                   for sample in family.samples]
             yield family
 

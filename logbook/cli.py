@@ -178,20 +178,25 @@ def salvage_logbook(run_dir: str | Path, out: TextIO, hold: Callable[[], Context
     return 0
 
 
-def plot(run_dir: str | Path, metrics_text: str, out: TextIO, png: Optional[str | Path] = None,
-         html: Optional[str | Path] = None) -> int:
-    """Draw the run's curves into a PNG (``png``, default ``RUN/plots/<metrics>.png``)
-    and, with ``html``, an interactive page too; print each path written.
-    Names and suffixes are checked before anything is read or written."""
-    from logbook.plot import parse_metrics, write_plots
+def plot(run_dir: str | Path, metrics_text: Optional[str], out: TextIO, png: Optional[str | Path] = None,
+         html: Optional[str | Path] = None, x: str = "step") -> int:
+    """Draw the run's curves against ``x`` (step, tokens or wall) into a PNG (``png``, default
+    ``RUN/plots/<metrics>.png``) and, with ``html``, an interactive page too; print each path
+    written. ``metrics_text`` None: logbook.plot.default_metrics. Names, suffixes and the axis
+    are checked before anything is written."""
+    from logbook.plot import default_metrics, parse_metrics, write_plots
+    from logbook.plot_x import parse_x
 
-    metrics = parse_metrics(metrics_text)
-    png_path = Path(png) if png is not None else Path(run_dir) / "plots" / f"{'-'.join(metrics)}.png"
-    _check_suffix(png_path, ".png", "--out")
+    metrics = parse_metrics(metrics_text) if metrics_text is not None else None
+    parse_x(x)
+    if png is not None:
+        _check_suffix(Path(png), ".png", "--out")
     if html is not None:
         _check_suffix(Path(html), ".html", "--html")
     with Logbook.open(run_dir, create=False) as book:
-        written = write_plots(book, metrics, png_path, Path(html) if html is not None else None)
+        metrics, notes = (metrics, []) if metrics is not None else default_metrics(book)
+        png_path = Path(png) if png is not None else Path(run_dir) / "plots" / f"{'-'.join(metrics)}.png"
+        written = write_plots(book, metrics, png_path, Path(html) if html is not None else None, x, notes)
     for path in written:
         out.write(f"{path}\n")
     return 0

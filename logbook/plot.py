@@ -1,6 +1,7 @@
-"""What ``runmgr logbook plot`` draws: each metric against step, one colour
-per sub-run, the steps a later rollback threw away faded, incidents marked by
-kind, skipped data windows shaded. :func:`figure_data` is the one description
+"""What ``runmgr logbook plot`` draws: each metric against step (or tokens
+trained, or wall-clock time: logbook/plot_x.py), one colour per sub-run, the
+steps a later rollback threw away faded, incidents marked by kind, skipped
+data windows shaded. :func:`figure_data` is the one description
 both pictures draw (the PNG in logbook/plot_png.py, the self-contained HTML in
 logbook/plot_html.py); it is plain JSON-able data, so a web page can draw it too.
 
@@ -22,6 +23,7 @@ from logbook.accounting import split_metrics
 from logbook.changes import skip_ranges
 from logbook.curves import Segment, curves
 from logbook.errors import LogbookError
+from logbook.plot_x import XAxis, x_axis
 from logbook.queries import stream_positions
 from logbook.records import SubRun
 from logbook.render import run_title
@@ -30,7 +32,11 @@ from logbook.store import Logbook
 PLOT_METRICS = ("loss", "grad_norm", "lr", "loss_scale", "tokens_per_s", "step_time")
 """Metrics that can be plotted (the per-step float columns of the logbook)."""
 DEFAULT_METRICS = ("loss", "grad_norm", "lr", "loss_scale")
-"""What ``runmgr logbook plot`` draws unless ``--metric`` says otherwise."""
+"""What ``runmgr logbook plot`` draws unless ``--metric`` says otherwise (the loss scale only
+where the run scaled its loss: :func:`default_metrics`)."""
+UNSCALED_NOTE = ("loss scale not drawn: 1 at every step (a bf16 or fp32 run scales no loss); "
+                 "--metric loss_scale draws it")
+"""What the picture says when :func:`default_metrics` leaves the loss scale out."""
 MAX_POINTS = 4000
 """Points drawn per metric, all sub-runs together (min/max envelope beyond it)."""
 AXIS_LABELS = {"loss": "loss (nats/token)", "grad_norm": "gradient norm (L2)", "lr": "learning rate",
@@ -48,6 +54,7 @@ class _RunRows:
     kept_ids: frozenset[int]
     """``id()`` of each row the kept lineage holds (the others were thrown away)."""
     events: list[dict]
+    x: XAxis
 
 
 def parse_metrics(text: str) -> tuple[str, ...]:
@@ -62,49 +69,69 @@ def parse_metrics(text: str) -> tuple[str, ...]:
     return names
 
 
-def figure_data(book: Logbook, metric: str) -> dict:
+def default_metrics(book: Logbook) -> tuple[tuple[str, ...], list[str]]:
+    """(metrics, notes): :data:`DEFAULT_METRICS`, less the loss scale when no step recorded one
+    other than 1. Only fp16 scales its loss (a dynamic scale from 2**16 that halves on overflow);
+    bf16 and fp32 runs report 1 at every step, a flat line that takes a quarter of the picture.
+    Decided from the recorded values, not the config: Megatron's and the built-in trainer's
+    precision settings differ, and a flat 1 says nothing whatever the config was."""
+    if book.query(_scales_loss):
+        return DEFAULT_METRICS, []
+    return tuple(m for m in DEFAULT_METRICS if m != "loss_scale"), [UNSCALED_NOTE]
+
+
+def _scales_loss(connection) -> bool:
+    # NaN and -0.0 are stored as text (logbook.records.encode_float), which is never = 1: drawn, a fault to see.
+    found = connection.execute(
+        "SELECT 1 FROM metrics WHERE loss_scale IS NOT NULL AND loss_scale != 1 LIMIT 1").fetchone()
+    return found is not None
+
+
+def figure_data(book: Logbook, metric: str, x: str = "step") -> dict:
     """What both pictures draw for ``metric``: see :func:`_figure` for the keys."""
-    return figures_data(book, (metric,))[0]
+    return figures_data(book, (metric,), x)[0]
 
 
-def figures_data(book: Logbook, metrics: Sequence[str]) -> list[dict]:
-    """:func:`figure_data` of several metrics, reading the logbook once."""
+def figures_data(book: Logbook, metrics: Sequence[str], x: str = "step", notes: Sequence[str] = ()) -> list[dict]:
+    """:func:`figure_data` of several metrics against axis ``x`` (logbook.plot_x.X_AXES),
+    reading the logbook once; ``notes``: lines the picture shows under its title."""
     if not metrics:
         raise LogbookError(f"name at least one metric to plot: {', '.join(PLOT_METRICS)}")
     for metric in metrics:
         if metric not in PLOT_METRICS:
             raise LogbookError(f"unknown metric {metric!r}: choose from {', '.join(PLOT_METRICS)}")
-    loaded = _load(book)
-    if not loaded.lineage:
-        raise LogbookError(f"the logbook at {book.run_dir} has no sub-runs yet: nothing to plot")
+    loaded = _load(book, x)
     incidents = _incidents(loaded)
     windows = _skip_windows(loaded)
     title = run_title(loaded.lineage)
     if book.run_dir.name not in title:
         title = f"{book.run_dir.name} · {title}"
-    return [_figure(title, metric, loaded, _segments(book, metric), incidents, windows)
-            for metric in metrics]
+    figures = [_figure(title, metric, loaded, _segments(book, metric), incidents, windows) for metric in metrics]
+    for figure in figures:
+        figure["notes"] = list(notes)
+    return figures
 
 
-def write_png(book: Logbook, metrics: Sequence[str], path: str | Path) -> Path:
-    """Draw ``metrics`` (one panel each, sharing the step axis) into a PNG at ``path``."""
+def write_png(book: Logbook, metrics: Sequence[str], path: str | Path, x: str = "step") -> Path:
+    """Draw ``metrics`` (one panel each, sharing the x axis) into a PNG at ``path``."""
     from logbook.plot_png import render_png  # matplotlib: only for a command that draws
 
-    return render_png(figures_data(book, metrics), Path(path))
+    return render_png(figures_data(book, metrics, x), Path(path))
 
 
-def write_html(book: Logbook, metrics: Sequence[str], path: str | Path) -> Path:
+def write_html(book: Logbook, metrics: Sequence[str], path: str | Path, x: str = "step") -> Path:
     """The same panels as an interactive HTML page with its JavaScript inside (works offline)."""
     from logbook.plot_html import render_html  # bokeh: only for a command that draws
 
-    return render_html(figures_data(book, metrics), Path(path))
+    return render_html(figures_data(book, metrics, x), Path(path))
 
 
-def write_plots(book: Logbook, metrics: Sequence[str], png: Path, html: Optional[Path] = None) -> list[Path]:
+def write_plots(book: Logbook, metrics: Sequence[str], png: Path, html: Optional[Path] = None, x: str = "step",
+                notes: Sequence[str] = ()) -> list[Path]:
     """:func:`write_png` and, with ``html``, :func:`write_html`, reading the logbook once."""
     from logbook.plot_png import render_png
 
-    figures = figures_data(book, metrics)
+    figures = figures_data(book, metrics, x, notes)
     written = [render_png(figures, Path(png))]
     if html is not None:
         from logbook.plot_html import render_html  # bokeh: only when a page is asked for
@@ -115,14 +142,18 @@ def write_plots(book: Logbook, metrics: Sequence[str], png: Path, html: Optional
 
 def _figure(title: str, metric: str, loaded: _RunRows, segments: list, incidents: list[dict],
             windows: list[dict]) -> dict:
-    """Keys: ``title``, ``metric``, ``axis_label``, ``log_y``, ``subruns`` (ids, lineage order),
-    ``segments`` ({subrun, kept, steps, values}; a value is None where it is NaN or infinite),
-    ``incidents`` ({step, kind, label, subrun}), ``skip_windows`` ({first_step, last_step,
-    samples: [start, end), subrun}: the steps whose data the plan skipped)."""
+    """Keys: ``title``, ``metric``, ``axis_label``, ``log_y``, ``x_axis`` (step, tokens or wall),
+    ``x_label``, ``subruns`` (ids, lineage order), ``segments`` ({subrun, kept, steps, x, values};
+    a value is None where it is NaN or infinite), ``incidents`` ({step, x, kind, label, subrun}),
+    ``skip_windows`` ({first_step, last_step, first_x, last_x, samples: [start, end), subrun}: the
+    steps whose data the plan skipped); :func:`figures_data` adds ``notes``. ``x`` is the step
+    on the step axis."""
     return {
         "title": title, "metric": metric, "axis_label": AXIS_LABELS[metric], "log_y": metric in LOG_SCALE,
+        "x_axis": loaded.x.name, "x_label": loaded.x.label,
         "subruns": [subrun.id for subrun in loaded.lineage],
         "segments": [{"subrun": s.subrun, "kept": s.kept, "steps": [int(x) for x in s.steps],
+                      "x": [loaded.x.at(s.subrun, int(x)) for x in s.steps],
                       "values": [_finite(v) for v in s.values]} for s in segments],
         "incidents": incidents, "skip_windows": windows,
     }
@@ -133,13 +164,17 @@ def _finite(value: Optional[float]) -> Optional[float]:
     return float(value) if value is not None and math.isfinite(value) else None
 
 
-def _load(book: Logbook) -> _RunRows:
-    """The lineage and events; each step's stream position only when a plan skipped data
-    (the curves themselves come from logbook.curves, aggregated in SQL)."""
-    lineage = book.lineage()
-    rows = book.query(stream_positions) if any(skip_ranges(subrun.plan) for subrun in lineage) else []
-    kept, _ = split_metrics(lineage, rows)
-    return _RunRows(lineage, rows, frozenset(id(row) for row in kept), book.events())
+def _load(book: Logbook, x: str) -> _RunRows:
+    """The lineage, events and x positions; each step's stream position only when a plan
+    skipped data (the curves themselves come from logbook.curves, aggregated in SQL)."""
+    with book.snapshot():
+        lineage = book.lineage()
+        if not lineage:
+            raise LogbookError(f"the logbook at {book.run_dir} has no sub-runs yet: nothing to plot")
+        rows = book.query(stream_positions) if any(skip_ranges(subrun.plan) for subrun in lineage) else []
+        kept, _ = split_metrics(lineage, rows)
+        return _RunRows(lineage, rows, frozenset(id(row) for row in kept), book.events(),
+                        x_axis(book, lineage, x))
 
 
 def _segments(book: Logbook, metric: str) -> list[Segment]:
@@ -158,8 +193,8 @@ def _incidents(loaded: _RunRows) -> list[dict]:
         step = event.get("step") if event.get("step") is not None else ends.get(event["subrun"])
         if step is None:
             continue  # an incident of a sub-run still open, before its first step: nowhere to draw it
-        marks.append({"step": int(step), "kind": str(event["kind"]), "label": str(event["summary"]),
-                      "subrun": event["subrun"]})
+        marks.append({"step": int(step), "x": loaded.x.at(event["subrun"], int(step)), "kind": str(event["kind"]),
+                      "label": str(event["summary"]), "subrun": event["subrun"]})
     return marks
 
 
@@ -181,19 +216,22 @@ def _skip_windows(loaded: _RunRows) -> list[dict]:
             if (start, end) in seen:
                 continue
             seen.add((start, end))
-            steps = _steps_reading(by_subrun.get(previous, []), start, end) or _steps_reading(kept, start, end)
-            if steps is not None:  # else the run has not reached the range: nothing was skipped yet
-                windows.append({"first_step": steps[0], "last_step": steps[1], "samples": [start, end],
-                                "subrun": subrun.id})
+            read = _rows_reading(by_subrun.get(previous, []), start, end) or _rows_reading(kept, start, end)
+            if read is not None:  # else the run has not reached the range: nothing was skipped yet
+                first, last = read
+                windows.append({"first_step": first["step"], "last_step": last["step"],
+                                "first_x": loaded.x.at(first["subrun"], first["step"]),
+                                "last_x": loaded.x.at(last["subrun"], last["step"]),
+                                "samples": [start, end], "subrun": subrun.id})
     return windows
 
 
-def _steps_reading(rows: Sequence[dict], start: int, end: int) -> Optional[tuple[int, int]]:
-    """(first, last) step of ``rows`` (one lineage, by step) whose samples include ``[start, end)``."""
+def _rows_reading(rows: Sequence[dict], start: int, end: int) -> Optional[tuple[dict, dict]]:
+    """The first and last of ``rows`` (one lineage, by step) whose samples include ``[start, end)``."""
     rows = [row for row in rows if row["consumed_samples"] is not None]
     consumed = np.asarray([row["consumed_samples"] for row in rows], dtype=np.int64)
     first = int(np.searchsorted(consumed, start, side="right"))
     if first >= len(rows):
         return None
     last = min(int(np.searchsorted(consumed, end, side="left")), len(rows) - 1)
-    return rows[first]["step"], rows[last]["step"]
+    return rows[first], rows[last]

@@ -36,7 +36,7 @@ def render_html(figures: Sequence[dict], path: Path) -> Path:
     for data in figures:
         x_range = panels[0].x_range if panels else _x_range(data)
         panels.append(_panel(data, colours, kinds, x_range, legend=not panels))
-    panels[-1].xaxis.axis_label = "step"
+    panels[-1].xaxis.axis_label = figures[0]["x_label"]
     path.parent.mkdir(parents=True, exist_ok=True)
     page = file_html(column(*panels), INLINE, title=figures[0]["title"])
     path.write_text(page, encoding="utf-8")
@@ -44,9 +44,9 @@ def render_html(figures: Sequence[dict], path: Path) -> Path:
 
 
 def _x_range(data: dict) -> Range1d:
-    steps = [s for segment in data["segments"] for s in segment["steps"][:1] + segment["steps"][-1:]]
-    low, high = (min(steps), max(steps)) if steps else (0, 1)
-    return Range1d(low, max(high, low + 1))
+    xs = [x for segment in data["segments"] for x in segment["x"] if x is not None]
+    low, high = (min(xs), max(xs)) if xs else (0, 1)
+    return Range1d(low, high if high > low else low + 1)
 
 
 def _panel(data: dict, colours: dict, kinds: dict, x_range: Range1d, legend: bool):
@@ -57,12 +57,15 @@ def _panel(data: dict, colours: dict, kinds: dict, x_range: Range1d, legend: boo
         # PlainText: a run name holding $$...$$ would otherwise be TeX, which bokeh fetches MathJax for.
         panel.title = Title(text=PlainText(text=data["title"]))
     panel.yaxis.axis_label = data["axis_label"] + (" (log)" if log else "")
+    half_step = 0.5 if data["x_axis"] == "step" else 0.0
     for window in data["skip_windows"]:
-        panel.add_layout(BoxAnnotation(left=window["first_step"] - 0.5, right=window["last_step"] + 0.5,
+        if window["first_x"] is None or window["last_x"] is None:
+            continue
+        panel.add_layout(BoxAnnotation(left=window["first_x"] - half_step, right=window["last_x"] + half_step,
                                        fill_color="#7f7f7f", fill_alpha=0.2, line_color="#7f7f7f", line_alpha=0.6))
     lines = {kept: _lines(panel, data, colours, kept) for kept in (False, True)}
     panel.add_tools(HoverTool(renderers=[r for r in lines.values() if r is not None],
-                              tooltips=[("sub-run", "@subrun"), ("", "@state"), ("step", "$x{0,0}"),
+                              tooltips=[("sub-run", "@subrun"), ("", "@state"), (data["x_axis"], "$x{0,0.[00]}"),
                                         ("value", "$y")]))
     markers = _incident_markers(panel, data, kinds)
     if legend:
@@ -75,7 +78,7 @@ def _lines(panel, data: dict, colours: dict, kept: bool):
     if not segments:
         return None
     source = ColumnDataSource({
-        "xs": [s["steps"] for s in segments],
+        "xs": [s["x"] for s in segments],
         "ys": [[math.nan if v is None else v for v in s["values"]] for s in segments],
         "colour": [colours[s["subrun"]] for s in segments],
         "subrun": [s["subrun"] for s in segments],
@@ -87,19 +90,19 @@ def _lines(panel, data: dict, colours: dict, kept: bool):
 
 def _incident_markers(panel, data: dict, kinds: dict):
     """A dashed line per incident and a marker at the top of the data to hover."""
-    incidents = data["incidents"]
+    incidents = [mark for mark in data["incidents"] if mark["x"] is not None]
     if not incidents:
         return None
     for mark in incidents:
-        panel.add_layout(Span(location=mark["step"], dimension="height", line_color=kinds[mark["kind"]],
+        panel.add_layout(Span(location=mark["x"], dimension="height", line_color=kinds[mark["kind"]],
                               line_dash="dashed", line_width=1))
     top = _top(data)
     source = ColumnDataSource({
-        "step": [m["step"] for m in incidents], "y": [top] * len(incidents),
+        "x": [m["x"] for m in incidents], "step": [m["step"] for m in incidents], "y": [top] * len(incidents),
         "kind": [m["kind"] for m in incidents], "summary": [m["label"] for m in incidents],
         "subrun": [m["subrun"] for m in incidents], "colour": [kinds[m["kind"]] for m in incidents],
     })
-    markers = panel.scatter("step", "y", source=source, marker="inverted_triangle", size=10, color="colour")
+    markers = panel.scatter("x", "y", source=source, marker="inverted_triangle", size=10, color="colour")
     panel.add_tools(HoverTool(renderers=[markers], tooltips=[
         ("incident", "@kind"), ("step", "@step{0,0}"), ("sub-run", "@subrun"), ("", "@summary")]))
     return markers

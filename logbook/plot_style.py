@@ -10,8 +10,10 @@ from typing import Sequence
 SUBRUN_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                   "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 """One colour per sub-run, cycling (matplotlib's tab10, d3's category10): neighbours always differ."""
-KIND_COLOURS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666")
-"""One colour per incident kind (ColorBrewer's Dark2), darker than the sub-runs' colours."""
+KIND_COLOURS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666",
+                "#e41a1c", "#377eb8", "#984ea3", "#000000")
+"""One colour per incident kind (ColorBrewer's Dark2, then four of Set1 and black: a run can meet all
+twelve kinds), darker than the sub-runs' colours."""
 FADED_ALPHA = 0.25
 """Opacity of the steps a rollback threw away (kept steps are opaque)."""
 LEGEND_SUBRUNS = 12

@@ -64,7 +64,11 @@ def add_parser(sub) -> None:
     _run(plot)
     plot.add_argument("--metric", default=None, metavar="M1,M2",
                       help="metrics to draw, comma-separated, from loss, grad_norm, lr, loss_scale, "
-                           "tokens_per_s, step_time (default: loss,grad_norm,lr,loss_scale)")
+                           "tokens_per_s, step_time (default: loss,grad_norm,lr, and loss_scale where a "
+                           "step's loss scale is not 1, i.e. fp16)")
+    plot.add_argument("--x", default="step", metavar="step|tokens|wall",
+                      help="the x axis: the step (default), the tokens trained, or the wall-clock time since "
+                           "the launch (downtime between sub-runs shows as gaps)")
     plot.add_argument("--out", default=None, metavar="FILE",
                       help="the PNG to write (default: RUN/plots/<metrics>.png)")
     plot.add_argument("--html", default=None, metavar="FILE.html",
@@ -181,10 +185,8 @@ def _salvage(args: argparse.Namespace) -> int:
 
 def _plot(args: argparse.Namespace) -> int:
     from logbook.cli import plot
-    from logbook.plot import DEFAULT_METRICS
 
-    return plot(_run_dir(args.run), args.metric or ",".join(DEFAULT_METRICS), sys.stdout, png=args.out,
-                html=args.html)
+    return plot(_run_dir(args.run), args.metric, sys.stdout, png=args.out, html=args.html, x=args.x)
 
 
 def _export(args: argparse.Namespace) -> int:

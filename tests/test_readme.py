@@ -277,7 +277,7 @@ def case_logbook_any(ctx: Context) -> None:
 
 
 def case_logbook_plot(ctx: Context) -> None:
-    drawn = ctx.ok("logbook", "plot", RUN, "--metric", "loss,lr", "--html", "loss.html").stdout.split()
+    drawn = ctx.ok("logbook", "plot", RUN, "--metric", "loss,lr", "--x", "tokens", "--html", "loss.html").stdout.split()
     assert (ctx.cwd / drawn[0]).read_bytes()[:4] == b"\x89PNG" and (ctx.cwd / "loss.html").is_file()
 
 
@@ -509,7 +509,8 @@ CASES: dict[str, Callable[[Context], None]] = {
     "runmgr watch replay FILE [--json]": case_watch_replay,
     "runmgr watch replay FILE [conf=NAME] [key=value ...] [--json]": case_watch_replay_with_config,
     "runmgr logbook show|events|metrics|skipped|list RUN": case_logbook_any,
-    "runmgr logbook plot RUN [--metric loss,grad_norm,lr,loss_scale] [--html FILE.html]": case_logbook_plot,
+    "runmgr logbook plot RUN [--metric loss,grad_norm,lr,loss_scale] [--x step|tokens|wall] [--html FILE.html]":
+        case_logbook_plot,
     "runmgr logbook export RUN --format md [--out FILE.md]": case_logbook_export,
     "runmgr logbook compare RUN_A RUN_B [--baseline RUN_C RUN_D] [--plot FILE] [--json]": case_logbook_compare,
     "runmgr logbook serve [RUN_OR_FOLDER] [--host 127.0.0.1] [--port N]": case_logbook_serve,

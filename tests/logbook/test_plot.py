@@ -67,7 +67,8 @@ def test_figure_data_marks_incidents_and_shades_skipped_windows(run_dir):
         (35, "loss_spike", "3.00"), (60, "worker_death", "3.01")]
     assert scale["incidents"][0]["label"] == "loss spike " + EVIL
     # Samples [240, 272) were read by 3.00's steps 31-34 (batch 8); the range carried into 3.02 is shown once.
-    assert scale["skip_windows"] == [{"first_step": 31, "last_step": 34, "samples": [240, 272], "subrun": "3.01"}]
+    assert scale["skip_windows"] == [{"first_step": 31, "last_step": 34, "first_x": 31.0, "last_x": 34.0,
+                                      "samples": [240, 272], "subrun": "3.01"}]
     assert scale["log_y"]
 
 
@@ -81,9 +82,9 @@ def test_png_is_drawn_at_its_size_with_kept_steps_solid_and_thrown_away_steps_fa
         figures = figures_data(book, ["loss", "grad_norm"])
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     pixels = imread(path)
-    assert (pixels.shape[1], pixels.shape[0]) == png_size(2)
+    assert (pixels.shape[1], pixels.shape[0]) == png_size(2, lanes=1)  # two incidents far apart: one lane
     # Where the loss panel draws 3.00's line at 2.0: kept at step 10, thrown away at step 25.
-    ax = build_figure(figures).axes[0]
+    ax = next(ax for ax in build_figure(figures).axes if ax.get_ylabel().startswith("loss"))
     blue = np.asarray(_rgb(subrun_colours(["3.00"])["3.00"]))
     kept, faded = (_strongest(pixels, ax, step, 2.0) for step in (10, 25))
     assert np.abs(kept - blue).max() < 0.1, kept
@@ -128,6 +129,8 @@ def test_cli_writes_the_default_png_and_the_html(run_dir, tmp_path, capsys, monk
     (["--metric", "loss,loss"], "names a metric twice"),
     (["--out", "curves.svg"], "must end in .png"),
     (["--html", "page.htm"], "must end in .html"),
+    (["--x", "bogus"], "--x 'bogus' is not an x axis: choose step, tokens or wall"),
+    (["--x", "tokens"], "records no tokens per step"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(run_dir, tmp_path, capsys, monkeypatch, argv, says):
     monkeypatch.chdir(tmp_path)

@@ -202,7 +202,7 @@ LOGBOOK_OPTIONS = {
     "list": {"--json"},
     "skipped": {"--limit", "--chars"},
     "salvage": set(),
-    "plot": {"--metric", "--out", "--html"},
+    "plot": {"--metric", "--out", "--html", "--x"},
     "export": {"--format", "--out"},
     "serve": {"--host", "--port"},
     "compare": {"--baseline", "--plot", "--json"},

@@ -23,6 +23,7 @@ from runmgr.observers.mirror import MirrorObserver, settle_uploads, submit_local
 from runmgr.observers.progress import ProgressObserver
 from runmgr.observers.retention import RetentionObserver, rollback_reach_steps
 from runmgr.observers.status_file import StatusFileObserver
+from runmgr.observers.tensorboard import TensorBoardObserver
 from runmgr.resume import ResumePoint, listed_checkpoints, resume_at
 from runmgr.runners import Runner, builtin_runner, megatron_runner
 from runmgr.s3.mirror import S3Mirror
@@ -41,6 +42,7 @@ class RunObservers:
     exporter: Optional[MetricsObserver]
     injector: Optional[object]
     notify: Optional[NotifyObserver] = None
+    tensorboard: Optional[TensorBoardObserver] = None
     all: list = field(default_factory=list)
 
     def settle(self, judge: Judge, final: State, last_step: int, config: RunConfig, out: TextIO) -> None:
@@ -57,6 +59,8 @@ class RunObservers:
             self.injector.close()
         if self.notify is not None:  # before the logbook closes: it records each delivery
             self.notify.close()
+        if self.tensorboard is not None:  # the events of a sub-run a person stopped reach the file
+            self.tensorboard.close()
         if metrics is not None and self.exporter is not None:  # it reads the logbook, which closes after this
             metrics.registry.unregister(self.exporter)
 
@@ -79,9 +83,11 @@ def build_observers(config: RunConfig, book: Logbook, initial: Launching, out: T
     injector = chaos.injector(lambda injection: record_injection(book, injection)) \
         if chaos is not None and chaos.enabled else None
     notify = NotifyObserver(config, book) if config.notify.targets() else None
+    board = config.metrics.tensorboard
+    tensorboard = TensorBoardObserver(board.directory(config.run_dir())) if board.enabled else None
     everyone = [logbook, mirroring, retention, status, ProgressObserver(config.training.train_iters, out),
-                exporter, injector, notify]
-    return RunObservers(logbook, retention, mirroring, exporter, injector, notify,
+                exporter, tensorboard, injector, notify]
+    return RunObservers(logbook, retention, mirroring, exporter, injector, notify, tensorboard,
                         [o for o in everyone if o is not None])
 
 

@@ -1,9 +1,12 @@
-"""The driver's Prometheus exporter, mirrored by ``conf/metrics/default.yaml``
-(the metrics themselves: docs/metrics.md)."""
+"""The driver's Prometheus exporter and its optional TensorBoard event files,
+mirrored by ``conf/metrics/default.yaml`` (the metrics themselves: docs/metrics.md)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
 
 DEFAULT_ADDRESS = "127.0.0.1:0"
 
@@ -25,9 +28,47 @@ def split_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
+TENSORBOARD_INSTALL = "pip install 'runmgr[tensorboard]' (or pip install tensorboard)"
+"""How to get the ``tensorboard`` package, as a refusal says it."""
+
+
+def tensorboard_installed() -> bool:
+    """Whether the ``tensorboard`` package can be imported here (found, not imported: it is slow to import)."""
+    return importlib.util.find_spec("tensorboard") is not None
+
+
+@dataclass
+class TensorBoardConfig:
+    """Each step's metrics, incidents and decisions also written as TensorBoard event files
+    (runmgr/observers/tensorboard.py), one TensorBoard run per sub-run."""
+
+    enabled: bool = False
+    """Write them (needs the ``tensorboard`` package: the ``tensorboard`` extra of runmgr);
+    false writes nothing."""
+    dir: Optional[str] = None
+    """The folder TensorBoard is pointed at (``tensorboard --logdir DIR``); each sub-run writes
+    into ``DIR/<sub-run>/``. Unset: ``<run dir>/tensorboard``. A relative path is taken from
+    where ``runmgr launch`` runs, as ``checkpoint.save`` is."""
+
+    def directory(self, run_dir: Path) -> Path:
+        """Where the event files go for the run in ``run_dir``."""
+        return Path(self.dir) if self.dir else run_dir / "tensorboard"
+
+    def problems(self) -> list[str]:
+        # Refused at composition (launch, --dry-run, lint) rather than when the first sub-run
+        # starts: a run asked to feed a dashboard must not train for hours feeding none.
+        if self.enabled and not tensorboard_installed():
+            return [f"metrics.tensorboard.enabled=true needs the tensorboard package, which is not installed: "
+                    f"{TENSORBOARD_INSTALL}, or set metrics.tensorboard.enabled=false"]
+        if self.dir is not None and not self.dir.strip():
+            return ["metrics.tensorboard.dir is empty: name a folder, or leave it unset for <run dir>/tensorboard"]
+        return []
+
+
 @dataclass
 class MetricsConfig:
-    """Where the driver serves the run's metrics to Prometheus while it runs."""
+    """Where the driver serves the run's metrics to Prometheus while it runs, and whether it
+    also writes them for TensorBoard."""
 
     enabled: bool = True
     """Serve ``/metrics`` over HTTP from the driver (``runmgr launch``); false serves nothing."""
@@ -36,11 +77,13 @@ class MetricsConfig:
     ``runmgr status --json`` (``metrics.address``). 127.0.0.1 keeps it on this
     machine; the Kubernetes overlays listen on 0.0.0.0:8000 for Prometheus (k8s/components/servicemonitor).
     An address that cannot be bound (a port in use, an unknown host) refuses the launch."""
+    tensorboard: TensorBoardConfig = field(default_factory=TensorBoardConfig)
+    """TensorBoard event files of the per-step curves, incidents and decisions (off by default)."""
 
     def problems(self) -> list[str]:
         try:
             split_address(self.address)
         except ValueError as exc:
             return [f"metrics.address {self.address!r}: {exc} (e.g. {DEFAULT_ADDRESS} for a free port on this "
-                    f"machine, 0.0.0.0:8000 for every interface)"]
-        return []
+                    f"machine, 0.0.0.0:8000 for every interface)"] + self.tensorboard.problems()
+        return self.tensorboard.problems()

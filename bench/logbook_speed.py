@@ -162,7 +162,8 @@ class PageServer:
 
 def _page(server: PageServer, name: str) -> None:
     server.get(f"/run/{name}")
-    server.get(f"/api/run/{name}/curve?metric=loss")
+    server.get(f"/api/run/{name}/figure")  # what a browser fetches to draw the curves
+    server.get(f"/api/run/{name}/curves")  # and on each live refresh
 
 
 TIMED: dict[str, Callable[[Built], object]] = {

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from bokeh.util.paths import bokehjs_path
 from jinja2 import Environment, FileSystemLoader
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -25,8 +26,9 @@ from logbook.errors import LogbookError
 from logbook.schema import LOGBOOK_FILENAME
 from logbook.textfmt import clock_text, duration
 from logbook.report import run_report
-from logbook.web import files, sources
-from logbook.web.guard import ReadOnlyGuard
+from logbook.plot import PLOT_METRICS
+from logbook.web import compare_view, curves_json, figures, files, incident_view, sources
+from logbook.web.guard import PLOT_PAGE_CSP, ReadOnlyGuard
 from logbook.web.readonly import open_read_only
 
 HERE = Path(__file__).parent
@@ -49,6 +51,7 @@ def _templates() -> Jinja2Templates:
         when=lambda t: "-" if t is None else clock_text(t, with_date=True),
         took=duration,
         pct=lambda x: "-" if x is None else f"{100 * x:.1f}%",
+        label=lambda incident: incident_view.label(incident["kind"], incident["summary"]),
         pretty=lambda value: json.dumps(value, indent=2, default=str),
     )
     return Jinja2Templates(env=env)
@@ -86,19 +89,31 @@ def make_app(root: Path, decode_skipped: Optional[SkippedDecoder] = None,
                 rows.append({"name": name, "error": str(err)})
         return page(request, "runs.html", root=str(root), rows=rows)
 
+    def view(request: Request) -> tuple[str, tuple[str, ...]]:
+        try:
+            return curves_json.parse_view(request.query_params.get("x"), request.query_params.get("metrics"))
+        except LogbookError as err:
+            raise HTTPException(400, str(err)) from None
+
     def run_page(request: Request) -> Response:
         name = request.path_params["name"]
         run_dir = find(name)
-        metric = request.query_params.get("metric", "loss")
-        if metric not in sources.CURVE_METRICS:
-            raise HTTPException(400, f"no metric {metric!r}: pick one of {', '.join(sources.CURVE_METRICS)}")
+        x, metrics = view(request)
         with open_read_only(run_dir) as book:
             events = book.events()
             figures, subruns = sources.overview(book, events), sources.timeline(book, events)
             report = run_report(book)
-        return page(request, "run.html", name=name, figures=figures, subruns=subruns, metric=metric, report=report,
-                    metrics=sources.CURVE_METRICS, plots=files.plot_images(run_dir),
+        return page(request, "run.html", name=name, figures=figures, subruns=subruns, report=report,
+                    x=x, metrics=metrics, x_axes=curves_json.X_AXES, all_metrics=PLOT_METRICS,
+                    others=[other for other in run_dirs(root) if other != name],
+                    plots=files.plot_images(run_dir), html_plots=files.html_plots(run_dir),
                     health=files.health_reports(run_dir))
+
+    def timeline_fragment(request: Request) -> Response:
+        name = request.path_params["name"]
+        with open_read_only(find(name)) as book:
+            subruns = sources.timeline(book, book.events())
+        return page(request, "timeline.html", name=name, subruns=subruns)
 
     def incident_page(request: Request) -> Response:
         name, incident_id = request.path_params["name"], request.path_params["incident"]
@@ -114,7 +129,9 @@ def make_app(root: Path, decode_skipped: Optional[SkippedDecoder] = None,
         before = next((s for s in lineage if s.id == incident["subrun"]), None)
         new_skips = [] if following is None else [
             r for r in skip_ranges(following.plan) if before is None or r not in skip_ranges(before.plan)]
-        return page(request, "incident.html", name=name, incident=incident, decisions=decisions,
+        return page(request, "incident.html", name=name, incident=incident,
+                    facts=incident_view.facts(incident, before), evidence=incident_view.flatten(incident["evidence"]),
+                    decisions=incident_view.decision_rows(decisions),
                     following=following, new_skips=new_skips, skipped_text=_skipped(run_dir, new_skips),
                     stacks=files.stack_dumps(run_dir, incident["subrun"]),
                     health=files.health_reports(run_dir) if following and "health" in following.evidence else [])
@@ -133,13 +150,49 @@ def make_app(root: Path, decode_skipped: Optional[SkippedDecoder] = None,
         with open_read_only(find(request.path_params["name"])) as book:
             return JSONResponse(sources.overview(book))
 
-    def curve_api(request: Request) -> Response:
-        metric = request.query_params.get("metric", "loss")
-        if metric not in sources.CURVE_METRICS:
-            return JSONResponse({"error": f"no metric {metric!r}"}, status_code=400)
-        with open_read_only(find(request.path_params["name"])) as book:
-            return JSONResponse({"metric": metric, "segments": sources.curve(book, metric),
-                                 "incidents": sources.incident_marks(book.events())})
+    def figure_api(request: Request) -> Response:
+        name = request.path_params["name"]
+        x, metrics = view(request)
+        data = read_curves(name, x, metrics)
+        if not data["subruns"]:
+            return JSONResponse({"shape": "", "item": None})
+        return JSONResponse({"shape": data["shape"], "item": figures.layout_item(data, name)})
+
+    def curves_api(request: Request) -> Response:
+        x, metrics = view(request)
+        return JSONResponse(read_curves(request.path_params["name"], x, metrics))
+
+    def read_curves(name: str, x: str, metrics: tuple[str, ...]) -> dict:
+        with open_read_only(find(name)) as book:
+            try:
+                return curves_json.run_curves(book, x, metrics)
+            except LogbookError as err:  # e.g. tokens asked of a run that counted none
+                raise HTTPException(400, str(err)) from None
+
+    def compare_page(request: Request) -> Response:
+        dirs = run_dirs(root)
+        try:
+            a, b = compare_view.parse_runs(request.query_params.get("runs"), set(dirs))
+            result = compare_view.comparison(dirs, a, b)
+        except LogbookError as err:
+            raise HTTPException(400, str(err)) from None
+        return page(request, "compare.html", a=a, b=b, result=result)
+
+    def overlay_api(request: Request) -> Response:
+        dirs = run_dirs(root)
+        try:
+            a, b = compare_view.parse_runs(request.query_params.get("runs"), set(dirs))
+            lines = compare_view.overlay(dirs, a, b)
+        except LogbookError as err:
+            raise HTTPException(400, str(err)) from None
+        return JSONResponse({"item": figures.overlay_item(f"{b} (red, dashed) over {a} (blue)", lines,
+                                                          compare_view.COMPARED, compare_view.labels())})
+
+    def html_plot(request: Request) -> Response:
+        path = files.html_plot_path(find(request.path_params["name"]), request.path_params["file"])
+        if path is None:
+            raise HTTPException(404, "no such plot: `runmgr logbook plot RUN --html` writes one")
+        return FileResponse(path, media_type="text/html", headers={"content-security-policy": PLOT_PAGE_CSP})
 
     def skipped_api(request: Request) -> Response:
         run_dir = find(request.path_params["name"])
@@ -168,11 +221,18 @@ def make_app(root: Path, decode_skipped: Optional[SkippedDecoder] = None,
         Route("/run/{name}", run_page, methods=["GET"]),
         Route("/run/{name}/incident/{incident:int}", incident_page, methods=["GET"]),
         Route("/run/{name}/plots/{file}", plot_file, methods=["GET"]),
+        Route("/run/{name}/timeline", timeline_fragment, methods=["GET"]),
+        Route("/run/{name}/html/{file}", html_plot, methods=["GET"]),
+        Route("/compare", compare_page, methods=["GET"]),
         Route("/api/runs", runs_api, methods=["GET"]),
         Route("/api/run/{name}/live", live_api, methods=["GET"]),
-        Route("/api/run/{name}/curve", curve_api, methods=["GET"]),
+        Route("/api/run/{name}/figure", figure_api, methods=["GET"]),
+        Route("/api/run/{name}/curves", curves_api, methods=["GET"]),
+        Route("/api/compare", overlay_api, methods=["GET"]),
         Route("/api/run/{name}/skipped", skipped_api, methods=["GET"]),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
+        # BokehJS from bokeh's own package, the version that wrote the figures: nothing from a CDN.
+        Mount("/bokeh", app=StaticFiles(directory=Path(bokehjs_path()) / "js"), name="bokeh"),
     ]
     middleware = [Middleware(ReadOnlyGuard), Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))]
     return Starlette(routes=routes, middleware=middleware,

@@ -1,7 +1,8 @@
 """Files of a run directory the page shows beside the logbook: stack dumps
 (``stacks/<sub-run>/rank<N>.txt``), health reports (``health/``) and plots
-(``plots/*.png``). Only names found by listing those folders are ever opened,
-so no URL can reach outside them."""
+(``plots/*.png``, and the ``plots/*.html`` pages of ``logbook plot --html``).
+Only names found by listing those folders are ever opened, so no URL can
+reach outside them."""
 
 from __future__ import annotations
 
@@ -64,3 +65,14 @@ def plot_images(run_dir: Path) -> list[str]:
 def plot_path(run_dir: Path, name: str) -> Optional[Path]:
     """The plot called ``name`` when it is one :func:`plot_images` lists, else None."""
     return run_dir / "plots" / name if name in plot_images(run_dir) else None
+
+
+def html_plots(run_dir: Path) -> list[str]:
+    """Names of the interactive pages ``runmgr logbook plot --html`` wrote into ``plots/``."""
+    folder = run_dir / "plots"
+    return sorted(p.name for p in folder.glob("*.html") if p.is_file()) if folder.is_dir() else []
+
+
+def html_plot_path(run_dir: Path, name: str) -> Optional[Path]:
+    """The page called ``name`` when it is one :func:`html_plots` lists, else None."""
+    return run_dir / "plots" / name if name in html_plots(run_dir) else None

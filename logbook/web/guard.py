@@ -1,7 +1,11 @@
 """ASGI middleware in front of every route: only GET and HEAD pass (405
 otherwise, whatever the path), and every answer says what the browser may
-load: its own origin only, no inline script (so a run's string that slipped
-into the HTML could still not run)."""
+load: its own origin only, no inline script and no eval (so a run's string
+that slipped into the HTML could still not run).
+
+Styles may be inline and images ``data:`` URLs: BokehJS, which draws the
+curves, styles its elements and its toolbar's icons that way. A style cannot
+run code; scripts stay limited to the page's own files."""
 
 from __future__ import annotations
 
@@ -10,15 +14,21 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 READ_METHODS = ("GET", "HEAD")
 SECURITY_HEADERS = (
     (b"content-security-policy",
-     b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
-     b"object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"),
+     b"default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+     b"connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"),
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
 )
+PLOT_PAGE_CSP = ("sandbox allow-scripts; default-src 'none'; script-src 'unsafe-inline'; "
+                 "style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'")
+"""The policy of a ``logbook plot --html`` file the page links to: its bokeh is inline, so its
+scripts must run; sandboxed (an origin of its own) and offline, they reach neither the
+page's JSON nor anything else."""
 
 
 class ReadOnlyGuard:
-    """Refuses every method but GET and HEAD; adds :data:`SECURITY_HEADERS`."""
+    """Refuses every method but GET and HEAD; adds :data:`SECURITY_HEADERS` (a route that sets
+    its own content-security-policy, :data:`PLOT_PAGE_CSP`, keeps it)."""
 
     def __init__(self, app: ASGIApp):
         self.app = app
@@ -33,7 +43,9 @@ class ReadOnlyGuard:
 
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+                headers = list(message.get("headers", []))
+                own = {name.lower() for name, _ in headers}
+                message["headers"] = [*headers, *(h for h in SECURITY_HEADERS if h[0] not in own)]
             await send(message)
 
         await self.app(scope, receive, with_headers)

@@ -1,24 +1,17 @@
 """What the page shows, read from a logbook through its public API.
 
 These small functions are the seams where the shared report
-(``logbook.report.run_report``) and curves (``logbook.curves.curves``) plug
-in: each returns plain data the templates and the JSON endpoints render.
+(``logbook.report.run_report``) plugs in: each returns plain data the
+templates and the JSON endpoints render (the curves: logbook/web/curves_json.py).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Optional, Sequence
 
-from logbook.records import METRIC_FLOATS
-from logbook.curves import curves
+from logbook.plot_style import subrun_colours
 from logbook.store import Logbook
-
-CURVE_METRICS = ("loss", "grad_norm", "lr", "loss_scale", "tokens_per_s", "step_time")
-"""Metrics the page can draw (the columns of the metrics table that are per-step floats)."""
-assert set(CURVE_METRICS) <= set(METRIC_FLOATS)
-MAX_POINTS = 2000
-"""Points per curve drawn; longer segments keep each bucket's min and max, so a spike stays visible."""
+from logbook.web.incident_view import label
 
 
 def run_state(summary: dict) -> str:
@@ -29,18 +22,13 @@ def run_state(summary: dict) -> str:
 
 
 def last_incident(events: Sequence[dict]) -> Optional[dict]:
-    """The newest incident (id, kind, step, summary, sub-run), or None."""
+    """The newest incident (id, kind, step, summary, sub-run, and the ``label`` the page shows), or None."""
     incidents = [event for event in events if event["type"] == "incident"]
     if not incidents:
         return None
     newest = incidents[-1]
-    return {key: newest[key] for key in ("id", "kind", "step", "summary", "subrun")}
-
-
-def incident_marks(events: Sequence[dict]) -> list[dict]:
-    """Where the chart marks incidents: ``{"id", "step", "kind"}`` of each one with a step."""
-    return [{"id": e["id"], "step": e["step"], "kind": e["kind"]}
-            for e in events if e["type"] == "incident" and e["step"] is not None]
+    return {**{key: newest[key] for key in ("id", "kind", "step", "summary", "subrun")},
+            "label": label(newest["kind"], newest["summary"])}
 
 
 def overview(book: Logbook, events: Optional[Sequence[dict]] = None) -> dict:
@@ -60,14 +48,7 @@ def timeline(book: Logbook, events: Sequence[dict]) -> list[dict]:
     for event in events:
         if event["type"] not in ("subrun_start", "subrun_end"):
             by_subrun.setdefault(event["subrun"], []).append(event)
-    return [{"subrun": subrun, "cost": costs.get(subrun.id), "events": by_subrun.get(subrun.id, [])}
-            for subrun in book.lineage()]
-
-
-def curve(book: Logbook, metric: str, max_points: int = MAX_POINTS) -> list[dict]:
-    """Segments of ``metric`` against step, one per sub-run and kept/thrown-away part:
-    ``{"subrun", "kept", "steps", "values"}``, downsampled with each bucket's min and max
-    kept (logbook/curves.py), NaN and infinities as None (JSON has neither)."""
-    return [{"subrun": segment.subrun, "kept": segment.kept, "steps": list(segment.steps),
-             "values": [value if value is not None and math.isfinite(value) else None for value in segment.values]}
-            for segment in curves(book, metric, max_points)]
+    lineage = book.lineage()
+    colours = subrun_colours([subrun.id for subrun in lineage])  # the curves' and the PNG's colours
+    return [{"subrun": subrun, "cost": costs.get(subrun.id), "events": by_subrun.get(subrun.id, []),
+             "colour": colours[subrun.id]} for subrun in lineage]

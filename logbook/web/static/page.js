@@ -1,135 +1,165 @@
-// The run page's own script: draws the curve as an SVG polyline per sub-run
-// segment from the same-origin JSON endpoint, and while the run is live polls
-// its figures every 2 s. Strings from the run go in with textContent only.
+// The page's own script. On a run's page: embeds the interactive curves (a
+// bokeh document from the same-origin JSON endpoint, drawn by BokehJS served
+// from bokeh's own package) and keeps the page live: it polls the run's
+// figures and, when something changed, refreshes the header, the timeline and
+// the curves without a reload (a curve's data is replaced in place, so a zoom
+// is kept; a new sub-run, incident kind or skip window draws the figure anew).
+// On the compare page: embeds the two runs' overlay. Strings from the run go
+// in with textContent only, or as server-escaped HTML parsed by DOMParser.
 "use strict";
 (function () {
   const body = document.body;
-  const run = body.dataset.run;
-  const metric = body.dataset.metric;
-  const base = "/api/run/" + encodeURIComponent(run);
-  const SVG = "http://www.w3.org/2000/svg";
-  const COLOURS = ["#2a6fdb", "#d9480f", "#2b8a3e", "#ae3ec9", "#c92a2a", "#0b7285", "#e67700", "#5c7cfa"];
-  const POLL_MS = 2000;
-  let shownStep = null;
+  const chart = document.getElementById("chart");
+  const FAST_MS = 2000;  // while the run trains or restarts
+  const SLOW_MS = 15000;  // a finished or failed run may be relaunched: look now and then
+  const WATCHED = ["running", "restarting", "empty"];
+  const CURVES_COST = 10;  // a curves refresh waits 10x as long as the last one took: a long run's stays cheap
+  let shown = null;  // the figures last shown: poll redraws only on a change
+  let curvesShown = null;  // the figures the curves last showed
+  let curvesDue = 0;  // when (Date.now()) the curves may be refreshed again
+  let embedded = null;  // {views, doc, shape} of the curves on the page
 
-  function svg(tag, attrs) {
-    const node = document.createElementNS(SVG, tag);
-    for (const key in attrs) node.setAttribute(key, attrs[key]);
-    return node;
-  }
-
-  function extent(segments) {
-    let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
-    for (const seg of segments) {
-      seg.steps.forEach(function (step, i) {
-        const v = seg.values[i];
-        if (v === null) return;
-        x0 = Math.min(x0, step); x1 = Math.max(x1, step);
-        y0 = Math.min(y0, v); y1 = Math.max(y1, v);
+  function getJSON(url) {
+    return fetch(url).then(function (r) {
+      return r.json().then(function (data) {
+        if (!r.ok) throw new Error(data.error || ("HTTP " + r.status));
+        return data;
       });
-    }
-    if (x1 === x0) x1 = x0 + 1;
-    if (y1 === y0) { y1 = y0 + 1; y0 = y0 - 1; }
-    return { x0: x0, x1: x1, y0: y0, y1: y1 };
+    });
   }
 
-  function draw(data) {
-    const chart = document.getElementById("chart");
-    const legend = document.getElementById("legend");
+  function say(text) {
+    const note = document.createElement("p");
+    note.className = "note error";
+    note.textContent = text;
+    chart.replaceChildren(note);
+  }
+
+  function embed(item, shape) {
+    if (embedded) embedded.views.clear();
     chart.replaceChildren();
-    legend.replaceChildren();
-    const segments = data.segments.filter(function (s) { return s.values.some(function (v) { return v !== null; }); });
-    if (!segments.length) {
-      const note = document.createElement("p");
-      note.className = "note";
-      note.textContent = "no " + metric + " recorded yet";
-      chart.appendChild(note);
-      return;
+    if (item === null) {
+      say("nothing recorded yet");
+      return Promise.resolve();
     }
-    const W = 900, H = 320, L = 60, R = 10, T = 10, B = 30;
-    const e = extent(segments);
-    const x = function (s) { return L + (s - e.x0) / (e.x1 - e.x0) * (W - L - R); };
-    const y = function (v) { return T + (1 - (v - e.y0) / (e.y1 - e.y0)) * (H - T - B); };
-    const root = svg("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "data-last-step": String(e.x1) });
-    root.appendChild(svg("line", { class: "axis", x1: L, y1: H - B, x2: W - R, y2: H - B }));
-    root.appendChild(svg("line", { class: "axis", x1: L, y1: T, x2: L, y2: H - B }));
-    const labels = [[L, H - 8, String(e.x0)], [W - R - 40, H - 8, String(e.x1)], [W / 2, H - 8, "step"],
-                    [4, T + 10, e.y1.toPrecision(4)], [4, H - B, e.y0.toPrecision(4)], [4, H / 2, metric]];
-    for (const [lx, ly, text] of labels) {
-      const label = svg("text", { x: lx, y: ly });
-      label.textContent = text;
-      root.appendChild(label);
-    }
-    const colourOf = {};
-    for (const seg of segments) {
-      if (!(seg.subrun in colourOf)) colourOf[seg.subrun] = COLOURS[Object.keys(colourOf).length % COLOURS.length];
-      const points = [];
-      seg.steps.forEach(function (step, i) {
-        if (seg.values[i] !== null) points.push(x(step).toFixed(1) + "," + y(seg.values[i]).toFixed(1));
-      });
-      const line = svg("polyline", { points: points.join(" "), fill: "none", stroke: colourOf[seg.subrun],
-                                     "stroke-width": 2, class: seg.kept ? "kept" : "lost" });
-      line.dataset.subrun = seg.subrun;
-      root.appendChild(line);
-    }
-    for (const mark of data.incidents || []) {
-      if (mark.step < e.x0 || mark.step > e.x1) continue;
-      root.appendChild(svg("line", { class: "incident", x1: x(mark.step), y1: T, x2: x(mark.step), y2: H - B }));
-      const nearRight = x(mark.step) > W - 120;  // a label at the right edge is written leftwards
-      const label = svg("text", { class: "incident", x: x(mark.step) + (nearRight ? -3 : 3), y: T + 12,
-                                  "text-anchor": nearRight ? "end" : "start" });
-      label.textContent = mark.kind;
-      root.appendChild(label);
-    }
-    chart.appendChild(root);
-    for (const subrun in colourOf) {
+    return Bokeh.embed.embed_item(item, chart).then(function (views) {
+      embedded = { views: views, doc: views.roots[0].model.document, shape: shape };
+      chart.dataset.shape = shape;
+      chart.dataset.embedded = String(Number(chart.dataset.embedded || 0) + 1);
+    });
+  }
+
+  // ---- a run's page ----------------------------------------------------
+
+  function viewQuery() {
+    return "x=" + encodeURIComponent(chart.dataset.x) + "&metrics=" + encodeURIComponent(chart.dataset.metrics);
+  }
+
+  function runBase() {
+    return "/api/run/" + encodeURIComponent(body.dataset.run);
+  }
+
+  function loadFigure() {
+    return getJSON(runBase() + "/figure?" + viewQuery())
+      .then(function (data) { return embed(data.item, data.shape); })
+      .catch(function (err) { say("cannot draw the curves: " + err.message); });
+  }
+
+  function showLegend(colours) {
+    const items = Object.keys(colours).map(function (subrun) {
       const item = document.createElement("span");
       const swatch = document.createElement("i");
-      swatch.style.background = colourOf[subrun];
-      item.appendChild(swatch);
-      item.appendChild(document.createTextNode(subrun));
-      legend.appendChild(item);
-    }
+      swatch.style.background = colours[subrun];
+      item.append(swatch, "sub-run " + subrun);
+      return item;
+    });
+    document.getElementById("legend").replaceChildren(...items);
   }
 
-  function loadCurve() {
-    return fetch(base + "/curve?metric=" + encodeURIComponent(metric))
-      .then(function (r) { if (!r.ok) throw new Error("curve: HTTP " + r.status); return r.json(); })
-      .then(draw);
+  function refreshCurves() {
+    const began = Date.now();
+    return getJSON(runBase() + "/curves?" + viewQuery()).then(function (curves) {
+      curvesDue = Date.now() + CURVES_COST * (Date.now() - began);
+      showLegend(curves.colours);
+      if (!embedded || curves.shape !== embedded.shape) return loadFigure();
+      for (const name in curves.sources) {
+        const source = embedded.doc.get_model_by_name(name);
+        if (source) source.data = curves.sources[name];
+      }
+      chart.dataset.refreshed = String(Number(chart.dataset.refreshed || 0) + 1);
+    });
+  }
+
+  function refreshTimeline() {
+    return fetch("/run/" + encodeURIComponent(body.dataset.run) + "/timeline")
+      .then(function (r) { if (!r.ok) throw new Error("timeline: HTTP " + r.status); return r.text(); })
+      .then(function (html) {
+        // Autoescaped by the server's templates; parsed inert (no script runs in a DOMParser document).
+        const parsed = new DOMParser().parseFromString("<div>" + html + "</div>", "text/html");
+        document.getElementById("timeline-body").replaceChildren(...parsed.body.firstChild.childNodes);
+      });
   }
 
   function showFigures(figures) {
-    document.getElementById("live-state").textContent = figures.state;
+    const state = document.getElementById("live-state");
+    state.textContent = figures.state;
+    state.className = "state " + figures.state;
     document.getElementById("live-subruns").textContent = String(figures.subruns);
     document.getElementById("live-step").textContent = String(figures.last_step);
+    document.getElementById("live-lost").textContent = String(figures.steps_lost);
     document.getElementById("live-ettr").textContent =
       figures.ettr === null ? "-" : (100 * figures.ettr).toFixed(1) + "%";
-    const cell = document.getElementById("live-incident");
     const incident = figures.last_incident;
     if (incident) {
       const link = document.createElement("a");
-      link.href = "/run/" + encodeURIComponent(run) + "/incident/" + encodeURIComponent(incident.id);
-      link.textContent = incident.kind + ": " + incident.summary;
-      cell.replaceChildren(link);
+      link.href = "/run/" + encodeURIComponent(body.dataset.run) + "/incident/" + encodeURIComponent(incident.id);
+      link.textContent = incident.label;
+      document.getElementById("live-incident").replaceChildren(link);
     }
   }
 
+  function signature(figures) {
+    const incident = figures.last_incident ? figures.last_incident.id : "";
+    return [figures.state, figures.subruns, figures.last_step, figures.incidents.length, incident].join("|");
+  }
+
   function poll() {
-    fetch(base + "/live")
-      .then(function (r) { if (!r.ok) throw new Error("live: HTTP " + r.status); return r.json(); })
+    getJSON(runBase() + "/live")
       .then(function (figures) {
-        showFigures(figures);
-        const redraw = figures.last_step !== shownStep ? loadCurve() : Promise.resolve();
-        shownStep = figures.last_step;
-        return redraw.then(function () { if (figures.live) setTimeout(poll, POLL_MS); });
+        const now = signature(figures);
+        const next = WATCHED.includes(figures.state) ? FAST_MS : SLOW_MS;
+        const header = now !== shown ? (showFigures(figures), refreshTimeline()) : Promise.resolve();
+        const curves = now !== curvesShown && Date.now() >= curvesDue ? refreshCurves() : null;
+        shown = now;
+        return Promise.all([header, curves]).then(function () {
+          if (curves) curvesShown = now;
+          // What the page shows in full (header, timeline and curves): the tests wait on it.
+          if (curvesShown === shown) body.dataset.polled = shown;
+          return curvesShown === shown ? next : Math.min(next, Math.max(curvesDue - Date.now(), 100));
+        });
       })
       .catch(function (err) {
         // The server went away (the command ended) or answered an error: say so, try again later.
         document.getElementById("live-state").textContent = "unknown (" + err.message + ")";
-        setTimeout(poll, POLL_MS * 5);
-      });
+        return SLOW_MS;
+      })
+      .then(function (wait) { setTimeout(poll, wait); });
   }
 
-  shownStep = Number(document.getElementById("live-step").textContent);
-  loadCurve().then(function () { if (body.dataset.live === "yes") setTimeout(poll, POLL_MS); });
+  function startRun() {
+    // The first poll finds "changed" (nothing shown yet) and refreshes all: what happened
+    // between rendering the page and drawing the curves is not missed.
+    loadFigure().then(poll);
+  }
+
+  // ---- the compare page ------------------------------------------------
+
+  function startCompare() {
+    getJSON("/api/compare?runs=" + encodeURIComponent(body.dataset.compare))
+      .then(function (data) { return embed(data.item, ""); })
+      .catch(function (err) { say("cannot draw the overlay: " + err.message); });
+  }
+
+  if (body.dataset.run && chart) startRun();
+  else if (body.dataset.compare && chart) startCompare();
 })();

@@ -32,6 +32,8 @@ class Folder:
     book: Logbook
     clock: FakeClock
     incident_ids: list = field(default_factory=list)
+    kind_ids: dict = field(default_factory=dict)
+    """run5's incidents: kind -> id (one of every kind)."""
 
 
 def _write_finished(run_dir: Path, clock: FakeClock) -> None:
@@ -74,20 +76,59 @@ def _write_live(run_dir: Path, clock: FakeClock) -> tuple[Logbook, list[int]]:
     return book, [hang, spike]
 
 
-@pytest.fixture
-def runs_folder(tmp_path: Path) -> Iterator[Folder]:
-    """``runs/run12`` (live: its last sub-run is open) and ``runs/run3`` (finished)."""
-    root = tmp_path / "runs"
+def write_every_kind(run_dir: Path, clock: FakeClock) -> dict[str, int]:
+    """A finished run with one incident of every kind runmgr's detectors report, each with its
+    decision, spread over sub-runs of 10 steps; those a dead or faulty process reports carry no
+    step (as runmgr writes them). Returns kind -> incident id."""
+    from runmgr.choices import IncidentKind
+
+    kinds = [kind.value for kind in IncidentKind]
+    stepless = {"worker_death", "device_fault", "launch_failure", "early_exit", "storage_outage", "hang"}
+    ids, run = {}, ScriptedRun(run_dir, clock)
+    with Logbook.open(run_dir, clock=clock) as book:
+        for index in range(0, len(kinds), 4):
+            subrun, first = f"5.{index // 4:02d}", index * 10 // 4
+            cause = "launch" if not index else "restart"
+            book.start_subrun(subrun, cause, {}, None, first, {}, {"optim": {"lr": 1e-3}})
+            train(book, run, subrun, first + 1, first + 10, checkpoint_every=1000)
+            for kind in kinds[index:index + 4]:
+                step = None if kind in stepless else first + 5
+                evidence = {"kind": kind, "time": clock.now, "ranks": [1], "nodes": [NODE],
+                            "evidence": {"exit_code": -9, "line": "CUDA error: uncorrectable ECC error"}}
+                ids[kind] = book.record_incident(subrun, kind, f"{kind}: rank 1 on {NODE[:8]} reported it", evidence,
+                                                 step=step, ranks=[1], nodes=[NODE])
+                book.record_decision(subrun, ids[kind], "restart", f"{kind}: restart from the last checkpoint",
+                                     {"action": "restart", "restart_from_step": first, "lr_factor": 0.5})
+            book.end_subrun(subrun, "restarting" if index + 4 < len(kinds) else "finished", first + 10, "restart")
+            clock.advance(5)
+    return ids
+
+
+NODE = "b7d41e09" + "1" * 48
+"""A Ray node id (56 hex digits), as incidents name nodes."""
+
+
+def _folder(root: Path) -> Folder:
     clock = FakeClock()
     _write_finished(root / "run3", clock)
+    kinds = write_every_kind(root / "run5", clock)
     book, incidents = _write_live(root / "run12", clock)
+    return Folder(root, root / "run12", book, clock, incidents, kinds)
+
+
+@pytest.fixture(scope="module")
+def runs_folder(tmp_path_factory) -> Iterator[Folder]:
+    """``runs/run12`` (live: its last sub-run is open), ``runs/run3`` (finished) and ``runs/run5``
+    (an incident of every kind), one
+    folder per test module (tests that add records add a run of their own)."""
+    folder = _folder(tmp_path_factory.mktemp("web") / "runs")
     try:
-        yield Folder(root, root / "run12", book, clock, incidents)
+        yield folder
     finally:
-        book.close()
+        folder.book.close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def server_url(runs_folder: Folder) -> Iterator[str]:
     """The real server (uvicorn, 127.0.0.1, a free port) over the folder; its base URL."""
     sock = bind("127.0.0.1", 0)

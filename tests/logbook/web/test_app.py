@@ -86,11 +86,14 @@ def test_json_endpoints(server_url):
     live = json.loads(body)
     assert (live["state"], live["last_step"], live["subruns"], live["live"]) == ("running", 45, 3, True)
     assert live["last_incident"]["summary"] == SCRIPT_ATTACK
-    curve = json.loads(fetch(server_url + "/api/run/run12/curve?metric=loss")[2])
-    parts = {(s["subrun"], s["kept"]): s["steps"] for s in curve["segments"]}
-    assert parts[("12.00", True)] == list(range(1, 21)) and parts[("12.00", False)] == list(range(21, 31))
-    assert parts[("12.01", False)] == list(range(41, 51)) and parts[("12.02", True)] == list(range(41, 46))
-    assert [(m["step"], m["kind"]) for m in curve["incidents"]] == [(30, "hang"), (50, "loss_spike")]
+    curves = json.loads(fetch(server_url + "/api/run/run12/curves?metrics=loss")[2])
+    sources = curves["sources"]
+    parts = {(subrun, kept): xs for kept in ("kept", "lost")
+             for subrun, xs in zip(sources[f"{kept}-loss"]["subrun"], sources[f"{kept}-loss"]["xs"])}
+    assert parts[("12.00", "kept")] == list(range(1, 21)) and parts[("12.00", "lost")] == list(range(21, 31))
+    assert parts[("12.01", "lost")] == list(range(41, 51)) and parts[("12.02", "kept")] == list(range(41, 46))
+    marks = curves["sources"]["incidents"]
+    assert list(zip(marks["x"], marks["kind"])) == [(30, "hang"), (50, "loss_spike")]
     status, headers, body = fetch(server_url + "/api/run/run12/skipped")
     assert status == 200 and body == SKIPPED_TEXT and headers["content-type"].startswith("text/plain")
 
@@ -99,7 +102,7 @@ def test_unknown_names_are_404_and_bad_metric_400(server_url):
     assert fetch(server_url + "/run/..%2F..%2Fetc")[0] == 404
     assert fetch(server_url + "/run/nope")[0] == 404
     assert fetch(server_url + "/run/run12/incident/999")[0] == 404
-    assert fetch(server_url + "/api/run/run12/curve?metric=rm")[0] == 400
+    assert fetch(server_url + "/api/run/run12/curves?metrics=rm")[0] == 400
 
 
 def test_other_host_names_are_refused(server_url):

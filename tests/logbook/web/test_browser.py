@@ -41,7 +41,9 @@ PANEL_BOX = """(name) => {
   const box = panel.el.getBoundingClientRect(), frame = panel.frame.bbox;
   return [box.left + frame.left, box.top + frame.top, frame.width, frame.height];
 }"""
-X_RANGE = "() => { const r = Bokeh.documents[0].get_model_by_name('x'); return [r.start, r.end]; }"
+DOC = "Bokeh.documents[Bokeh.documents.length - 1]"
+"""The document drawn last (a new sub-run draws the chart anew)."""
+X_RANGE = f"() => {{ const r = {DOC}.get_model_by_name('x'); return [r.start, r.end]; }}"
 DRAWN = "() => document.getElementById('chart').dataset.embedded !== undefined"
 
 
@@ -162,12 +164,23 @@ def test_the_timeline_and_curves_follow_a_live_run(page, server_url, runs_folder
         page.wait_for_function("() => document.body.dataset.polled.split('|')[2] === '25'")
         assert page.locator("#subrun-1\\.01 .state").inner_text() == "running"
         assert page.locator("#legend span").all_inner_texts() == ["sub-run 1.00", "sub-run 1.01"]
-        xs = page.evaluate("() => Bokeh.documents[Bokeh.documents.length - 1]"
-                           ".get_model_by_name('kept-loss').data.xs.map((line) => line[line.length - 1])")
+        xs = page.evaluate(f"() => {DOC}.get_model_by_name('kept-loss').data.xs.map((line) => line[line.length - 1])")
         assert max(xs) == 25
-        marks = page.evaluate("() => Bokeh.documents[Bokeh.documents.length - 1]"
-                              ".get_model_by_name('incidents').data")
+        marks = page.evaluate(f"() => {DOC}.get_model_by_name('incidents').data")
         assert (marks["kind"], marks["x"]) == (["worker_death"], [10])
+        # A zoom survives the refreshes while the run goes on: the curves' data is replaced in place.
+        page.locator("#chart").scroll_into_view_if_needed()
+        left, top, width, height = page.evaluate(PANEL_BOX, "panel-loss")
+        page.mouse.move(left + width * 0.2, top + height / 2)
+        page.mouse.down()
+        page.mouse.move(left + width * 0.5, top + height / 2, steps=4)
+        page.mouse.up()
+        page.wait_for_function(f"() => ({X_RANGE})()[1] < 20")
+        zoomed, drawn = page.evaluate(X_RANGE), page.evaluate("() => document.getElementById('chart').dataset.embedded")
+        train(book, run, "1.01", 26, 30)
+        page.wait_for_function("() => document.body.dataset.polled.split('|')[2] === '30'")
+        assert page.evaluate(X_RANGE) == zoomed
+        assert page.evaluate("() => document.getElementById('chart').dataset.embedded") == drawn
         assert page.evaluate("window.sameDocument") is True
         assert_clean(page)
     finally:

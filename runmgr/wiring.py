@@ -11,6 +11,7 @@ from typing import Callable, Optional, TextIO
 
 from logbook import Logbook
 from runmgr.chaos.build import Chaos
+from runmgr.chaos.injector import Injection, ScheduleShift
 from runmgr.config.compose import recorded_config
 from runmgr.config.schema import RunConfig
 from runmgr.controller.judge import ClusterSlots, Judge
@@ -80,7 +81,7 @@ def build_observers(config: RunConfig, book: Logbook, initial: Launching, out: T
         exporter = MetricsObserver(book, config.training.train_iters, mirrored=mirror is not None,
                                    save_interval=config.save_interval(), run=config.run.name)
         metrics.registry.register(exporter)
-    injector = chaos.injector(lambda injection: record_injection(book, injection)) \
+    injector = chaos.injector(lambda injection: announce_injection(book, injection, out)) \
         if chaos is not None and chaos.enabled else None
     notify = NotifyObserver(config, book) if config.notify.targets() else None
     board = config.metrics.tensorboard
@@ -89,6 +90,15 @@ def build_observers(config: RunConfig, book: Logbook, initial: Launching, out: T
                 exporter, tensorboard, injector, notify]
     return RunObservers(logbook, retention, mirroring, exporter, injector, notify, tensorboard,
                         [o for o in everyone if o is not None])
+
+
+def announce_injection(book: Logbook, injection: Injection | ScheduleShift, out: TextIO) -> None:
+    """Every injection goes into the logbook; a schedule moved by a fault from outside it is
+    also told on the console, where the person who caused it is watching."""
+    record_injection(book, injection)
+    if isinstance(injection, ScheduleShift):
+        out.write(injection.summary() + "\n")
+        out.flush()
 
 
 def start_mirror(mirror: Optional[S3Mirror], config: RunConfig, start_step: int) -> None:

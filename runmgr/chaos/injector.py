@@ -20,7 +20,7 @@ from runmgr.chaos.garbage import SampleWindow
 from runmgr.chaos.pause import StepPause, subrun_index
 from runmgr.chaos.state import ChaosState
 from runmgr.config.chaos import CHECKPOINT_FAIL, LR_BLOWUP, FaultSpec
-from runmgr.controller.states import AwaitingApproval, Failed, Finished, Running, State
+from runmgr.controller.states import AwaitingApproval, Failed, Finished, Restarting, Running, State
 from trainer.data.sampler import SkipSchedule
 from trainer.report import PAUSED, Heartbeat
 
@@ -54,7 +54,33 @@ class Injection:
         return f"chaos {verb}: {self.kind} on {self.target} at step {self.step}: {self.detail}"
 
 
-OnInject = Callable[[Injection], None]
+@dataclass(frozen=True)
+class ScheduleShift:
+    """A sub-run ended by something that is not in the schedule (a person's own ``kill -9``, a
+    real fault): the schedule's faults keyed to a sub-run (``at_subrun``) now come one sub-run
+    later, so that each still meets the sub-run its story meant (issue 32 item 3)."""
+
+    subrun: str
+    step: Optional[int]
+    time: float
+    shift: int
+    """Sub-runs of the lineage that no fault of the schedule ended, this one included."""
+    moved: tuple[str, ...]
+    """The labels of the faults not yet fired that wait for a sub-run."""
+    kind: str = "schedule_shifted"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        later = (f"{', '.join(self.moved)} now wait{'s' if len(self.moved) == 1 else ''} "
+                 f"{self.shift} sub-run{'s' if self.shift != 1 else ''} later than scheduled"
+                 if self.moved else "no fault of the schedule waits for a sub-run")
+        return (f"chaos: sub-run {self.subrun} ended with no fault of the schedule in it (a fault from outside "
+                f"it, such as a person's own kill): {later}, so the story stays the schedule's")
+
+
+OnInject = Callable[["Injection | ScheduleShift"], None]
 
 
 @dataclass(frozen=True)
@@ -114,6 +140,7 @@ class ChaosInjector:
         self._step: Optional[int] = None
         self._until_sub_run_ends: list[Undo] = []
         self._until_time: list[tuple[float, Undo]] = []
+        self._fired_in_subrun = False
 
     # --- observer protocol -------------------------------------------------
 
@@ -124,11 +151,13 @@ class ChaosInjector:
         if isinstance(new, Running):
             # Runtime faults wait for the sub-run's first step report: a rank killed
             # while it loads a checkpoint is a different fault from one killed mid-run.
-            self._running_since, self._step = self.clock(), None
+            self._running_since, self._step, self._fired_in_subrun = self.clock(), None, False
             return
         if isinstance(old, going_on):
             self._undo(self._until_sub_run_ends)  # e.g. the sub-run's storage outage ends with it
             self._until_sub_run_ends = []
+            if isinstance(new, Restarting) and not self._fired_in_subrun:
+                self._shift_schedule(old.subrun, new.last_step)
         if isinstance(new, (Finished, Failed)):
             self.close()
 
@@ -157,7 +186,9 @@ class ChaosInjector:
     def _due(self, fault: FaultSpec, state: Running, now: float) -> bool:
         if self._step is None or self._step < fault.at_step:
             return False
-        if fault.at_subrun is not None and subrun_index(state.subrun) < fault.at_subrun:
+        # The sub-runs that something outside the schedule ended do not count: the fault
+        # meets the sub-run of the schedule's story, not the one its number now names.
+        if fault.at_subrun is not None and subrun_index(state.subrun) - self.state.shift < fault.at_subrun:
             return False
         return fault.after_seconds is None or now - self._running_since >= fault.after_seconds
 
@@ -233,4 +264,11 @@ class ChaosInjector:
 
     def _record(self, injection: Injection) -> None:
         self.state.mark_fired(injection.fault, injection.to_dict())
+        self._fired_in_subrun = self._fired_in_subrun or injection.injected
         self.on_inject(injection)
+
+    def _shift_schedule(self, subrun: str, last_step: Optional[int]) -> None:
+        self.state.mark_unscheduled(subrun)
+        waiting = tuple(label for label, fault in self.schedule.runtime
+                        if fault.at_subrun is not None and not self.state.has_fired(label))
+        self.on_inject(ScheduleShift(subrun, last_step, self.clock(), self.state.shift, waiting))

@@ -33,6 +33,18 @@ class ChaosState:
         self.mounts: list[str] = list(data.get("mounts", []))
         self.intended_lr: float | None = data.get("intended_lr")
         """optim.lr as the user meant it, before an lr_blowup override replaced it."""
+        self.unscheduled: list[str] = list(data.get("unscheduled", []))
+        """Sub-runs that ended with no fault of the schedule in them: what ``at_subrun`` skips."""
+
+    @property
+    def shift(self) -> int:
+        """How many sub-runs later than their number a fault keyed to a sub-run comes."""
+        return len(self.unscheduled)
+
+    def mark_unscheduled(self, subrun: str) -> None:
+        if subrun not in self.unscheduled:
+            self.unscheduled.append(subrun)
+            self.save()
 
     def _read(self) -> dict:
         if not self.path.exists():
@@ -75,8 +87,8 @@ class ChaosState:
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".chaos_state.", suffix=".tmp")
         try:
             with os.fdopen(fd, "w") as handle:
-                json.dump({"fired": self.fired, "mounts": self.mounts, "intended_lr": self.intended_lr}, handle,
-                          indent=1, sort_keys=True)
+                json.dump({"fired": self.fired, "mounts": self.mounts, "intended_lr": self.intended_lr,
+                           "unscheduled": self.unscheduled}, handle, indent=1, sort_keys=True)
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, self.path)

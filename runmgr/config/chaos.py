@@ -108,7 +108,10 @@ class FaultSpec:
     [(at_step-1) x global batch, ...)); skip ranges before it make the run reach it earlier.
     lr_blowup: the step at which the mistaken LR peaks."""
     at_subrun: Optional[int] = None
-    """Runtime faults and pauses: act only in sub-run <run>.NN with NN >= at_subrun (None: any)."""
+    """Runtime faults and pauses: act only in sub-run <run>.NN with NN >= at_subrun (None: any).
+    For runtime faults NN counts the schedule's own sub-runs: a sub-run that ended with no fault
+    of the schedule in it (a person's own kill) moves them one later, and the console and the
+    logbook say so. Pauses, which the ranks carry out, keep the sub-run's number as written."""
     after_seconds: Optional[float] = None
     """Runtime faults: also wait until the sub-run's workers have been up this long."""
     rank: int = 0

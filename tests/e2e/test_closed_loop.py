@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from logbook.story import story_lines, story_of
 from runmgr.config.compose import load_run_config
 from tests.e2e.harness import LaunchedRun, kept_losses, runmgr_json_lines, runmgr_text
 
@@ -197,6 +198,24 @@ def test_recurring_instability_lowers_the_lr_then_resets_adam_with_fresh_state_a
     assert all(tuple(g["betas"]) == (0.9, 0.95) for g in groups)  # the effective betas, recorded
     assert settings["data"]["lr_scale"] == pytest.approx(0.67)  # the LR cut stays for the rest of the run
     assert "fresh Adam state" in settings["message"]
+
+
+DEMO_STORY = ["1.00: worker_death -> restart (restarting)",
+              "1.01: hang -> dump_and_restart (restarting)",
+              "1.02: loss_spike -> rollback_skip (restarting)",
+              "1.03: worker_death -> restart (restarting)",
+              "1.04: device_fault -> exclude_node (restarting)",
+              "1.05: loss_spike -> lower_lr (restarting)",
+              "1.06: loss_spike -> reset_optimizer (restarting)",
+              "1.07: nothing acted on (finished)"]
+"""The demo's story (logbook/story.py): what `make demo` tells every time, as bench/demo_story.py
+told it three runs in a row; every run of this module is one more telling compared with it."""
+
+
+def test_the_demo_tells_the_same_story_every_time(chaos_run):
+    """Issue 32 item 3: the same sub-runs, the same incidents acted on with the same decisions."""
+    told = story_lines(story_of(chaos_run["events"]))
+    assert told == DEMO_STORY, "\n".join(told)
 
 
 def test_the_timeline_tells_the_story(chaos_run):

@@ -129,3 +129,43 @@ def test_a_garbage_window_is_logged_when_trained_on_and_not_when_skipped(tmp_pat
     assert [i.fault for i in seen] == expected
     if expected:
         assert seen[0].step == 4 and seen[0].target == "samples [48, 80)"
+
+
+def restarting(state, last_step: int):
+    """The sub-run ``state`` ending for a death, as the controller moves it on."""
+    from runmgr.controller.judgement import Judgement
+    from runmgr.controller.states import Restarting
+    from runmgr.policy.decision import Decision
+    from runmgr.watch.incidents import Incident
+
+    death = Incident("worker_death", 1.0, "rank 0 died", subrun=state.subrun, ranks=(0,))
+    return Restarting(state.subrun, state.plan, Judgement(death, Decision("restart", "a worker died")), last_step)
+
+
+def test_a_sub_run_ended_from_outside_the_schedule_moves_the_faults_keyed_to_sub_runs_and_says_so(tmp_path, sleeper):
+    """Issue 32 item 3: after a person's own kill in 1.00, each fault keyed to a sub-run meets
+    the sub-run the schedule meant (its first, its second), one number later than written."""
+    faults = ("[{kind: kill_worker, at_step: 5, rank: 0}, {kind: kill_worker, at_step: 4, rank: 0, at_subrun: 1}, "
+              "{kind: kill_worker, at_step: 2, rank: 0, at_subrun: 2}]")
+    seen: list = []
+    injector = chaos_for(tmp_path, faults).injector(seen.append)
+    first = start(injector, [worker_of(0, sleeper())], subrun="1.00")
+    injector.on_poll(first, poll_of(step_report(1)))
+    injector.on_transition(first, restarting(first, 1))  # a person's kill -9: no fault of the schedule fired
+    [shift] = seen
+    assert (shift.kind, shift.subrun, shift.shift) == ("schedule_shifted", "1.00", 1)
+    assert shift.moved == ("1:kill_worker@4", "2:kill_worker@2")
+    assert "now wait 1 sub-run later than scheduled" in shift.summary() and "person's own kill" in shift.summary()
+
+    fired_in = {}
+    for subrun, step in (("1.01", 5), ("1.02", 4), ("1.03", 2)):
+        state = start(injector, [worker_of(0, sleeper())], subrun=subrun)
+        for reached in range(1, step + 1):
+            injector.on_poll(state, poll_of(step_report(reached, subrun)))
+        fired_in[subrun] = [i.fault for i in seen if getattr(i, "subrun", None) == subrun]
+        injector.on_transition(state, restarting(state, step))
+    # Without the shift, 1.01 would have met both the fault of any sub-run and the one keyed to
+    # sub-run 1, and 1.02 the one keyed to sub-run 2 at step 2, before its own at step 4.
+    assert fired_in == {"1.01": ["0:kill_worker@5"], "1.02": ["1:kill_worker@4"], "1.03": ["2:kill_worker@2"]}
+    assert [type(i).__name__ for i in seen].count("ScheduleShift") == 1
+    assert json.loads((tmp_path / STATE_FILE).read_text())["unscheduled"] == ["1.00"]

@@ -60,17 +60,23 @@ class RunComparison:
 def read_run(run_dir: str | Path) -> RunSeries:
     """The kept series of :data:`COMPARED` and the last config of the run at ``run_dir``."""
     with Logbook.open(run_dir, create=False) as book:
-        with book.snapshot():
-            lineage, rows = book.lineage(), book.kept_metrics()
+        return run_series(book, Path(run_dir).resolve().name, f"the logbook at {run_dir}")
+
+
+def run_series(book: Logbook, name: str, called: str) -> RunSeries:
+    """What :func:`compare_runs` needs of one run, read through an open logbook; ``called``:
+    how an error names it (``run 'a'``, ``the logbook at DIR``)."""
+    with book.snapshot():
+        lineage, rows = book.lineage(), book.kept_metrics()
     if not lineage:
-        raise LogbookError(f"the logbook at {run_dir} has no sub-runs yet: nothing to compare")
+        raise LogbookError(f"{called} has no sub-runs yet: nothing to compare")
     series: dict[str, dict[int, float]] = {metric: {} for metric in COMPARED}
     for row in rows:
         for metric in COMPARED:
             if row.get(metric) is not None:
                 series[metric][int(row["step"])] = float(row[metric])
     layout = {key: lineage[-1].plan[key] for key in LAYOUT if lineage[-1].plan.get(key) is not None}
-    return RunSeries(Path(run_dir).resolve().name, lineage[-1].config, series, layout)
+    return RunSeries(name, lineage[-1].config, series, layout)
 
 
 def training_diff(a: RunSeries, b: RunSeries) -> dict[str, list]:

@@ -5,11 +5,12 @@ runs' kept curves on one axis per compared metric."""
 
 from __future__ import annotations
 
-from pathlib import Path
 import math
+from pathlib import Path
 from typing import Optional
 
-from logbook.compare_runs import COMPARED, LAYOUT, RunComparison, RunSeries, compare_runs
+from logbook import compare_runs as runs_compared
+from logbook.compare_runs import COMPARED, RunComparison, RunSeries, compare_runs
 from logbook.curves import curves
 from logbook.errors import LogbookError
 from logbook.plot import AXIS_LABELS
@@ -39,17 +40,7 @@ def parse_runs(text: Optional[str], known: set[str]) -> tuple[str, str]:
 
 def run_series(book: Logbook, name: str) -> RunSeries:
     """What :func:`compare_runs` needs of one run, read through an already open (read-only) logbook."""
-    with book.snapshot():
-        lineage, rows = book.lineage(), book.kept_metrics()
-    if not lineage:
-        raise LogbookError(f"run {name!r} has no sub-runs yet: nothing to compare")
-    series: dict[str, dict[int, float]] = {metric: {} for metric in COMPARED}
-    for row in rows:
-        for metric in COMPARED:
-            if row.get(metric) is not None:
-                series[metric][int(row["step"])] = float(row[metric])
-    layout = {key: lineage[-1].plan[key] for key in LAYOUT if lineage[-1].plan.get(key) is not None}
-    return RunSeries(name, lineage[-1].config, series, layout)
+    return runs_compared.run_series(book, name, f"run {name!r}")
 
 
 def kept_line(book: Logbook, metric: str) -> tuple[list[int], list[Optional[float]]]:

@@ -98,16 +98,21 @@ def run_report(book: Logbook) -> RunReport:
     return RunReport(
         run_dir=book.run_dir, name=book.run_dir.name, state=_state(lineage), subruns=subruns, summary=summary,
         costs=tuple(class_costs(lineage, books.costs, events)), mtbi_s=mtbi(lineage, events, summary["wall_time_s"]),
-        ettr_series=books.ettr_series, last_incident=_last_incident(incidents, events),
+        ettr_series=books.ettr_series, last_incident=_summary_of(last_driving_incident(events)),
     )
 
 
-def _last_incident(incidents: list[dict], events: list[dict]) -> Optional[str]:
+def last_driving_incident(events: list[dict]) -> Optional[dict]:
     """The incident behind the last decision that acted (a restart, a rollback); with none, the
     last recorded: an ignored grad-norm blip after a rollback does not stand for the run."""
+    incidents = [e for e in events if e["type"] == "incident"]
     acted = {e["incident_id"] for e in events if e["type"] == "decision" and e["action"] != "ignore"}
     driving = [e for e in incidents if e["id"] in acted] or incidents
-    return driving[-1]["summary"] if driving else None
+    return driving[-1] if driving else None
+
+
+def _summary_of(incident: Optional[dict]) -> Optional[str]:
+    return incident["summary"] if incident is not None else None
 
 
 def _subrun_report(sub: SubRun, cost: SubRunCost, reached: int, incident_ids: tuple[int, ...]) -> SubRunReport:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from logbook.plot_style import subrun_colours
+from logbook.report import last_driving_incident
 from logbook.store import Logbook
 from logbook.web.incident_view import label
 
@@ -22,11 +23,11 @@ def run_state(summary: dict) -> str:
 
 
 def last_incident(events: Sequence[dict]) -> Optional[dict]:
-    """The newest incident (id, kind, step, summary, sub-run, and the ``label`` the page shows), or None."""
-    incidents = [event for event in events if event["type"] == "incident"]
-    if not incidents:
+    """The incident behind the last decision that acted, as ``runmgr logbook list`` names it (id,
+    kind, step, summary, sub-run, and the ``label`` the page shows), or None."""
+    newest = last_driving_incident(list(events))
+    if newest is None:
         return None
-    newest = incidents[-1]
     return {**{key: newest[key] for key in ("id", "kind", "step", "summary", "subrun")},
             "label": label(newest["kind"], newest["summary"])}
 

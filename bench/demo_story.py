@@ -44,7 +44,11 @@ def tell(run_dir: Path, extra: list[str]) -> tuple[int, float, list[str]]:
     if events.returncode != 0:
         return launched.returncode, seconds, [f"(no logbook: {events.stderr.strip()})"]
     rows = [json.loads(line) for line in events.stdout.splitlines() if line.strip()]
-    return launched.returncode, seconds, story_lines(story_of(rows))
+    lines = story_lines(story_of(rows))
+    # Kept beside the run: tests/data/demo_story holds three of them, which every run of the
+    # closed loop's demo (tests/e2e/test_closed_loop.py) is compared with.
+    (run_dir.parent / f"{run_dir.name}.story.txt").write_text("\n".join(lines) + "\n")
+    return launched.returncode, seconds, lines
 
 
 def first_difference(a: list[str], b: list[str]) -> str:

@@ -517,8 +517,9 @@ CASES: dict[str, Callable[[Context], None]] = {
     "runmgr logbook norms RUN --step N [--threshold X] [--json]": case_logbook_norms,
     "runmgr prepare-data --input FILE --output-prefix P [--tokenizer PATH_OR_NAME]": case_prepare_data,
     "runmgr precision-check conf=A [key=value ...] (--against conf=B [key=value ...] | --against-log FILE) "
-    "[--steps N] [--json]": case_precision_check,
-    "runmgr simulate ettr [--devices N] [--intervals K1,K2,...] [--restart-scales X1,X2,...] [--json]":
+    "[--steps N | --thorough] [--json]": case_precision_check,
+    "runmgr simulate ettr [--devices N] [--intervals K1,K2,...] [--restart-scales X1,X2,...] [--thorough] "
+    "[--json]":
         case_simulate_ettr,
     "runmgr --version": case_version,
     "torchrun --nproc_per_node=2 -m trainer conf=demo": case_torchrun,

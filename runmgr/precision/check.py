@@ -12,6 +12,7 @@ usually agree bit for bit: the band is then 0 and says so.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
@@ -26,7 +27,10 @@ from runmgr.precision.protocol import PINNED, Side, pinned_config
 
 Say = Callable[[str], None]
 DEFAULT_STEPS = 100
-"""Long-run steps at LR 0 when ``--steps`` is not given (seed 004 runs ~1000 on a real model)."""
+"""Long-run steps at LR 0 when ``--steps`` is not given: about half a minute here."""
+THOROUGH_STEPS = 1000
+"""Long-run steps at LR 0 with ``--thorough``: the ~1000 the precision guide runs on a real model
+(a drift too slow to leave the band in 100 steps can show by 1000)."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,26 @@ def _quiet(_line: str) -> None:
     pass
 
 
-def _band(reference, steps: int, say: Say) -> tuple[Band, str]:
+class StepProgress:
+    """A progress line every tenth of the steps the long runs take in all (both sides and the
+    band's two twins): how many of how many, the time so far and the time left at the pace so far."""
+
+    def __init__(self, total: int, say: Say, clock: Callable[[], float] = time.monotonic) -> None:
+        self.total, self.say, self.clock = total, say, clock
+        self.every, self.count, self.started = max(1, total // 10), 0, clock()
+
+    def step(self) -> None:
+        """One more step done: a line when it ends a tenth (or the whole)."""
+        self.count += 1
+        if self.count % self.every and self.count != self.total:
+            return
+        spent = self.clock() - self.started
+        left = spent / self.count * (self.total - self.count)
+        self.say(f"precision-check: {self.count}/{self.total} steps at LR 0 done ({spent:.0f} s so far, "
+                 f"about {left:.0f} s left)")
+
+
+def _band(reference, steps: int, say: Say, progress: StepProgress) -> tuple[Band, str]:
     """The reference's noise over ``steps`` LR-0 steps (see the module's docstring)."""
     import torch
 
@@ -80,7 +103,8 @@ def _band(reference, steps: int, say: Say) -> tuple[Band, str]:
     loose = replace(reference, training=replace(reference.training, deterministic=False))
     threads = max(1, torch.get_num_threads())
     say(f"precision-check: the noise band: the reference twice more without determinism (1 and {threads} threads)")
-    first, second = run_long(loose, steps, threads=1), run_long(loose, steps, threads=threads)
+    first = run_long(loose, steps, threads=1, on_step=progress.step)
+    second = run_long(loose, steps, threads=threads, on_step=progress.step)
     band = Band.of_twins((first.losses, second.losses), (first.grad_norms, second.grad_norms))
     widest = max(band.loss[-1], band.grad_norm[-1]) if band.loss else 0.0
     source = (f"the reference's LR-0 run twice without determinism (1 and {threads} threads): "
@@ -99,8 +123,9 @@ def check_against_config(a: Side, b: Side, steps: int, conf_dir: Optional[Path] 
     say("precision-check: steps 1 and 2 of A and B")
     stages_a, stages_b = run_stages(config_a), run_stages(config_b)
     say(f"precision-check: {steps} steps at LR 0 of A and B")
-    long_a, long_b = run_long(config_a, steps), run_long(config_b, steps)
-    band, source = _band(config_a, steps, say)
+    progress = StepProgress(4 * steps, say)
+    long_a, long_b = run_long(config_a, steps, on_step=progress.step), run_long(config_b, steps, on_step=progress.step)
+    band, source = _band(config_a, steps, say, progress)
     verdicts = (
         compare_scalar(FORWARD, "step-1 loss", stages_a.loss_step1, stages_b.loss_step1),
         compare_local_norms(stages_a.local_norms, stages_b.local_norms),
@@ -129,8 +154,9 @@ def check_against_log(a: Side, log: Path, steps: Optional[int], conf_dir: Option
     band, source = Band((), ()), ""
     if long_steps:
         say(f"precision-check: {long_steps} steps at LR 0 of A")
-        long_a = run_long(config_a, long_steps)
-        band, source = _band(config_a, long_steps, say)
+        progress = StepProgress(3 * long_steps, say)
+        long_a = run_long(config_a, long_steps, on_step=progress.step)
+        band, source = _band(config_a, long_steps, say, progress)
         long_verdict = compare_long_run(long_a.losses, long_a.grad_norms, ref.long_losses[:long_steps],
                                         ref.long_grad_norms[:long_steps], band, log_precision=True)
     return CheckReport(a.label(), f"log {log}", long_steps, (*stages, long_verdict), band=band, band_source=source)

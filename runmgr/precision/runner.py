@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator, Optional
 
 import torch
 
@@ -122,13 +122,17 @@ def run_stages(config: TrainerConfig, threads: int = 1) -> StageRun:
     return StageRun(loss1, grad_norm, norms, updates, loss2, dtypes)
 
 
-def run_long(config: TrainerConfig, steps: int, threads: int = 1) -> LongRun:
+def run_long(config: TrainerConfig, steps: int, threads: int = 1,
+             on_step: Optional[Callable[[], None]] = None) -> LongRun:
     """``steps`` steps of ``config`` from the initial weights at LR 0 (Adam's
-    update and the weight decay are both proportional to the LR: nothing moves)."""
+    update and the weight decay are both proportional to the LR: nothing moves);
+    ``on_step()`` after each (the progress lines)."""
     losses, norms = [], []
     with _torch_settings(config.training.deterministic, threads):
         trainee = _Trainee(config)
         for step in range(1, steps + 1):
             losses.append(trainee.forward_backward(step))
             norms.append(trainee.optimizer_step(0.0))
+            if on_step is not None:
+                on_step()
     return LongRun(tuple(losses), tuple(norms))

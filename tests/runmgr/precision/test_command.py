@@ -77,3 +77,37 @@ def test_a_log_that_starts_after_iteration_1(capsys, tmp_path):
 
 def test_a_log_with_two_runs_at_an_lr(capsys, tmp_path):
     assert "give at most one of each" in refused(capsys, "conf=demo", "--against-log", log(tmp_path, 1, 2, 1, 2))
+
+
+def parsed(*args: str):
+    from runmgr.cli import build_parser
+
+    return build_parser().parse_args(["precision-check", "conf=demo", *args])
+
+
+def test_thorough_is_the_guides_1000_steps_and_the_default_stays_short():
+    from runmgr.precision.command import long_run_steps
+
+    assert long_run_steps(parsed("--against", "conf=demo", "--thorough")) == 1000
+    assert long_run_steps(parsed("--against", "conf=demo")) is None  # the default's 100
+    assert long_run_steps(parsed("--against", "conf=demo", "--steps", "7")) == 7
+
+
+def test_thorough_beside_steps_or_a_log_is_refused(capsys, tmp_path):
+    assert "give --thorough or --steps 10, not both" in refused(capsys, "conf=demo", "--against", "conf=demo",
+                                                                 "--thorough", "--steps", "10")
+    assert "--thorough is for --against" in refused(capsys, "conf=demo", "--against-log", log(tmp_path, 1, 2),
+                                                   "--thorough")
+
+
+def test_the_long_runs_report_progress_each_tenth_with_the_time_left():
+    from runmgr.precision.check import StepProgress
+
+    lines, now = [], [0.0]
+    progress = StepProgress(40, lines.append, clock=lambda: now[0])
+    for _ in range(40):
+        now[0] += 1.0  # a second a step
+        progress.step()
+    assert len(lines) == 10 and lines[0].startswith("precision-check: 4/40 steps at LR 0 done (")
+    assert lines[0].endswith("about 36 s left)")  # 4 s for 4 steps: 36 s for the 36 left
+    assert lines[-1].startswith("precision-check: 40/40 steps") and lines[-1].endswith("about 0 s left)")

@@ -63,3 +63,48 @@ def test_bad_numbers_are_one_line_and_exit_2(args, says):
     done = cli.runmgr("simulate", "ettr", *args)
     assert done.returncode == 2 and says in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def parsed(*args: str):
+    from runmgr.cli import build_parser
+
+    return build_parser().parse_args(["simulate", "ettr", *args])
+
+
+def test_thorough_is_the_wide_sweep_over_five_draws_of_the_failures():
+    from runmgr.simulate.command import sweep_of
+
+    default, thorough = sweep_of(parsed()), sweep_of(parsed("--thorough", "--seed", "7"))
+    assert default.intervals == [10, 25, 50, 100, 200, 400, 800] and default.seeds == [0] and default.lineages == 20
+    assert set(default.intervals) < set(thorough.intervals)
+    assert {15, 20, 30} < set(thorough.intervals) and max(thorough.intervals) > 800  # around Young's, past 800
+    assert min(thorough.scales) == 0.25 and max(thorough.scales) == 8 and 1.0 in thorough.scales
+    assert thorough.seeds == [7, 8, 9, 10, 11]
+    assert thorough.lineages == 2 * len(thorough.intervals) + 2 * len(thorough.scales) + 2 * 4
+
+
+@pytest.mark.parametrize("given", [["--intervals", "25"], ["--restart-scales", "1"]])
+def test_thorough_beside_the_sweeps_it_sets_is_one_line_and_exit_2(given):
+    done = cli.runmgr("simulate", "ettr", "--thorough", *given)
+    assert done.returncode == 2, done.stderr
+    assert f"--thorough sets {given[0]} itself" in done.stderr and "not both" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "simulated" not in done.stderr
+
+
+def test_the_other_draws_give_each_paths_best_as_a_range():
+    from runmgr.simulate.ettr import EttrResult
+    from runmgr.simulate.report import EttrReport, render
+    from runmgr.simulate.assumptions import EttrAssumptions
+
+    def result(warm: bool, interval: int, ettr: float) -> EttrResult:
+        return EttrResult(warm, interval, ettr, 100.0, ettr * 100, 0, 0, 0, 0, 0, 0, 3, 3, 0, 0)
+
+    by_interval = {False: [result(False, 25, 0.97)], True: [result(True, 800, 0.99)]}
+    by_seed = {False: [result(False, 25, e) for e in (0.97, 0.96, 0.98)],
+               True: [result(True, 800, e) for e in (0.99, 0.95, 0.99)]}
+    report = EttrReport(EttrAssumptions(), 3, 400, by_interval, by_seed=by_seed)
+    out = render(report)
+    assert "the best intervals over 3 draws of the failures (seeds 3-5):" in out
+    assert "today's restart (cold)    ETTR 96.00% to 98.00% (mean 97.00%) with a checkpoint every 25 steps" in out
+    assert "warm restart              ETTR 95.00% to 99.00% (mean 97.67%) with a checkpoint every 800 steps" in out
+    assert report.to_dict()["by_seed"] == {"cold": [0.97, 0.96, 0.98], "warm": [0.99, 0.95, 0.99]}

@@ -77,6 +77,17 @@ class NodeSummariser:
         """Every rank of the node ended."""
         return not self.running
 
+    @property
+    def has_news(self) -> bool:
+        """Something besides a beat waits: a step, a checkpoint, a pause, a rank's end."""
+        return bool(self._items or self._ended)
+
+    @property
+    def has_beat(self) -> bool:
+        """The laggard's beat changed since the last report."""
+        beat = self._laggard()
+        return beat is not None and beat != self._sent_beat
+
     def report(self, now: float) -> Optional[NodeReport]:
         """What is new since the last report; None when nothing is."""
         beat = self._laggard()

@@ -38,6 +38,7 @@ from ray.util.placement_group import placement_group_table
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from runmgr import cluster as ray_cluster
+from runmgr.agents.cadence import PushCadence, beat_interval_s
 from runmgr.agents.rank_processes import PRELOAD, RankProcesses, RankStart, WrapReporter
 from runmgr.agents.report import NodeReport, RankEnd
 from runmgr.agents.summary import NodeSummariser
@@ -59,9 +60,6 @@ STOP_GRACE_S = 5.0
 """SIGTERM to SIGKILL when the group stops a node's ranks."""
 STOP_MARGIN_S = 10.0
 """Beyond the grace: how long a node's stop may take before its agent is killed instead."""
-KEEPALIVE_PUSHES = 4
-"""With nothing new (every rank silent: held, or stopped by a fault), an empty report is still
-pushed every this many intervals: its answer renews the agent's lease on the driver."""
 LOST_DRIVER_PUSH_S = 2.0
 """How long an agent whose driver fell silent tries to tell it why its ranks end."""
 AGENT_PRELOAD = (*PRELOAD, "ray")
@@ -74,11 +72,14 @@ class NodeAgent:
     """The agent of one node: its ranks, forked; one :class:`NodeReport` pushed per interval."""
 
     def __init__(self, node: str, push_interval_s: float = PUSH_INTERVAL_S, lease_s: float = float("inf"),
-                 driver: Optional[DriverIdentity] = None) -> None:
+                 driver: Optional[DriverIdentity] = None, beat_interval_s: Optional[float] = None) -> None:
         """``lease_s``: how long the driver may be silent before the agent asks whether it lives;
-        ``driver``: who drives this node (None: the lease and Ray's word decide)."""
+        ``driver``: who drives this node (None: the lease and Ray's word decide);
+        ``beat_interval_s``: how often a beat alone is pushed (:mod:`runmgr.agents.cadence`;
+        None: every push interval)."""
         self.node = node
         self.push_interval_s = push_interval_s
+        self.beat_interval_s = push_interval_s if beat_interval_s is None else beat_interval_s
         self.driver = driver
         self.processes = RankProcesses(preload=AGENT_PRELOAD)
         self.lease = DriverLease(lease_s, driver, job_alive=ray_job_alive)
@@ -121,7 +122,7 @@ class NodeAgent:
             self._serve(self._summary, stop, inbox)
 
     def _serve(self, summary: NodeSummariser, stop: threading.Event, inbox: Any) -> None:
-        quiet = 0
+        cadence = PushCadence(self.push_interval_s, self.beat_interval_s)
         while not summary.done:
             ends = self.processes.ended(wait_s=self.push_interval_s)  # at once when a rank ended
             if stop.is_set():
@@ -130,11 +131,12 @@ class NodeAgent:
                 summary.take(rank, items)
             for end in ends:
                 summary.end(end)
-            report = summary.report(time.time())
-            quiet = 0 if report is not None else quiet + 1
-            if report is None and quiet >= KEEPALIVE_PUSHES:
-                report, quiet = NodeReport(self.node, summary.subrun, time.time()), 0
+            due = cadence.due(summary.has_news, summary.has_beat, time.monotonic())
+            report = summary.report(time.time()) if due == "report" else None
+            if due == "keepalive":
+                report = NodeReport(self.node, summary.subrun, time.time())
             if report is not None:
+                cadence.pushed(time.monotonic())
                 self.lease.renew(ray.get(inbox.push.remote([report])))
 
     def describe(self) -> list[WorkerInfo]:
@@ -243,10 +245,11 @@ class RayNodeAgents:
         for rank, strategy in enumerate(strategies):
             by_node[_node_of(strategy)].append(rank)
         options = actor_resources(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
+        beats = beat_interval_s(self.push_interval_s, len(by_node), self.lease_s)
         places = []
         for node_id, ranks in by_node.items():
             agent = RemoteNodeAgent.options(scheduling_strategy=strategies[ranks[0]], **options).remote(
-                node_name(node_id), self.push_interval_s, self.lease_s, self.driver)
+                node_name(node_id), self.push_interval_s, self.lease_s, self.driver, beats)
             places.append(NodePlace(node_name(node_id), tuple(ranks), agent))
         return places
 

@@ -69,3 +69,18 @@ def test_a_ranks_beats_into_and_out_of_a_pause_pass_once_each_for_the_status_and
     node.take(0, [("heartbeat", Heartbeat(0, "step", 7, 53.0))])
     node.take(1, [("heartbeat", Heartbeat(1, "step", 7, 53.0))])
     assert node.report(53.1).items == ()  # training on: the beats are the node's laggard's again
+
+
+def test_the_summary_tells_a_beat_alone_from_news_so_a_quiet_node_s_beat_may_wait():
+    node = NodeSummariser("node-a", "1.00", ranks=[4, 5], rank_nodes={4: "node-a", 5: "node-a", 0: "node-z"})
+    assert not node.has_beat and not node.has_news
+    node.take(4, [("heartbeat", Heartbeat(4, "step", 3, 30.0))])
+    node.take(5, [("heartbeat", Heartbeat(5, "step", 3, 30.1))])
+    assert node.has_beat and not node.has_news
+    node.report(31.0)
+    assert not node.has_beat  # sent
+    node.take(4, [("checkpoint", CheckpointReport(subrun="1.00", step=20, path="/ckpt/20", seconds=1.0, time=31.5))])
+    assert node.has_news
+    node.report(32.0)
+    node.end(RankEnd(5, "died", "killed", 33.0, -9))
+    assert node.has_news

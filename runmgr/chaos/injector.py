@@ -56,9 +56,9 @@ class Injection:
 
 @dataclass(frozen=True)
 class ScheduleShift:
-    """A sub-run ended by something that is not in the schedule (a person's own ``kill -9``, a
-    real fault): the schedule's faults keyed to a sub-run (``at_subrun``) now come one sub-run
-    later, so that each still meets the sub-run its story meant (issue 32 item 3)."""
+    """A sub-run ended by a death or a hang that no fault of the schedule caused (a person's own
+    ``kill -9``, a real fault): the schedule's faults keyed to a sub-run (``at_subrun``) now come
+    one sub-run later, so that each still meets the sub-run its story meant (issue 32 item 3)."""
 
     subrun: str
     step: Optional[int]
@@ -79,6 +79,11 @@ class ScheduleShift:
         return (f"chaos: sub-run {self.subrun} ended with no fault of the schedule in it (a fault from outside "
                 f"it, such as a person's own kill): {later}, so the story stays the schedule's")
 
+
+OUTSIDE_KINDS = frozenset({"worker_death", "hang"})
+"""What a person's own hand does to a run (``kill -9``, ``kill -STOP``): a sub-run ended so, with
+no fault of the schedule fired in it, moves the schedule. A spike is not among them: a data
+fault of a job whose lines carry no sample position is in the schedule but never seen here."""
 
 OnInject = Callable[["Injection | ScheduleShift"], None]
 
@@ -156,7 +161,8 @@ class ChaosInjector:
         if isinstance(old, going_on):
             self._undo(self._until_sub_run_ends)  # e.g. the sub-run's storage outage ends with it
             self._until_sub_run_ends = []
-            if isinstance(new, Restarting) and not self._fired_in_subrun:
+            if isinstance(new, Restarting) and not self._fired_in_subrun \
+                    and new.judgement.incident.kind in OUTSIDE_KINDS:
                 self._shift_schedule(old.subrun, new.last_step)
         if isinstance(new, (Finished, Failed)):
             self.close()

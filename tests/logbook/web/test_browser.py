@@ -108,6 +108,15 @@ def assert_clean(page) -> None:
     assert all(url.startswith("http://127.0.0.1:") for url in page.requests), page.requests
 
 
+def drag_across_the_loss_panel(page, start: float, end: float) -> None:
+    """A person's drag from ``start`` to ``end`` (shares of the panel's width): a box zoom."""
+    left, top, width, height = page.evaluate(PANEL_BOX, "panel-loss")
+    page.mouse.move(left + width * start, top + height / 2)
+    page.mouse.down()
+    page.mouse.move(left + width * end, top + height / 2, steps=4)
+    page.mouse.up()
+
+
 def test_curves_zoom_and_every_incident_kind_hovers(page, server_url, runs_folder):
     page.goto(server_url + "/run/run5")
     page.wait_for_function(DRAWN)
@@ -126,11 +135,7 @@ def test_curves_zoom_and_every_incident_kind_hovers(page, server_url, runs_folde
     shoot(page, "page-hover-incident.png", full_page=False)
     # Dragging across the loss panel zooms every panel to the dragged steps.
     before = page.evaluate(X_RANGE)
-    left, top, width, height = page.evaluate(PANEL_BOX, "panel-loss")
-    page.mouse.move(left + width * 0.25, top + height / 2)
-    page.mouse.down()
-    page.mouse.move(left + width * 0.5, top + height / 2, steps=4)
-    page.mouse.up()
+    drag_across_the_loss_panel(page, 0.25, 0.5)
     page.wait_for_function(f"() => ({X_RANGE})()[1] - ({X_RANGE})()[0] < {(before[1] - before[0]) / 2}")
     start, end = page.evaluate(X_RANGE)
     assert before[0] < start < end < before[1]
@@ -170,11 +175,7 @@ def test_the_timeline_and_curves_follow_a_live_run(page, server_url, runs_folder
         assert (marks["kind"], marks["x"]) == (["worker_death"], [10])
         # A zoom survives the refreshes while the run goes on: the curves' data is replaced in place.
         page.locator("#chart").scroll_into_view_if_needed()
-        left, top, width, height = page.evaluate(PANEL_BOX, "panel-loss")
-        page.mouse.move(left + width * 0.2, top + height / 2)
-        page.mouse.down()
-        page.mouse.move(left + width * 0.5, top + height / 2, steps=4)
-        page.mouse.up()
+        drag_across_the_loss_panel(page, 0.2, 0.5)
         page.wait_for_function(f"() => ({X_RANGE})()[1] < 20")
         zoomed, drawn = page.evaluate(X_RANGE), page.evaluate("() => document.getElementById('chart').dataset.embedded")
         train(book, run, "1.01", 26, 30)

@@ -131,15 +131,15 @@ def test_a_garbage_window_is_logged_when_trained_on_and_not_when_skipped(tmp_pat
         assert seen[0].step == 4 and seen[0].target == "samples [48, 80)"
 
 
-def restarting(state, last_step: int):
-    """The sub-run ``state`` ending for a death, as the controller moves it on."""
+def restarting(state, last_step: int, kind: str = "worker_death"):
+    """The sub-run ``state`` ending for an incident of ``kind``, as the controller moves it on."""
     from runmgr.controller.judgement import Judgement
     from runmgr.controller.states import Restarting
     from runmgr.policy.decision import Decision
     from runmgr.watch.incidents import Incident
 
-    death = Incident("worker_death", 1.0, "rank 0 died", subrun=state.subrun, ranks=(0,))
-    return Restarting(state.subrun, state.plan, Judgement(death, Decision("restart", "a worker died")), last_step)
+    incident = Incident(kind, 1.0, f"{kind} in {state.subrun}", subrun=state.subrun, ranks=(0,))
+    return Restarting(state.subrun, state.plan, Judgement(incident, Decision("restart", kind)), last_step)
 
 
 def test_a_sub_run_ended_from_outside_the_schedule_moves_the_faults_keyed_to_sub_runs_and_says_so(tmp_path, sleeper):
@@ -169,3 +169,17 @@ def test_a_sub_run_ended_from_outside_the_schedule_moves_the_faults_keyed_to_sub
     assert fired_in == {"1.01": ["0:kill_worker@5"], "1.02": ["1:kill_worker@4"], "1.03": ["2:kill_worker@2"]}
     assert [type(i).__name__ for i in seen].count("ScheduleShift") == 1
     assert json.loads((tmp_path / STATE_FILE).read_text())["unscheduled"] == ["1.00"]
+
+
+def test_a_spike_the_injector_never_saw_does_not_move_the_schedule(tmp_path, sleeper):
+    """A Megatron job's garbage window is in the schedule, but its log lines carry no sample
+    position, so the injector never records it: the rollback it causes is the schedule's own."""
+    faults = "[{kind: kill_worker, at_step: 2, rank: 0, at_subrun: 1}]"
+    seen: list = []
+    injector = chaos_for(tmp_path, faults).injector(seen.append)
+    first = start(injector, [worker_of(0, sleeper())], subrun="1.00")
+    injector.on_poll(first, poll_of(step_report(1)))
+    injector.on_transition(first, restarting(first, 1, kind="loss_spike"))
+    second = start(injector, [worker_of(0, sleeper())], subrun="1.01")
+    injector.on_poll(second, poll_of(step_report(2, "1.01")))
+    assert [(type(i).__name__, i.subrun) for i in seen] == [("Injection", "1.01")]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from bokeh.util.paths import bokehjs_path
 from jinja2 import Environment, FileSystemLoader
@@ -169,22 +169,21 @@ def make_app(root: Path, decode_skipped: Optional[SkippedDecoder] = None,
             except LogbookError as err:  # e.g. tokens asked of a run that counted none
                 raise HTTPException(400, str(err)) from None
 
-    def compare_page(request: Request) -> Response:
+    def compared(request: Request, read: Callable[[dict, str, str], Any]) -> tuple[str, str, Any]:
+        """The two runs ``?runs=A,B`` names and what ``read`` makes of them; bad input is a 400."""
         dirs = run_dirs(root)
         try:
             a, b = compare_view.parse_runs(request.query_params.get("runs"), set(dirs))
-            result = compare_view.comparison(dirs, a, b)
+            return a, b, read(dirs, a, b)
         except LogbookError as err:
             raise HTTPException(400, str(err)) from None
+
+    def compare_page(request: Request) -> Response:
+        a, b, result = compared(request, compare_view.comparison)
         return page(request, "compare.html", a=a, b=b, result=result)
 
     def overlay_api(request: Request) -> Response:
-        dirs = run_dirs(root)
-        try:
-            a, b = compare_view.parse_runs(request.query_params.get("runs"), set(dirs))
-            lines = compare_view.overlay(dirs, a, b)
-        except LogbookError as err:
-            raise HTTPException(400, str(err)) from None
+        a, b, lines = compared(request, compare_view.overlay)
         return JSONResponse({"item": figures.overlay_item(f"{b} (red, dashed) over {a} (blue)", lines,
                                                           compare_view.COMPARED, compare_view.labels())})
 

@@ -69,7 +69,9 @@ class CpuCounter:
 
 
 class CpuProfile:
-    """Appends ``{"id", "cpu", "wall", "worker"}`` per test to the output file."""
+    """Appends ``{"id", "cpu", "wall", "worker", "start"}`` per test to the output file (``start``:
+    the test's wall-clock start, epoch seconds, so that two workers' tests line up on one
+    timeline and the stretches where both only wait show)."""
 
     def __init__(self, output: Path, worker: str) -> None:
         self.output = output
@@ -78,10 +80,10 @@ class CpuProfile:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: Optional[pytest.Item]):
-        cpu, wall = self.counter.seconds(), time.monotonic()
+        cpu, wall, start = self.counter.seconds(), time.monotonic(), time.time()
         yield
         line = {"id": item.nodeid, "cpu": round(self.counter.seconds() - cpu, 2),
-                "wall": round(time.monotonic() - wall, 2), "worker": self.worker}
+                "wall": round(time.monotonic() - wall, 2), "worker": self.worker, "start": round(start, 2)}
         with open(self.output, "a", encoding="utf-8") as out:
             out.write(json.dumps(line) + "\n")
 

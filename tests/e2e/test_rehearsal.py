@@ -2,8 +2,8 @@
 a local Ray with a chaos schedule, and the logbook says it is a rehearsal of run12.
 
 run12's kinds of parallelism at degree 2: TP 2 x DP 2 with FSDP2, 4 ranks. Kept small for CI on
-2 cores: 16 steps, a checkpoint every 5, one fault (kill -9 of rank 1 at step 8, resumed from a
-checkpoint before it). A rehearsal takes its schedule by name from the config directory
+2 cores: 10 steps of one micro-batch per replica, a checkpoint every 5, one fault (kill -9 of rank
+1 at step 7, resumed from the checkpoint of step 5). A rehearsal takes its schedule by name from the config directory
 (``rehearse.chaos``), so the test runs on a copy of conf/ with that one-fault schedule added
 (:data:`SCHEDULE`); conf/chaos/kill_worker.yaml's kill at step 30 would triple the steps. The
 whole schedule (conf/chaos/rehearsal.yaml, 200 steps) is `runmgr launch conf=run12 --rehearse`,
@@ -23,19 +23,21 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 
-STEPS = 16
+STEPS = 10
 SCHEDULE = "ci_kill_worker"
-"""conf/chaos/kill_worker.yaml's fault, earlier: kill -9 of rank 1 at step 8."""
+"""conf/chaos/kill_worker.yaml's fault, earlier: kill -9 of rank 1 at step 7."""
 SMALL = [f"rehearse.train_iters={STEPS}", "rehearse.save_interval=5", f"rehearse.chaos={SCHEDULE}",
+         "rehearse.global_batch_size=8",
          "health.skip=true", "data.corpus_max_bytes=400000"]
-"""The rehearsal's sizes for CI, and two settings of the real run a rehearsal keeps (no node
+"""The rehearsal's sizes for CI (a global batch of 8: one micro-batch of 4 per replica at DP 2, where
+16 accumulated two: half a step's CPU; what is rehearsed is the layout and the chaos), and two settings of the real run a rehearsal keeps (no node
 probes: the chaos is the test; a smaller slice of the embedded corpus)."""
 
 
 def config_dir(tmp_path: Path) -> Path:
     """The repository's conf/, copied, with :data:`SCHEDULE` in its chaos/."""
     conf = shutil.copytree(ROOT / "conf", tmp_path / "conf")
-    (conf / "chaos" / f"{SCHEDULE}.yaml").write_text("faults:\n  - {kind: kill_worker, at_step: 8, rank: 1}\nseed: 0\n")
+    (conf / "chaos" / f"{SCHEDULE}.yaml").write_text("faults:\n  - {kind: kill_worker, at_step: 7, rank: 1}\nseed: 0\n")
     return conf
 
 

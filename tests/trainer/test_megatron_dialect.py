@@ -7,12 +7,14 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import pytest
 
+from tests.forkserver import ForkServer
 from tests.trainer.conftest import free_port
 from trainer import exitcodes
 from trainer.megatron_args import LLAMA_FLAGS
@@ -62,14 +64,26 @@ class Run:
         return [m.groups() for m in map(pattern.match, self.stdout.splitlines()) if m]
 
 
-def dialect(args: list[str], cwd: Path, ranks: Optional[int] = None) -> Run:
-    """``python -m trainer ARGS``, under torchrun with ``ranks`` ranks when given."""
+def dialect(args: list[str], cwd: Path, ranks: Optional[int] = None, forkserver: Optional[ForkServer] = None) -> Run:
+    """``python -m trainer ARGS``, under torchrun with ``ranks`` ranks when given; else, given the
+    rank fork server, forked from it as ``python -m trainer`` (torch already imported there:
+    about 2 CPU-seconds a run less; tests/forkserver.py)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    if ranks is None and forkserver is not None:
+        return forked(forkserver, args, cwd, env)
     launcher = [] if ranks is None else ["-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
                                          "--master-addr", "127.0.0.1", "--master-port", str(free_port())]
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     done = subprocess.run([sys.executable, *launcher, "-m", "trainer", *args], capture_output=True, text=True,
                           timeout=240, env=env, cwd=cwd)
     return Run(done.returncode, done.stdout, done.stderr)
+
+
+def forked(forkserver: ForkServer, args: list[str], cwd: Path, env: dict) -> Run:
+    """One ``python -m trainer ARGS`` forked by the rank fork server, its output read back from files."""
+    out = Path(tempfile.mkdtemp(prefix="dialect-", dir=cwd))
+    stdout, stderr = out / "stdout", out / "stderr"
+    code = forkserver.start(args, module="trainer", cwd=str(cwd), env=env, stdout=stdout, stderr=stderr).wait(240)
+    return Run(code, stdout.read_text(), stderr.read_text())
 
 
 @pytest.fixture(scope="module")
@@ -112,40 +126,42 @@ def test_iterations_to_skip_are_dummy_iterations_after_a_resume(first, tmp_path)
     assert iterations[9].lr == uninterrupted.iterations()[9].lr
 
 
-def test_a_changed_lr_asserts_as_megatron_unless_the_scheduler_is_overridden(first, tmp_path):
+def test_a_changed_lr_asserts_as_megatron_unless_the_scheduler_is_overridden(first, tmp_path, rank_forkserver):
     uninterrupted, save = first
     resume = [*BASE, "--load", str(save), "--ckpt-step", "5", "--train-iters", "6"]
     halved = [item for item in resume if item not in ("--lr", "1e-3", "--min-lr", "1e-4")]
     halved += ["--lr", "5e-4", "--min-lr", "5e-5"]
-    refused = dialect(halved, tmp_path)
+    refused = dialect(halved, tmp_path, forkserver=rank_forkserver)
     assert refused.code == exitcodes.FAILED
     assert refused.stderr == ("AssertionError: OptimizerParamScheduler: class input value 0.0005 and "
                               "checkpointvalue 0.001 for learning rate do not match\n")
     assert refused.iterations() == {}
 
-    overridden = dialect([*halved, "--override-opt_param-scheduler"], tmp_path)
+    overridden = dialect([*halved, "--override-opt_param-scheduler"], tmp_path, forkserver=rank_forkserver)
     assert overridden.code == 0, overridden.stderr[-3000:]
     assert overridden.iterations()[6].lr == pytest.approx(uninterrupted.iterations()[6].lr / 2, rel=1e-6)
 
 
-def test_no_load_optim_restarts_the_schedule_and_a_later_resume_continues_it(first, tmp_path):
+def test_no_load_optim_restarts_the_schedule_and_a_later_resume_continues_it(first, tmp_path, rank_forkserver):
     uninterrupted, save = first
     before = uninterrupted.iterations()
     reset = dialect([*BASE, "--load", str(save), "--ckpt-step", "5", "--no-load-optim", "--train-iters", "7",
-                     "--save", str(tmp_path / "ck"), "--save-interval", "7"], tmp_path)
+                     "--save", str(tmp_path / "ck"), "--save-interval", "7"], tmp_path, forkserver=rank_forkserver)
     assert reset.code == 0, reset.stderr[-3000:]
     after = reset.iterations()
     assert after[6].lr == before[1].lr and after[7].lr == before[2].lr  # a fresh warmup from step 5
     assert after[6].consumed == 6 * B  # the data continue
 
-    later = dialect([*BASE, "--load", str(tmp_path / "ck"), "--train-iters", "8"], tmp_path)
+    later = dialect([*BASE, "--load", str(tmp_path / "ck"), "--train-iters", "8"], tmp_path,
+                    forkserver=rank_forkserver)
     assert later.code == 0, later.stderr[-3000:]
     assert later.iterations()[8].lr == before[3].lr  # step 8 is the restarted schedule's third
 
 
-def test_a_ckpt_step_that_does_not_verify_exits_3(first, tmp_path):
+def test_a_ckpt_step_that_does_not_verify_exits_3(first, tmp_path, rank_forkserver):
     _run, save = first
-    missing = dialect([*BASE, "--train-iters", "10", "--load", str(save), "--ckpt-step", "7"], tmp_path)
+    missing = dialect([*BASE, "--train-iters", "10", "--load", str(save), "--ckpt-step", "7"], tmp_path,
+                      forkserver=rank_forkserver)
     assert missing.code == exitcodes.CHECKPOINT_ERROR
     assert missing.stderr.startswith(f"error: checkpoint {save / 'step_00000007'} (step 7) is unusable: ")
     assert missing.stderr.count("\n") == 1

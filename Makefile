@@ -18,9 +18,26 @@ DEMO_ARGS ?=
 
 setup: $(STAMP)
 
+# INSTALLER: uv (the default) installs the same packages as pip, from the same places
+# (.ci/uv_index_args.py reads pip's configuration: a mirror, a folder of wheels, a
+# constraints file), in about 15 s against pip's 70 s on an idle 2-core machine and 18 s
+# against 3.5 minutes on a loaded one; pip itself is only asked for uv. `unsafe-best-match`
+# takes the newest release over all indexes, as pip does (uv's default stops at the first
+# index that has the package). INSTALLER=pip installs with pip alone.
+INSTALLER ?= uv
+ifeq ($(filter $(INSTALLER),uv pip),)
+$(error INSTALLER=$(INSTALLER) is neither uv nor pip: use `make INSTALLER=uv` or `make INSTALLER=pip`)
+endif
+
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+ifeq ($(INSTALLER),uv)
+	$(PY) -m pip install --quiet --disable-pip-version-check uv
+	where=$$($(PY) .ci/uv_index_args.py) && eval "$(VENV)/bin/uv pip install --quiet --python $(PY) \
+	  --index-strategy unsafe-best-match $$where '$(TORCH)' -e '.[$(EXTRAS)]'"
+else
 	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)" -e ".[$(EXTRAS)]"
+endif
 	touch $@
 
 demo: $(STAMP)

@@ -33,7 +33,9 @@ times a GPU is lent (tests/bench/test_accelerator_check.py). Every launch joins 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import io
 import json
 import os
 import re
@@ -132,6 +134,18 @@ class Context:
         return subprocess.run([sys.executable, "-m", "runmgr", *args], cwd=ROOT, env=self.environment(), text=True,
                               capture_output=True, timeout=max(30.0, min(timeout, self.deadline - time.monotonic())))
 
+    @staticmethod
+    def logbook(*args: str) -> subprocess.CompletedProcess:
+        """``runmgr logbook ARGS`` run in this process (its output captured): the same command
+        and output as a new ``python -m runmgr`` would give, without a Python's start-up and the
+        CLI's imports for each of the check's ten reads of its runs' logbooks."""
+        from runmgr.cli import main as runmgr_main
+
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = runmgr_main(["logbook", *args])
+        return subprocess.CompletedProcess(["runmgr", "logbook", *args], code, out.getvalue(), err.getvalue())
+
     def run_dir(self, name: str) -> Path:
         """A fresh run directory: a run left there by an earlier check would be resumed."""
         run_dir = self.out / "runs" / name
@@ -175,11 +189,11 @@ class Context:
 
     def metric_rows(self, run_dir: Path) -> list[dict]:
         """The run's step rows (``runmgr logbook metrics --json``), in order."""
-        shown = self.runmgr("logbook", "metrics", str(run_dir), "--json")
+        shown = self.logbook("metrics", str(run_dir), "--json")
         return [json.loads(line) for line in shown.stdout.splitlines() if line.startswith("{")]
 
     def events(self, run_dir: Path) -> list[dict]:
-        shown = self.runmgr("logbook", "events", str(run_dir), "--json")
+        shown = self.logbook("events", str(run_dir), "--json")
         return [json.loads(line) for line in shown.stdout.splitlines() if line.startswith("{")]
 
 
@@ -265,9 +279,9 @@ def stage_demo(ctx: Context) -> dict:
     events = ctx.events(run_dir)
     incidents = [f"{e['subrun']} {e['kind']}" for e in events if e.get("type") == "incident"]
     decisions = [f"{e['subrun']} {e.get('action')}" for e in events if e.get("type") == "decision"]
-    chronicle = ctx.runmgr("logbook", "show", str(run_dir)).stdout
+    chronicle = ctx.logbook("show", str(run_dir)).stdout
     (ctx.out / "demo_chronicle.txt").write_text(chronicle)
-    compared = ctx.runmgr("logbook", "compare", str(reference_dir), str(run_dir))
+    compared = ctx.logbook("compare", str(reference_dir), str(run_dir))
     (ctx.out / "demo_compare.txt").write_text(compared.stdout + compared.stderr)
     ours, theirs = kept_losses(ctx, run_dir), kept_losses(ctx, reference_dir)
     common_steps = sorted(set(ours) & set(theirs))
@@ -498,7 +512,7 @@ def stage_megatron(ctx: Context) -> dict:
     commands = [{"subrun": e["subrun"], "argv": e["data"]["argv"]} for e in events
                 if e.get("type") == "event" and e.get("kind") == "command"]
     (ctx.out / "megatron_commands.json").write_text(json.dumps(commands, indent=1))
-    (ctx.out / "megatron_chronicle.txt").write_text(ctx.runmgr("logbook", "show", str(run_dir)).stdout)
+    (ctx.out / "megatron_chronicle.txt").write_text(ctx.logbook("show", str(run_dir)).stdout)
     return {"status": "ok" if result.returncode == 0 else "failed",
             "figures": {"script": what, "exit_code": result.returncode,
                         "incidents": [f"{e['subrun']} {e['kind']}" for e in events if e.get("type") == "incident"],
@@ -532,7 +546,7 @@ def stage_warm_nccl(ctx: Context) -> dict:
                     "kill_to_incident_s": evidence["incident"]["time"] - killed[1],
                     "kill_to_new_subrun_s": start["time"] - killed[1],
                     "kill_to_first_step_s": first_step - killed[1] if first_step else None}
-    (ctx.out / "warm_chronicle.txt").write_text(ctx.runmgr("logbook", "show", str(run_dir)).stdout)
+    (ctx.out / "warm_chronicle.txt").write_text(ctx.logbook("show", str(run_dir)).stdout)
     return {"status": "ok" if code == 0 and killed else "failed", "figures": figures,
             "notes": ["rank 1 is SIGKILLed while the ranks wait after its step and the spare is ready "
                       "(status.json), then the ranks are released"],

@@ -93,7 +93,7 @@ def test_a_killed_rank_resumes_from_the_last_checkpoint_bit_for_bit(tensor_paral
                                                                     resume_layout):
     """Sub-run 0.01 starts from the unbroken run's checkpoint of step 20 and
     loses rank 3 to kill -9 at step 22; sub-run 0.02 resumes from that
-    checkpoint, its last, and trains steps 21-25 as the unbroken run did."""
+    checkpoint, its last, and trains steps 21-22 as the unbroken run did."""
     checkpoint = checkpoint_of(tensor_parallel_run["ranks"])
     # Set to train on to step 50 (the same LR schedule), its next checkpoint at 40: the kill
     # lands long before it, however late the poll sees step 22.

@@ -64,10 +64,13 @@ SAVE_INTERVAL = 5
 """Steps between disk checkpoints: every kill is two or more steps past one."""
 
 
-def config(save_dir: Path, layout: str) -> dict:
+def config(save_dir: Path, layout: str, memory_interval: int = 1) -> dict:
+    """The layout's run; ``memory_interval`` 0: no warm snapshots (the unbroken reference, which
+    thereby also shows that taking them changes no loss)."""
     run = LAYOUTS[layout]
     return tiny_config(save_dir, training={"train_iters": run.steps, "global_batch_size": run.batch},
-                       parallel=run.parallel, checkpoint={"memory_interval": 1, "save_interval": SAVE_INTERVAL})
+                       parallel=run.parallel,
+                       checkpoint={"memory_interval": memory_interval, "save_interval": SAVE_INTERVAL})
 
 
 def start(rank_forkserver, out: Path, role: str, rank: int = 0, world: int = 2, port: int = 0):
@@ -94,7 +97,7 @@ def uninterrupted(tmp_path_factory, rank_forkserver):
     def losses(layout: str) -> list[float]:
         if layout not in runs:
             out = tmp_path_factory.mktemp(f"reference-{layout}")
-            (out / "spec.json").write_text(json.dumps({"config": config(out / "checkpoints", layout)}))
+            (out / "spec.json").write_text(json.dumps({"config": config(out / "checkpoints", layout, 0)}))
             world, port = LAYOUTS[layout].world, free_port()
             procs = [start(rank_forkserver, out, "rank", rank, world, port) for rank in range(world)]
             for rank, proc in enumerate(procs):

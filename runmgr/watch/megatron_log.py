@@ -103,6 +103,22 @@ _NUMBER_TEXT = r"[-+]?(?:nan|inf(?:inity)?|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(
 _VALUE = re.compile(rf"\s*({_NUMBER_TEXT})(?:\s*/\s*{_NUMBER_TEXT})?\s*", re.IGNORECASE)
 """A value in full: one number, or Megatron's ``avg/max`` pair (the first is the value)."""
 _WHOLE = re.compile(r"[-+]?\d+")
+_MESSAGE_START = re.compile(r"(?:" + _STAMP.pattern + r"\s*)?\biteration\s+[^\s/|]+\s*/\s*[^\s|]*\s*\|"
+                            r"|saving checkpoint at iteration\b|successfully (?:saved|loaded) checkpoint\b")
+"""Where one of Megatron's messages (an iteration line, its stamp first; a save or load line) starts."""
+
+
+def messages(line: str) -> list[str]:
+    """The messages one line holds, each whole: usually the line itself. Ranks of one node print
+    into one pipe, and an unbuffered Python's ``print`` writes its text and its newline in two
+    calls, so rank 0's save line and the last rank's iteration line can arrive as one line
+    (``A`` ``B`` ``\\n`` ``\\n``; seen beside busy loops). Such a line is cut where each message
+    starts; a write (below the pipe's 4 KiB) is never cut inside, so each piece is one rank's message."""
+    starts = [found.start() for found in _MESSAGE_START.finditer(line)]
+    if len(starts) < 2:
+        return [line]
+    cuts = [0, *starts[1:], len(line)]
+    return [line[start:end] for start, end in zip(cuts, cuts[1:])]
 
 
 def parse_fields(rest: str) -> dict[str, str]:
@@ -210,15 +226,18 @@ class MegatronLogReader:
     def events(self, lines: Iterable[str]) -> Iterator[LogEvent]:
         """Every observation the lines hold, in order (a line's refused values after it)."""
         for line in lines:
-            event = self.parse(line)
-            if event is not None:
-                yield event
+            yield from self.parse_all(line)
             yield from self.take_refused()
 
     def take_refused(self) -> list[RefusedValue]:
         """The values refused since the last call (the lines parsed since)."""
         refused, self._refused = self._refused, []
         return refused
+
+    def parse_all(self, line: str, received_at: Optional[float] = None) -> list[LogEvent]:
+        """Every observation ``line`` holds, in order: one per message (:func:`messages`)."""
+        events = [self.parse(message, received_at) for message in messages(line)]
+        return [event for event in events if event is not None]
 
     def parse(self, line: str, received_at: Optional[float] = None) -> Optional[LogEvent]:
         """The observation one line holds, if any. ``received_at`` (a live job: when the line

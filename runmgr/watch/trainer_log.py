@@ -42,6 +42,12 @@ class TrainerLogReader:
         """The trainer prints only what it computed: nothing to refuse."""
         return []
 
+    def parse_all(self, line: str, received_at: Optional[float] = None) -> list[TrainerEvent]:
+        """What the line holds, as the Megatron reader's ``parse_all`` gives it (one rank prints
+        the trainer's lines: a line holds one message)."""
+        event = self.parse(line, received_at)
+        return [event] if event is not None else []
+
     def parse(self, line: str, received_at: Optional[float] = None) -> Optional[TrainerEvent]:
         text = line.strip()
         step = _STEP.match(text)

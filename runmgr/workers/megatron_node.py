@@ -12,8 +12,12 @@ leaves no process behind.
 
 from __future__ import annotations
 
+import codecs
 import ctypes
+import io
+import locale
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -40,8 +44,12 @@ STOP_CHECK_S = 0.05
 LOST_DRIVER_GRACE_S = 2.0
 """SIGTERM to SIGKILL when the driver is gone: nobody waits for a checkpoint to finish."""
 OUTPUT_SETTLE_S = 2.0
-"""After the command ended: how long its last lines may take to be read (a process it left
-behind may keep the pipe open; its exit is reported then, without them)."""
+"""After the command ended, once everything in the pipe is read: how long a process it left
+behind may keep the pipe open before the exit is reported without what it prints later."""
+OUTPUT_LIMIT_S = 60.0
+"""After the command ended: the most its output is read for (a process left behind that
+prints without pause would otherwise hold the exit back for ever)."""
+READ_BYTES = 65536
 PR_SET_PDEATHSIG = 1
 
 
@@ -59,6 +67,27 @@ def _parent_death_signal() -> Callable[[], None]:
         if os.getppid() != parent:  # the parent died before the signal was armed
             os.kill(os.getpid(), signal.SIGTERM)
     return arm
+
+
+class _LineDecoder:
+    """Bytes of the pipe into lines of text as ``text=True`` read them: the locale's encoding,
+    undecodable bytes replaced, ``\\r\\n`` and ``\\r`` ending a line as ``\\n`` does."""
+
+    def __init__(self) -> None:
+        decoder = codecs.getincrementaldecoder(locale.getpreferredencoding(False))(errors="replace")
+        self._decoder = io.IncrementalNewlineDecoder(decoder, translate=True)
+        self._partial = ""
+
+    def lines(self, chunk: bytes) -> list[str]:
+        """The lines ``chunk`` completes (a line's start may have come in an earlier one)."""
+        *done, self._partial = (self._partial + self._decoder.decode(chunk)).split("\n")
+        return done
+
+    def rest(self) -> list[str]:
+        """At the pipe's end: the last line, if it had no newline."""
+        last = self._partial + self._decoder.decode(b"", final=True)
+        self._partial = ""
+        return [line for line in last.split("\n") if line] if last else []
 
 
 class MegatronNode:
@@ -128,7 +157,7 @@ class MegatronNode:
         try:
             proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, start_new_session=True,
-                                    preexec_fn=_parent_death_signal(), text=True, errors="replace", bufsize=1)
+                                    preexec_fn=_parent_death_signal())
         except OSError as exc:
             started["error"] = exc
             ready.set()
@@ -137,20 +166,44 @@ class MegatronNode:
         self._groups.add(proc.pid)  # a new session: its group id is its pid
         started["pid"] = proc.pid
         ready.set()
-        reader = threading.Thread(target=self._read, args=(proc,), name="megatron-output", daemon=True)
+        ended = threading.Event()
+        reader = threading.Thread(target=self._read, args=(proc, ended), name="megatron-output", daemon=True)
         reader.start()
         code = proc.wait()
-        # The output ends with the command, unless a process it left behind holds the pipe open.
-        reader.join(timeout=OUTPUT_SETTLE_S)
+        ended.set()
+        reader.join()  # every line printed before the end is kept before the exit is told
         with self._cond:
             if self._proc is proc:  # not a command of an earlier sub-run, ended after a reset
                 self._exit_code = code
             self._cond.notify_all()
 
-    def _read(self, proc: subprocess.Popen) -> None:
+    def _read(self, proc: subprocess.Popen, ended: threading.Event) -> None:
+        """Keep the command's lines until the pipe's end; once the command ended, until the pipe
+        is empty and a process it left behind had ``OUTPUT_SETTLE_S`` to let it end. The pipe
+        is found empty only by this thread, which keeps what it reads before it looks again: a
+        line printed before the end is never left unread, however slowly this thread is run
+        (a wait on the clock alone could leave them unread on a loaded machine)."""
         assert proc.stdout is not None
-        for line in proc.stdout:
-            self._keep(line.rstrip("\n"), proc)
+        fd = proc.stdout.fileno()
+        text = _LineDecoder()
+        ended_at: Optional[float] = None
+        while True:
+            if ended_at is None and ended.is_set():
+                ended_at = time.monotonic()  # seen before the look below: what it finds empty was all read
+            since_end = time.monotonic() - ended_at if ended_at is not None else 0.0
+            if select.select([fd], [], [], STOP_CHECK_S)[0]:
+                chunk = os.read(fd, READ_BYTES)
+                if not chunk:
+                    break  # every process holding the pipe closed it
+                for line in text.lines(chunk):
+                    self._keep(line, proc)
+                if since_end >= OUTPUT_LIMIT_S:
+                    break
+            elif ended_at is not None and since_end >= OUTPUT_SETTLE_S:
+                break
+        for line in text.rest():
+            self._keep(line, proc)
+        proc.stdout.close()  # a kept node runs many commands: no pipe left open per command
 
     def _keep(self, line: str, proc: subprocess.Popen) -> None:
         with self._cond:

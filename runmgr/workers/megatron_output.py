@@ -80,19 +80,17 @@ class OutputTranslator:
     def lines(self, lines: Sequence[tuple[float, str]], poll: GroupPoll) -> None:
         """Parse ``(arrival time, line)`` pairs, in arrival order, into ``poll``."""
         for at, line in sorted(lines, key=lambda pair: pair[0]):
-            event = self._parse(line, at)
-            if event is not None:
+            for event in self._parse(line, at):
                 self._handle(event, poll)
             # What the line held that cannot be: for the logbook, under this sub-run's id.
             poll.observations += [dataclasses.replace(refused, subrun=self.plan.subrun)
                                   for refused in self.reader.take_refused()]
         poll.steps.sort(key=lambda report: report.step)
 
-    def _parse(self, line: str, at: float) -> Optional[LogEvent]:
-        event = self.reader.parse(line, received_at=at)
-        if event is not None:
-            event = dataclasses.replace(event, subrun=self.plan.subrun)  # the plan's id, not the parser's numbering
-        return event
+    def _parse(self, line: str, at: float) -> list[LogEvent]:
+        """What the line's messages say (two ranks' messages may share a line: megatron_log.messages)."""
+        # The plan's id, not the parser's numbering.
+        return [dataclasses.replace(event, subrun=self.plan.subrun) for event in self.reader.parse_all(line, at)]
 
     def _handle(self, event: LogEvent, poll: GroupPoll) -> None:
         if isinstance(event, WorkerExit):

@@ -52,3 +52,19 @@ def test_the_tracker_flag_is_read_in_both_spellings():
                       "--result-rejected-tracker-filename") == "t.txt"
     assert flag_value(["--result-rejected-tracker-filename=u.txt"], "--result-rejected-tracker-filename") == "u.txt"
     assert flag_value(["--save", "x"], "--result-rejected-tracker-filename") is None
+
+
+def test_every_line_printed_before_the_end_comes_with_the_exit_even_when_a_leftover_holds_the_pipe(tmp_path: Path):
+    """The exit is told only with every line the command printed (the last without its newline
+    too, ``\\r\\n`` read as a newline); a process it left behind holding the pipe open does not
+    hold the exit back."""
+    node = MegatronNode(0, lease_s=600.0, job_alive=lambda: None)
+    script = ("import subprocess, sys\n"
+              "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])  # holds the pipe\n"
+              "for i in range(5000): print(f'line {i}')\n"
+              "sys.stdout.write('windows\\r\\nlast')\n")
+    node.launch([sys.executable, "-c", script], {})
+    drained = node.drain(SAFETY_S)
+    node.stop(5.0)
+    assert drained["exit"] == 0
+    assert [text for _, text in drained["lines"]] == [f"line {i}" for i in range(5000)] + ["windows", "last"]

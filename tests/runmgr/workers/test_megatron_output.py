@@ -33,11 +33,29 @@ def test_a_step_is_reported_at_its_arrival_under_the_plans_sub_run_with_missing_
                                                                             (1, "step", 5, 1000.0)}
 
 
+SAVED = "  successfully saved checkpoint from iteration       4 to /save [ t 1/1, p 1/1 ]"
+
+
+def test_two_ranks_messages_torn_into_one_line_are_each_reported():
+    """Unbuffered, ``print`` writes its text and its newline apart: rank 0's save line and the last
+    rank's iteration line printed at once arrive as one line and an empty one (seen beside busy loops)."""
+    for torn in (SAVED + LINE, LINE + SAVED):
+        poll = GroupPoll()
+        OutputTranslator(PLAN, [0, 1], MegatronLogReader(), Path("/save"), seq_length=None).lines(
+            [(1000.0, torn), (1000.5, "")], poll)
+        assert [step.step for step in poll.steps] == [5], torn
+        assert [(c.step, c.path) for c in poll.checkpoints] == [(4, "/save/iter_0000004")], torn
+        assert not [o for o in poll.observations if type(o).__name__ == "RefusedValue"], torn
+
+
 class SavingReader:
     def parse(self, line: str, received_at: Optional[float] = None):
         if line.startswith("saving"):
             return SaveStarted(step=4, time=received_at, subrun="00")
         return CheckpointObservation(step=4, time=received_at, consumed_samples=32, subrun="00")
+
+    def parse_all(self, line: str, received_at: Optional[float] = None) -> list:
+        return [self.parse(line, received_at)]
 
     def take_refused(self) -> list:
         return []

@@ -53,18 +53,22 @@ def serving() -> Iterator[None]:
         server.close()
 
 
-def runmgr(*args: str, cwd: Path = ROOT, env: Optional[dict] = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def runmgr(*args: str, cwd: Path = ROOT, env: Optional[dict] = None, timeout: float = 300,
+           script: Optional[Path] = None) -> subprocess.CompletedProcess:
     """``python -m runmgr *args`` in ``cwd`` with ``env`` (this process's by default), its
     output captured as text; ``timeout`` bounds the wait on a stuck command, it is no claim
-    about speed."""
+    about speed. ``script``: ``python SCRIPT *args`` instead (a script that runs runmgr)."""
     env = dict(os.environ if env is None else env)
     server = _Session.server
     if server is None:
-        return subprocess.run([sys.executable, "-m", "runmgr", *args], cwd=cwd, env=env, capture_output=True,
+        how = [str(script)] if script is not None else ["-m", "runmgr"]
+        return subprocess.run([sys.executable, *how, *args], cwd=cwd, env=env, capture_output=True,
                               text=True, timeout=timeout)
     with tempfile.TemporaryDirectory(prefix="runmgr-cli-") as scratch:
         out, err = Path(scratch) / "stdout", Path(scratch) / "stderr"
-        child = server.start(list(args), module="runmgr", cwd=str(cwd), env=env, stdout=out, stderr=err)
+        child = server.start(list(args), module=None if script is not None else "runmgr",
+                             script=str(script) if script is not None else None, cwd=str(cwd), env=env,
+                             stdout=out, stderr=err)
         try:
             code = child.wait(timeout)
         except subprocess.TimeoutExpired:

@@ -2,10 +2,12 @@
 the try started and starts it again, a few times at most, saying so on stderr; then
 `runmgr launch` and `runmgr health-check` both say so in one line and exit 4.
 
-Ray's start is made to time out for real, at once and whatever the machine's load:
-``RAY_gcs_server_port_wait_time_s=0`` is how long Ray's driver waits for the GCS it
-started to write its port (ray/_private/node.py ``start_gcs_server``, read at each start),
-so each start raises Ray's own "Timed out waiting for file .../gcs_server_port_..."."""
+Ray's start is made to time out for real, at once and whatever the machine's load: its GCS
+stops itself as it starts (tests/runmgr/frozen_gcs.py), and ``RAY_gcs_server_port_wait_time_s=0``
+is how long Ray's driver waits for that GCS to write its port (ray/_private/node.py
+``start_gcs_server``, read at each start), so each start raises Ray's own "Timed out waiting
+for file .../gcs_server_port_...". The 0 s wait alone was a race: Ray looks for the file once
+before it checks the time, and a loaded machine let the GCS write it first (the launch trained)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from runmgr.cli import EXIT_RAY_START_TIMEOUT
 from runmgr.errors import RayStartTimeoutError
 from tests import cli
 from tests.e2e.harness import E2E_OVERRIDES
+from tests.runmgr import frozen_gcs
 
 ROOT = Path(__file__).resolve().parents[2]
 GCS_WAIT = ray_cluster.RAY_GCS_PORT_WAIT_VARIABLE
@@ -138,7 +141,8 @@ def _health_check(run_dir: Path) -> list[str]:
 
 @pytest.mark.parametrize("command", [_launch, _health_check], ids=["launch", "health-check"])
 def test_a_command_whose_local_ray_never_starts_in_time_says_so_in_one_line_and_exits_4(command, tmp_path):
-    result = cli.runmgr(*command(tmp_path / "run"), env=_timing_out_env(), timeout=300)
+    result = cli.runmgr(*command(tmp_path / "run"), env=_timing_out_env(), timeout=300,
+                        script=Path(frozen_gcs.__file__))
     assert result.returncode == EXIT_RAY_START_TIMEOUT, result.stderr[-3000:]
     assert "Traceback" not in result.stderr + result.stdout
     lines = result.stderr.strip().splitlines()
@@ -157,8 +161,10 @@ import ray
 from runmgr import cluster as ray_cluster
 from runmgr.config.schema import ClusterConfig
 from runmgr.reaper import session_processes
+from tests.runmgr.frozen_gcs import freeze_gcs, thaw_gcs
 
-os.environ[ray_cluster.RAY_GCS_PORT_WAIT_VARIABLE] = "0"  # the first start times out, for real
+os.environ[ray_cluster.RAY_GCS_PORT_WAIT_VARIABLE] = "0"  # the first start times out, for real ...
+real_gcs = freeze_gcs()  # ... its GCS frozen, whatever the machine's load
 failed = []
 stop = ray_cluster.stop_failed_start
 
@@ -166,6 +172,7 @@ def stop_then_let_it_start(sessions_before):
     failed.extend(ray_cluster.own_ray_sessions() - sessions_before)
     stop(sessions_before)
     del os.environ[ray_cluster.RAY_GCS_PORT_WAIT_VARIABLE]  # the machine is less busy for the next try
+    thaw_gcs(real_gcs)
 
 ray_cluster.stop_failed_start = stop_then_let_it_start
 connection = ray_cluster.connect(ClusterConfig(num_workers=1, local_nodes=int(sys.argv[1])))

@@ -12,11 +12,12 @@ SLOW_START = "import time, sys; time.sleep({}); print('step', flush=True); {}"
 
 
 def test_the_deadline_counts_from_the_first_line_not_from_the_start():
-    # Silent for 3 s (its "start"), then done at once: inside a 1 s deadline counted from the line.
+    # Silent for 2 s (its "start": twice the deadline, and a loaded machine only makes it longer),
+    # then done at once: inside a 1 s deadline counted from the line.
     run = run_bounded_from_first_line(
-        [sys.executable, "-c", SLOW_START.format(3, "print('done')")], timeout_s=1.0, start_s=60.0)
+        [sys.executable, "-c", SLOW_START.format(2, "print('done')")], timeout_s=1.0, start_s=60.0)
     assert run.status == "ok" and run.stdout.splitlines() == ["step", "done"]
-    assert run.seconds >= 3
+    assert run.seconds >= 2
 
 
 def test_a_command_hung_after_its_first_line_is_stopped_with_what_it_printed():

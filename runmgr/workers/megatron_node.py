@@ -166,18 +166,19 @@ class MegatronNode:
         self._groups.add(proc.pid)  # a new session: its group id is its pid
         started["pid"] = proc.pid
         ready.set()
-        ended = threading.Event()
-        reader = threading.Thread(target=self._read, args=(proc, ended), name="megatron-output", daemon=True)
+        ended_r, ended_w = os.pipe()  # the reader waits on the output and on this: no polling while the command runs
+        reader = threading.Thread(target=self._read, args=(proc, ended_r), name="megatron-output", daemon=True)
         reader.start()
         code = proc.wait()
-        ended.set()
+        os.close(ended_w)  # the command ended: the reader's select wakes
         reader.join()  # every line printed before the end is kept before the exit is told
+        os.close(ended_r)
         with self._cond:
             if self._proc is proc:  # not a command of an earlier sub-run, ended after a reset
                 self._exit_code = code
             self._cond.notify_all()
 
-    def _read(self, proc: subprocess.Popen, ended: threading.Event) -> None:
+    def _read(self, proc: subprocess.Popen, ended: int) -> None:
         """Keep the command's lines until the pipe's end; once the command ended, until the pipe
         is empty and a process it left behind had ``OUTPUT_SETTLE_S`` to let it end. The pipe
         is found empty only by this thread, which keeps what it reads before it looks again: a
@@ -188,10 +189,12 @@ class MegatronNode:
         text = _LineDecoder()
         ended_at: Optional[float] = None
         while True:
-            if ended_at is None and ended.is_set():
+            if ended_at is None and select.select([ended], [], [], 0)[0]:
                 ended_at = time.monotonic()  # seen before the look below: what it finds empty was all read
             since_end = time.monotonic() - ended_at if ended_at is not None else 0.0
-            if select.select([fd], [], [], STOP_CHECK_S)[0]:
+            waiting_on = [fd] if ended_at is not None else [fd, ended]
+            ready = select.select(waiting_on, [], [], STOP_CHECK_S if ended_at is not None else None)[0]
+            if fd in ready:
                 chunk = os.read(fd, READ_BYTES)
                 if not chunk:
                     break  # every process holding the pipe closed it
@@ -199,7 +202,7 @@ class MegatronNode:
                     self._keep(line, proc)
                 if since_end >= OUTPUT_LIMIT_S:
                     break
-            elif ended_at is not None and since_end >= OUTPUT_SETTLE_S:
+            elif not ready and since_end >= OUTPUT_SETTLE_S:
                 break
         for line in text.rest():
             self._keep(line, proc)

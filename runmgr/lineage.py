@@ -35,7 +35,7 @@ from runmgr.diskspace import DISK_WRITE_ERRORS, DiskReserve, end_on_full_disk, i
 from runmgr.diskspace import refusal as disk_refusal
 from runmgr.errors import DiskFullError, RunStateError
 from runmgr.rundir import RunDirLock
-from runmgr.status import ENDED_STATES, mark_stopped, read_status, write_starting
+from runmgr.status import mark_stopped, read_status, write_starting
 from runmgr.stopping import StopRequest, stop_on_signals
 from runmgr.workers.placing import refuse_unplaceable
 from runmgr.wiring import (
@@ -122,7 +122,9 @@ def wait_for_lost_workers(run_dir: Path, lease_s: float, out: TextIO, clock=time
         status = read_status(run_dir)
     except RunStateError:
         return
-    if status["driver_alive"] or not status.get("workers") or status.get("state", "").startswith(ENDED_STATES):
+    # Only a lost driver's workers can still be running (a driver that ended stopped them). Its
+    # state reads "stopped (... when the driver was lost)", so the state's words cannot tell.
+    if not status["driver_lost"] or not status.get("workers"):
         return
     remaining = status.get("updated_at", 0) + lease_s + 1.0 - clock()
     if remaining > 0:

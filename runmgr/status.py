@@ -51,13 +51,16 @@ def resolve_run_dir(run: str, runs_root: Path = Path("runs")) -> Path:
 
 
 def read_status(run_dir: Path) -> dict:
-    """The status file with ``driver_alive`` added; RunStateError when it is missing or damaged."""
+    """The status file with ``driver_alive`` and ``driver_lost`` (the driver is gone and never
+    wrote an end: its workers may still be running out their lease) added; RunStateError when it
+    is missing or damaged."""
     path = run_dir / STATUS_FILE
     if not path.is_file():
         raise RunStateError(f"{run_dir} has no status yet: the run has not started a driver")
     status = _parse(path)
     status["driver_alive"] = pid_alive(status.get("driver_pid"))
-    if not status["driver_alive"] and status.get("state") not in ENDED_STATES:
+    status["driver_lost"] = not status["driver_alive"] and status.get("state") not in ENDED_STATES
+    if status["driver_lost"]:
         status["state"] = f"stopped ({status.get('state')} when the driver was lost)"
     return status
 

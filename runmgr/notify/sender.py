@@ -35,6 +35,9 @@ class Notification:
     incident: Optional[dict] = None
     decision: Optional[dict] = None
     details: dict = field(default_factory=dict)
+    about_seq: Optional[int] = None
+    """The logbook entry it tells of (a shadow run's recommendation): its delivery is recorded
+    with it, so a follower restarted before the delivery sends what was never told."""
 
     def text(self) -> str:
         return f"runmgr: run {self.run} ({self.subrun}) {HEADLINES[self.kind]}: {self.summary}"
@@ -43,7 +46,9 @@ class Notification:
         """``generic``: the whole event as data, with its ``text``; ``slack``: ``{"text": ...}``."""
         if style == NotifyFormat.slack:
             return {"text": self.text()}
-        return {"text": self.text(), **asdict(self)}
+        told = asdict(self)
+        del told["about_seq"]  # the logbook's bookkeeping, not the person's
+        return {"text": self.text(), **told}
 
 
 Outcome = Callable[[Notification, Webhook, Optional[str], int], None]

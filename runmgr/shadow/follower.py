@@ -233,7 +233,7 @@ class Follower:
             (f"; {refused}" if refused else "")
         self.recommendations += 1
         text = f"{NOT_ACTED_ON}: runmgr would {decision.action}{where} ({judgement.incident.summary()}){how}"
-        self.book.record_event(
+        seq = self.book.record_event(
             self.subrun.id, "recommendation", text,
             {"acted_on": False, "action": str(decision.action), "reason": decision.reason,
              "incident_kind": judgement.incident.kind, "step": judgement.incident.onset_step,
@@ -242,7 +242,7 @@ class Follower:
              **({"not_carried": refused} if refused else {})},
             step=judgement.incident.onset_step)
         if self.notify is not None:
-            self.notify.on_recommendation(self.subrun.id, judgement, text)
+            self.notify.on_recommendation(self.subrun.id, judgement, text, about_seq=seq)
 
     def _checkpoint_path(self, step: Optional[int]) -> Optional[str]:
         """Megatron's ``iter_%07d`` under the job's ``--load`` (or ``--save``) directory; runmgr's
@@ -333,6 +333,8 @@ class Follower:
             raise ShadowStateError(f"{self._state_path} cannot be read ({problem}): remove it to follow the log "
                                    f"from its start into a new run.dir, or point run.dir elsewhere") from None
         self.source.restore(state.get("source", {}))
+        if self.notify is not None:  # killed between recording a recommendation and sending it
+            self.notify.resend_untold(self.book.events())
         lineage = self.book.lineage()
         if not lineage or not lineage[-1].is_open or lineage[-1].id != state.get("subrun"):
             return

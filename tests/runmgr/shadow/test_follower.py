@@ -13,6 +13,7 @@ from runmgr.config.compose import load_run_config
 from runmgr.shadow.follower import NOT_ACTED_ON, Follower
 from runmgr.shadow.lines import FileLines
 from tests.runmgr.shadow.megatron_lines import iteration_line, loss_at, saved_lines
+from tests.webhook import receiver  # noqa: F401 (a fixture)
 
 JOB_ARGS = ("megatron.args=[--global-batch-size,8,--seq-length,128,--train-iters,200,--lr,3e-4,"
             "--save,/ckpt,--load,/ckpt,--save-interval,10]")
@@ -230,3 +231,40 @@ def test_an_abort_is_recommended_without_a_restart_command(tmp_path):
     assert any(j.decision.action == "abort" for j in judgements), [j.decision.action for j in judgements]
     (abort,) = [e for e in events(book, "event", "recommendation") if e["data"]["action"] == "abort"]
     assert abort["data"]["plan"] is None and abort["data"]["args"] == []
+
+
+def test_a_recommendation_recorded_but_never_sent_is_sent_by_the_restarted_follower_once(
+        tmp_path, receiver, monkeypatch):
+    """A follower killed between recording a recommendation and its webhook's delivery (the
+    delivery runs on a thread of its own) leaves it untold; the next follower tells it, once."""
+    from runmgr.notify.observer import NotifyObserver
+
+    monkeypatch.setenv("RUNMGR_TEST_HOOK", receiver.url)
+    job = Job(tmp_path)
+    job.config = load_run_config("shadow", [f"run.dir={tmp_path / 'run'}", "watcher=demo", "policy=demo", JOB_ARGS,
+                                            "notify.webhook=env:RUNMGR_TEST_HOOK", "notify.backoff_s=0.01"])
+
+    def follower() -> tuple[Follower, Logbook, NotifyObserver]:
+        book = Logbook.open(job.config.run_dir())
+        notify = NotifyObserver(job.config, book)
+        return (Follower(job.config, FileLines(job.log, lambda: job.clock[0]), book, lambda: job.clock[0],
+                         notify=notify), book, notify)
+
+    first, first_book = job.follower()  # its notifier never got to send: as killed before the delivery
+    job.write(range(1, 81), first)
+    (recommendation,) = events(first_book, "event", "recommendation")
+    first_book.close()
+    second, book, notify = follower()
+    job.write(range(81, 91), second)
+    notify.close()
+    (body,) = receiver.bodies
+    assert body["kind"] == "recommendation" and body["decision"]["action"] == "rollback_skip"
+    assert body["summary"] == recommendation["message"] and body["incident"]["onset_step"] == 60
+    (told,) = events(book, "event", "notified")
+    assert told["data"]["about_seq"] == recommendation["seq"]
+    book.close()
+    third, book, notify = follower()  # restarted again: told already, so told no more
+    job.write(range(91, 101), third)
+    notify.close()
+    assert len(receiver.bodies) == 1
+    book.close()

@@ -173,7 +173,9 @@ def case_make_test(ctx: Context) -> None:
 
 
 def case_make_demo_npu(ctx: Context) -> None:
-    assert '-e ".[test,npu]"' in make_dry_run("demo", "EXTRAS=test,npu")
+    # uv by default, pip with INSTALLER=pip: each installs the package with the npu extra.
+    assert "-e '.[test,npu]'" in make_dry_run("demo", "EXTRAS=test,npu")
+    assert '-e ".[test,npu]"' in make_dry_run("demo", "EXTRAS=test,npu", "INSTALLER=pip")
 
 
 def case_make_demo_no_chaos(ctx: Context) -> None:

@@ -44,11 +44,14 @@ demo: $(STAMP)
 	$(VENV)/bin/runmgr launch conf=demo run.name=$(DEMO_RUN) $(DEMO_ARGS)
 	$(VENV)/bin/runmgr logbook show $(DEMO_RUN)
 
-# Two pytest workers (pytest-xdist): most of the suite waits on real processes (Ray, ranks,
-# servers) rather than computing, so two of them share the two cores; a module's tests stay
-# on one worker (--dist loadscope), so its module-scoped runs happen once, and modules go out
-# in the order collected (--no-loadscope-reorder: tests/conftest.py puts the slow ones first).
-TEST_WORKERS ?= 2
+# Three pytest workers (pytest-xdist) on CI's two cores: with two, both workers often waited
+# at once (on real processes: a throttled node's probe, a hang's timeout, a pause) and the cores
+# were 1.60 busy on average; a third fills those waits (1.81 busy). Measured on clean clones of
+# one commit (docs/testing.md, stop 52): idle 14:37 against 16:01, beside two busy loops 25:28
+# against 26:30, every test passing in all four. A module's tests stay on one worker
+# (--dist loadscope), so its module-scoped runs happen once, and modules go out in the order
+# collected (--no-loadscope-reorder: tests/conftest.py puts the slow ones first).
+TEST_WORKERS ?= 3
 # Python writes its bytecode caches while the suite runs, whatever PYTHONDONTWRITEBYTECODE says
 # (these machines set it): otherwise every process the suite starts (about 1,600: drivers, Ray
 # workers, fork servers, torchruns) compiles runmgr's and the trainer's sources again, and each

@@ -54,19 +54,21 @@ def serving() -> Iterator[None]:
 
 
 def runmgr(*args: str, cwd: Path = ROOT, env: Optional[dict] = None, timeout: float = 300,
-           script: Optional[Path] = None) -> subprocess.CompletedProcess:
+           script: Optional[Path] = None, module: str = "runmgr") -> subprocess.CompletedProcess:
     """``python -m runmgr *args`` in ``cwd`` with ``env`` (this process's by default), its
     output captured as text; ``timeout`` bounds the wait on a stuck command, it is no claim
-    about speed. ``script``: ``python SCRIPT *args`` instead (a script that runs runmgr)."""
+    about speed. ``script``: ``python SCRIPT *args`` instead (a script that runs runmgr);
+    ``module``: ``python -m MODULE *args`` (the trainer's own commands: torch and the data
+    preparation are preloaded here too)."""
     env = dict(os.environ if env is None else env)
     server = _Session.server
     if server is None:
-        how = [str(script)] if script is not None else ["-m", "runmgr"]
+        how = [str(script)] if script is not None else ["-m", module]
         return subprocess.run([sys.executable, *how, *args], cwd=cwd, env=env, capture_output=True,
                               text=True, timeout=timeout)
     with tempfile.TemporaryDirectory(prefix="runmgr-cli-") as scratch:
         out, err = Path(scratch) / "stdout", Path(scratch) / "stderr"
-        child = server.start(list(args), module=None if script is not None else "runmgr",
+        child = server.start(list(args), module=None if script is not None else module,
                              script=str(script) if script is not None else None, cwd=str(cwd), env=env,
                              stdout=out, stderr=err)
         try:
@@ -75,7 +77,7 @@ def runmgr(*args: str, cwd: Path = ROOT, env: Optional[dict] = None, timeout: fl
             child.kill()
             child.wait()
             raise
-        return subprocess.CompletedProcess([sys.executable, "-m", "runmgr", *args], code,
+        return subprocess.CompletedProcess([sys.executable, "-m", module, *args], code,
                                            out.read_text(errors="replace"), err.read_text(errors="replace"))
 
 

@@ -117,6 +117,15 @@ def _redirect(request: dict) -> None:
         os.close(fd)
 
 
+def _forget_preloaded(module: str) -> None:
+    """A new ``python -m MODULE`` has no MODULE in ``sys.modules`` when it runs it as
+    ``__main__``; a preloaded one (trainer.data.prepare, say) would make runpy warn on stderr
+    that it runs the module a second time. A package's is its ``__main__``: nothing to forget."""
+    loaded = sys.modules.get(module)
+    if loaded is not None and not hasattr(loaded, "__path__"):
+        del sys.modules[module]
+
+
 def _child(request: dict) -> None:
     """In the forked child: be ``python -m MODULE ARGS`` or ``python SCRIPT ARGS``, then exit."""
     import atexit
@@ -135,6 +144,7 @@ def _child(request: dict) -> None:
         if request["module"]:
             sys.argv = ["-m", *request["args"]]  # runpy puts the module's path first, as `python -m` does
             sys.path[0] = os.getcwd()
+            _forget_preloaded(request["module"])
             runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
         else:
             sys.argv = [request["script"], *request["args"]]

@@ -5,6 +5,7 @@ would end ``python`` itself; each start has an exit file of its own."""
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
@@ -47,3 +48,23 @@ def test_without_append_a_child_replaces_its_output(tmp_path):
     finally:
         server.close()
     assert out.read_text() == "new\n" and err.read_text() == ""
+
+
+def test_a_preloaded_module_runs_as_main_as_a_new_python_runs_it(tmp_path):
+    """`python -m PKG.MOD` of a module the server preloaded (tests/cli.py preloads trainer.data.prepare):
+    run once as ``__main__``, not also in ``sys.modules``, and no warning from runpy on stderr that a
+    new Python would not print."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "cmd.py").write_text(
+        "import sys\nif __name__ == '__main__':  # not at the server's import: its stdout is the protocol's\n"
+        "    print(__name__, 'pkg.cmd' in sys.modules, sys.argv[1:])\n")
+    out, err = tmp_path / "out", tmp_path / "err"
+    server = ForkServer(["pkg.cmd"], env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+    try:
+        child = server.start(["x"], module="pkg.cmd", cwd=str(tmp_path), env={}, stdout=out, stderr=err)
+        assert child.wait(60) == 0
+    finally:
+        server.close()
+    assert err.read_text() == ""
+    assert out.read_text() == "__main__ False ['x']\n"

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from runmgr.ports import rendezvous_port
+from tests import cli
 from trainer import exitcodes
 from trainer.cli import main
 from trainer.manifest import find_latest_verified
@@ -77,7 +78,9 @@ def test_bad_input_is_one_line_and_exit_code_2(args, message, capsys, tmp_path):
 
 
 def test_a_crash_in_a_real_process_exits_2_without_a_traceback(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "trainer", "conf=demo", "optim.lr=-1"], capture_output=True,
-                          text=True, timeout=60, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    # A process of its own (its exit code and stderr are what is checked), forked from the session's
+    # CLI fork server, which imported torch once (tests/cli.py): not a new Python importing torch.
+    done = cli.runmgr("conf=demo", "optim.lr=-1", module="trainer", cwd=tmp_path, timeout=60,
+                      env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert done.returncode == exitcodes.BAD_INPUT
     assert done.stderr.startswith("error: optim.lr (-1.0) must be > 0") and "Traceback" not in done.stderr

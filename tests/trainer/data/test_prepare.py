@@ -17,8 +17,10 @@ from trainer.data.prepare import main
 
 
 def run_prepare(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainer.data.prepare", *args],
-                          capture_output=True, text=True, timeout=60)
+    """``python -m trainer.data.prepare ARGS`` as a process of its own (exit code, stderr, no output
+    left behind), forked from the session's CLI fork server (tests/cli.py), which imported it once.
+    The command as a user types it is the README's (tests/test_readme.py)."""
+    return cli.runmgr(*args, module="trainer.data.prepare", timeout=60)
 
 
 def documents(prefix) -> list[bytes]:

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests import cli
 from trainer import exitcodes
 from trainer.cli import compose, default_conf_dir, trainer_config
 from trainer.errors import TrainerConfigError
@@ -90,9 +89,9 @@ def test_another_architecture_or_a_missing_required_flag_is_refused():
 
 
 def test_an_unknown_flag_exits_2_with_one_line_and_no_traceback(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    done = subprocess.run([sys.executable, "-m", "trainer", *SHAPE, "--foo", "3"], capture_output=True, text=True,
-                          timeout=120, env=env, cwd=tmp_path)
+    # A process of its own, forked from the session's CLI fork server (torch imported once: tests/cli.py).
+    done = cli.runmgr(*SHAPE, "--foo", "3", module="trainer", cwd=tmp_path, timeout=120,
+                      env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert done.returncode == exitcodes.BAD_INPUT
     assert done.stderr.startswith("error: unknown Megatron flag --foo: ") and done.stderr.count("\n") == 1
     assert list(tmp_path.iterdir()) == []  # nothing written

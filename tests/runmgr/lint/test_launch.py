@@ -72,10 +72,10 @@ def test_an_out_of_range_token_stops_the_launch_in_one_line_before_anything_exis
 def test_a_tied_model_from_an_untied_checkpoint_is_an_error(tmp_path):
     """The real trainer writes an untied checkpoint; the same run dir with tied embeddings is refused."""
     save = tmp_path / "run" / "checkpoints"
-    trained = subprocess.run(
-        [sys.executable, "-m", "trainer", "conf=demo", "training.train_iters=1", "checkpoint.save_interval=1",
-         "model.untie_embeddings_and_output_weights=true", f"checkpoint.save={save}", *SMALL],
-        capture_output=True, text=True, timeout=300, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    # `python -m trainer`, forked from the session's CLI fork server (torch imported once: tests/cli.py).
+    trained = cli.runmgr("conf=demo", "training.train_iters=1", "checkpoint.save_interval=1",
+                         "model.untie_embeddings_and_output_weights=true", f"checkpoint.save={save}", *SMALL,
+                         module="trainer", cwd=ROOT, timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert trained.returncode == 0, trained.stderr[-3000:]
     tied = load_run_config("demo", [f"run.dir={tmp_path / 'run'}", *SMALL])
     found = check_checkpoint(tied)

@@ -4,12 +4,12 @@ shared by the tests that need Ray in this process."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import pytest
 
-from runmgr.cluster import LOCAL_RAY_SYSTEM_CONFIG
+from runmgr.cluster import DRIVER_INIT_KWARGS, LocalCluster, start_local
+from runmgr.config.schema import ClusterConfig
 
 from tests.runmgr.healthcheck.fake_ascend import FakeAscend
 
@@ -21,16 +21,22 @@ def ascend(tmp_path: Path) -> FakeAscend:
 
 @pytest.fixture(scope="session")
 def local_ray():
-    """A local Ray for this test process (reused if one is already up)."""
+    """A local Ray for this test process (reused if one is already up): one node of 2 CPUs of this
+    process's own, started as a run's own one-node Ray is (runmgr.cluster.LocalCluster: its workers
+    at nice 0, as a launch has them; no autoscaler monitor and no log monitor, which
+    ``ray.init(address="local")`` cannot leave out: about 1.1 CPU-seconds a start, and nothing
+    here scales a cluster or reads its workers' output)."""
     import ray
 
-    started = not ray.is_initialized()
-    if started:
-        # address="local": never join another cluster that happens to run on this machine.
-        # The run's own system config: its workers at nice 0, as a launch has them.
-        ray.init(address="local", num_cpus=2, include_dashboard=False,
-                 logging_level=logging.ERROR, log_to_driver=False,
-                 _system_config=LOCAL_RAY_SYSTEM_CONFIG)
-    yield ray
-    if started:
+    if ray.is_initialized():
+        yield ray
+        return
+    # Never joins another cluster that happens to run on this machine; retried as a launch
+    # retries its own Ray (on a loaded machine a raylet may miss Ray's 30 s).
+    local = start_local(lambda: LocalCluster(ClusterConfig(local_nodes=1), head_cpus=2))
+    try:
+        ray.init(address=local.address, **DRIVER_INIT_KWARGS)
+        yield ray
+    finally:
         ray.shutdown()
+        local.shutdown()

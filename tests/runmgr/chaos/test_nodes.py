@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import logging
 import signal
 from pathlib import Path
 
-import pytest
-
 from runmgr.chaos import procfault
-from runmgr.cluster import LOCAL_RAY_SYSTEM_CONFIG
 from runmgr.chaos.actions import node_raylet_pid
 from runmgr.chaos.nodes import LocalRunner, RayNodeRunner, runner_for
 
@@ -18,20 +14,6 @@ def test_a_worker_on_this_host_is_signalled_here_and_another_host_through_ray():
     assert isinstance(runner_for("n1", "127.0.0.1", here={"127.0.0.1", "10.0.0.5"}), LocalRunner)
     remote = runner_for("n2", "10.0.0.9", here={"127.0.0.1", "10.0.0.5"})
     assert isinstance(remote, RayNodeRunner) and remote.node_id == "n2"
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    """A local Ray for this test process (reused if one is already up)."""
-    import ray
-
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=1, include_dashboard=False, logging_level=logging.ERROR,
-                 log_to_driver=False, _system_config=LOCAL_RAY_SYSTEM_CONFIG)
-    yield ray
-    if started:
-        ray.shutdown()
 
 
 def test_a_task_pinned_to_the_node_kills_the_process_and_names_the_nodes_raylet(local_ray, sleeper):

@@ -7,11 +7,11 @@ written (no run directory)."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests import cli
 from tests.seaweed import SECRET_KEY, SeaweedS3, serving
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,10 +25,12 @@ def server(tmp_path_factory) -> SeaweedS3:
 
 
 def launch(run_dir: Path, endpoint: str, bucket: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    args = [sys.executable, "-m", "runmgr", "launch", "conf=demo", f"run.dir={run_dir}", "chaos=none",
-            "health.skip=true", "training.train_iters=2", f"checkpoint.s3.bucket={bucket}",
-            f"checkpoint.s3.endpoint={endpoint}", "checkpoint.s3.connect_timeout_s=1", "checkpoint.s3.max_attempts=1"]
-    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    """The real command, its own process with ``env`` (the credentials), forked from the session's
+    CLI fork server (tests/cli.py): no new Python importing the CLI and torch each."""
+    return cli.runmgr("launch", "conf=demo", f"run.dir={run_dir}", "chaos=none", "health.skip=true",
+                      "training.train_iters=2", f"checkpoint.s3.bucket={bucket}", f"checkpoint.s3.endpoint={endpoint}",
+                      "checkpoint.s3.connect_timeout_s=1", "checkpoint.s3.max_attempts=1", cwd=ROOT, env=env,
+                      timeout=120)
 
 
 def one_line_refusal(result: subprocess.CompletedProcess, run_dir: Path) -> str:

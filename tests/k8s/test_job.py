@@ -13,7 +13,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from runmgr.config.argv import flag_value
 from runmgr.config.compose import CONF_DIR_ENV, load_run_config
 from runmgr.config.schema import RunConfig
 from runmgr.errors import ConfigError
+from tests import cli
 from tests.k8s.manifests import (K8S, OVERLAYS, ROOT, config_map_data, head_group, mount_at, rank_groups, rayjob,
                                  render, worker_groups)
 
@@ -222,9 +222,10 @@ def test_runmgr_s_dry_run_plans_the_megatron_job(overlay, tmp_path):
     the overlay's layout with room on a device (80 GB GPUs, 64 GB NPUs)."""
     conf = conf_dir(tmp_path, run_yaml(overlay))
     env = {**os.environ, CONF_DIR_ENV: str(conf), "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, "-m", "runmgr", "launch", "conf=k8s", "--dry-run",
-                             f"megatron.script={stand_in_script(tmp_path)}"], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=300)
+    # Its own process (the conf/ directory from the environment, as the pod's), forked from the
+    # session's CLI fork server (tests/cli.py), which imported the CLI and torch once.
+    result = cli.runmgr("launch", "conf=k8s", "--dry-run", f"megatron.script={stand_in_script(tmp_path)}",
+                        cwd=tmp_path, env=env, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "world size 64 = TP 8 x PP 4 x DP 2" in result.stdout
     memory = re.search(r"memory/device\s+([\d.]+) GiB", result.stdout)

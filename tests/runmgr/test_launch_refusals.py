@@ -17,7 +17,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,6 @@ import pytest
 from logbook import Logbook
 from runmgr import cluster as ray_cluster
 from runmgr.config.compose import load_run_config
-from runmgr.config.schema import ClusterConfig
 from runmgr.errors import ConfigError
 from runmgr.launch import launch
 from runmgr.preflight import LaunchRequest, prepare_launch
@@ -112,40 +110,16 @@ def test_the_big_recipes_dry_run_and_say_whether_the_built_in_trainer_can_execut
     assert ("CANNOT be executed: the built-in trainer" in plan.stdout) is not executable
 
 
-@pytest.fixture(scope="module")
-def two_small_nodes():
-    """A real Ray of two nodes of one CPU each, shared by the module's refusals (they start nothing on it)."""
-    head = ray_cluster.LocalCluster(ClusterConfig(local_nodes=2, cpus_per_worker=1))
-    try:
-        yield head
-    finally:
-        head.shutdown()
-
-
-def test_an_existing_cluster_too_small_for_the_plan_is_named_by_its_address(tmp_path, two_small_nodes):
-    head = two_small_nodes
+def test_an_existing_cluster_too_small_for_the_plan_is_named_by_its_address(tmp_path, shared_ray):
+    """The session's Ray (one node of 2 CPUs, tests/conftest.py): the refusal starts nothing on it.
+    A real cluster whose nodes hold the run's CPUs in all but no Megatron node on one:
+    tests/runmgr/healthcheck/test_driver_only_head.py, on that module's cluster of 1-CPU nodes."""
     run_dir = tmp_path / "run"
     refused_in_one_line(
-        runmgr("launch", "conf=demo", f"run.dir={run_dir}", f"cluster.address={head.address}",
+        runmgr("launch", "conf=demo", f"run.dir={run_dir}", f"cluster.address={shared_ray.address}",
                "cluster.num_workers=4", "health.skip=true"),
-        f"cannot run on the cluster in view, Ray cluster at {head.address}: needs 4 CPUs for 4 workers, "
+        f"cannot run on the cluster in view, Ray cluster at {shared_ray.address}: needs 4 CPUs for 4 workers, "
         "the cluster has 2")
-    assert not run_dir.exists()
-
-
-def test_a_real_cluster_whose_nodes_cannot_hold_a_megatron_node_is_refused_from_its_node_list(tmp_path,
-                                                                                             two_small_nodes):
-    """Two Ray nodes of one CPU each, as Ray lists them once connected: no placement is tried."""
-    head = two_small_nodes
-    run_dir = tmp_path / "run"
-    line = refused_in_one_line(
-        runmgr("launch", "conf=demo", f"run.dir={run_dir}", f"cluster.address={head.address}", "chaos=none",
-               "health.skip=true", "trainer.kind=megatron", "megatron.nproc_per_node=2"),
-        f"cannot run on the cluster in view, Ray cluster at {head.address}: no node can hold one node of "
-        "megatron.nproc_per_node=2 ranks (CPU 2 on one node = 2 x cluster.cpus_per_worker 1): the closest, ",
-        "has CPU 1; set megatron.nproc_per_node=1, or lower cluster.cpus_per_worker / cluster.devices_per_worker, "
-        "or add nodes that have CPU 2")
-    assert head.head_node.node_ip_address in line  # the node named by its address
     assert not run_dir.exists()
 
 
@@ -153,10 +127,10 @@ def test_a_real_cluster_whose_nodes_cannot_hold_a_megatron_node_is_refused_from_
 def trained_lineage(tmp_path_factory) -> Path:
     """A run directory whose checkpoints the real trainer wrote (one rank, 2 steps)."""
     run_dir = tmp_path_factory.mktemp("lineage") / "run"
-    command = [sys.executable, "-m", "trainer", "conf=demo", "training.train_iters=2", "checkpoint.save_interval=2",
-               f"checkpoint.save={run_dir / 'checkpoints'}", *SMALL]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    # `python -m trainer` forked from the session's CLI fork server (torch imported once: tests/cli.py).
+    done = cli.runmgr("conf=demo", "training.train_iters=2", "checkpoint.save_interval=2",
+                      f"checkpoint.save={run_dir / 'checkpoints'}", *SMALL, module="trainer", cwd=ROOT, timeout=300,
+                      env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert done.returncode == 0, done.stderr[-3000:]
     Logbook.open(run_dir).close()  # the lineage's logbook, as a previous launch leaves it
     return run_dir

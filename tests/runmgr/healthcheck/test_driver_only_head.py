@@ -42,3 +42,27 @@ def test_only_the_nodes_that_can_hold_a_rank_are_checked(cluster, tmp_path):
     report = json.loads(result.stdout)
     assert sorted(entry["node"] for entry in report["nodes"]) == cluster["workers"]
     assert cluster["head"] not in report.get("excluded", {})
+
+
+def test_a_cluster_whose_nodes_cannot_hold_a_megatron_node_is_refused_from_its_node_list(cluster, tmp_path):
+    """`runmgr launch` on this cluster (moved here from tests/runmgr/test_launch_refusals.py, whose
+    two-node Ray of its own it was the last user of): its CPUs in all hold the run's two ranks, but
+    no node holds a Megatron node of two; the refusal comes from Ray's node list once connected (no
+    placement is tried) and names the closest node, a 1-CPU worker, not the head's 0 CPUs."""
+    run_dir = tmp_path / "run"
+    result = cli.runmgr("launch", "conf=demo", f"run.dir={run_dir}", f"cluster.address={cluster['address']}",
+                        "chaos=none", "health.skip=true", "trainer.kind=megatron", "megatron.nproc_per_node=2",
+                        "cluster.cpus_per_worker=1", cwd=ROOT, timeout=300, env=ENV)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stdout == ""  # nothing started
+    line = lines[0]
+    for text in (f"cannot run on the cluster in view, Ray cluster at {cluster['address']}: no node can hold one node "
+                 "of megatron.nproc_per_node=2 ranks (CPU 2 on one node = 2 x cluster.cpus_per_worker 1): the "
+                 "closest, ", "has CPU 1; set megatron.nproc_per_node=1, or lower cluster.cpus_per_worker / "
+                 "cluster.devices_per_worker, or add nodes that have CPU 2"):
+        assert text in line, line
+    assert any(f"({worker[:12]})" in line for worker in cluster["workers"]), line  # a worker, by its id
+    assert cluster["address"].split(":")[0] in line  # the node named by its address
+    assert not run_dir.exists()

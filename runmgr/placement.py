@@ -9,7 +9,7 @@ from __future__ import annotations
 import glob
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 RAY_ACCELERATOR_RESOURCE = {"cuda": "GPU", "npu": "NPU"}
 
@@ -51,6 +51,33 @@ _VISIBLE_DEVICES = {"GPU": ("CUDA_VISIBLE_DEVICES", "proc/driver/nvidia/gpus/*")
 lists them."""
 _DEVICE_NAME = re.compile(r"(gpus/[^/]+|davinci\d+)$")
 """A device's own entry (``/dev/davinci_manager`` is not a device)."""
+
+
+def visible_devices_variable(device_kind: str) -> str | None:
+    """The variable that narrows the devices a process of ``device_kind`` sees, as Ray sets it
+    for an actor that holds some (``CUDA_VISIBLE_DEVICES``, ``ASCEND_RT_VISIBLE_DEVICES``); None
+    for a kind without accelerators."""
+    resource = RAY_ACCELERATOR_RESOURCE.get(device_kind)
+    return _VISIBLE_DEVICES[resource][0] if resource else None
+
+
+def rank_device_env(device_kind: str, node_device_ids: Sequence[str], devices_per_rank: int,
+                    local_index: int) -> dict[str, str]:
+    """The environment that gives the ``local_index``-th of a node's ranks exactly its own
+    devices: the ``devices_per_rank`` ids after those of the ranks before it, out of the ids Ray
+    gave the node's agent, in the variable Ray would have set for a per-rank actor. Empty on a
+    kind without accelerators, or when a rank holds none; a ``ValueError`` when the agent holds
+    too few ids for this rank (it would otherwise see another rank's, or every device)."""
+    variable = visible_devices_variable(device_kind)
+    if variable is None or devices_per_rank <= 0:
+        return {}
+    first = local_index * devices_per_rank
+    own = list(node_device_ids[first:first + devices_per_rank])
+    if len(own) < devices_per_rank:
+        raise ValueError(f"the node's agent holds {len(node_device_ids)} {device_kind} device(s) "
+                         f"({','.join(node_device_ids) or 'none'}): too few for its rank #{local_index + 1} "
+                         f"of {devices_per_rank} each")
+    return {variable: ",".join(own)}
 
 
 def node_bundle(device_kind: str, cpus_per_rank: float, devices_per_rank: int, ranks: int) -> dict[str, float]:

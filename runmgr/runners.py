@@ -56,7 +56,7 @@ def builtin_runner(config: RunConfig, trainer_config: TrainerConfig, device_kind
                    admitted_node_ids: Optional[list[str]],
                    wrap_reporter: Callable[[], Optional[WrapReporter]] = lambda: None) -> Runner:
     """The built-in trainer's ranks: forked by one agent per node (runmgr/workers/node_agent.py)
-    on CPU nodes without warm spares, else one Ray actor per rank. ``wrap_reporter()`` is asked
+    without warm spares (on CPU and accelerator nodes alike), else one Ray actor per rank. ``wrap_reporter()`` is asked
     again for every sub-run (chaos's pauses that have not fired yet)."""
     run_dir = config.run_dir()
     controller = config.controller
@@ -101,10 +101,11 @@ def builtin_runner(config: RunConfig, trainer_config: TrainerConfig, device_kind
 
 
 def ranks_under_agents(config: RunConfig, device_kind: str) -> bool:
-    """Whether the built-in trainer's ranks are forked by node agents: on CPU nodes, without warm
-    spares. Warm recovery keeps its rank actors (their warm link and spares); on accelerators Ray
-    hands an actor only its own bundle's devices, not its node's (docs/scale.md)."""
-    return device_kind == "cpu" and not config.controller.warm_spares
+    """Whether the built-in trainer's ranks are forked by node agents: without warm spares, on
+    any ``device_kind`` (an agent holds its node's ranks' devices and hands each forked rank its
+    own: runmgr/workers/node_agent.py). Warm recovery keeps its rank actors (their warm link and
+    spares; docs/scale.md)."""
+    return not config.controller.warm_spares
 
 
 def data_parallel_sizes(trainer_config: TrainerConfig, world_size: int) -> tuple[int, ...]:

@@ -33,7 +33,7 @@ import traceback
 from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Callable, Literal, Mapping, Optional
 
 from runmgr.agents.report import RankEnd
 from trainer.config import TrainerConfig
@@ -69,6 +69,10 @@ class RankStart:
     wraps: tuple[WrapReporter, ...] = ()
     """Applied to the rank's pipe reporter in order, the last outermost (as the per-rank actor
     wraps its buffer: the driver check first, chaos's pauses around it)."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Set in the rank's process before it trains: its own devices out of its node's (the
+    visible-devices variable Ray sets for a per-rank actor; runmgr/placement.py names it). The
+    server never starts a device runtime, so the child's is the first to read it."""
 
 
 class PipeReporter:
@@ -96,15 +100,17 @@ class PipeReporter:
 def run_rank(start: RankStart, conn: Connection) -> None:
     """A forked rank's whole life: train, say how it ended, exit (1 after a failure)."""
     _die_with_parent()
+    os.environ.update(start.env)
     from trainer import train
     from trainer.distributed import DistEnv
 
     env = DistEnv(rank=start.rank, world_size=start.world_size, local_rank=start.local_rank,
                   master_addr=start.master_addr, master_port=start.master_port)
     reporter: Reporter = PipeReporter(conn)
-    for wrap in start.wraps:
-        reporter = wrap(reporter, start.plan)
     try:
+        # A wrap that raises is the rank's error, in its words, not a death without a word.
+        for wrap in start.wraps:
+            reporter = wrap(reporter, start.plan)
         result = train(start.config, start.plan, reporter, env)
     except BaseException:
         conn.send(("cpu", _cpu_seconds()))

@@ -6,7 +6,8 @@ real cluster, as the scale harness's simulated agents (runmgr/scale/agent_hosts.
 simulated one: the ranks are forked from the node's fork server
 (runmgr/agents/rank_processes.py), their reports summed up by the code the simulation runs
 (runmgr/agents/summary.py). :class:`RayNodeAgents` places the ranks as the per-rank group does
-(one bundle per rank) and starts one agent on each node that got some.
+(one bundle per rank) and starts one agent on each node that got some, holding the resources of
+all the node's ranks: on accelerators, their devices, one rank's share to each forked rank.
 
 The agents live across sub-runs: a sub-run's stop ends its ranks and keeps the agent, whose
 fork server has the trainer imported, for the next one on the same nodes; ``close`` ends them.
@@ -18,9 +19,8 @@ ends; before that, each rank checks its driver itself before it writes or commit
 (:class:`~runmgr.workers.lease.CheckDriverBeforeCommit`). It dumps its ranks' stacks with py-spy
 where they run.
 
-A launch runs the built-in trainer's ranks under agents on CPU nodes without warm spares
-(runmgr/runners.py); not yet in it (docs/scale.md): the device poll, warm recovery, and a
-node's accelerators for its ranks (Ray hands an actor its own bundle's devices only).
+A launch runs the built-in trainer's ranks under agents on CPU and accelerator nodes without
+warm spares (runmgr/runners.py); not yet in it (docs/scale.md): the device poll, warm recovery.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from runmgr.agents.summary import NodeSummariser
 from runmgr.config.schema import ClusterConfig
 from runmgr.controller.group import WorkerInfo
 from runmgr.nodes import node_name
-from runmgr.placement import actor_resources, bundle_for
+from runmgr.placement import accelerator_resource, actor_resources, bundle_for, rank_device_env
 from runmgr.ports import rendezvous_port
 from runmgr.stacks import dump_pid, find_py_spy, worker_header
 from runmgr.workers.agent_group import NodePlace
@@ -72,12 +72,22 @@ class NodeAgent:
     """The agent of one node: its ranks, forked; one :class:`NodeReport` pushed per interval."""
 
     def __init__(self, node: str, push_interval_s: float = PUSH_INTERVAL_S, lease_s: float = float("inf"),
-                 driver: Optional[DriverIdentity] = None, beat_interval_s: Optional[float] = None) -> None:
+                 driver: Optional[DriverIdentity] = None, beat_interval_s: Optional[float] = None,
+                 device_kind: str = "cpu", devices_per_rank: int = 0, threads_per_rank: Optional[int] = None) -> None:
         """``lease_s``: how long the driver may be silent before the agent asks whether it lives;
         ``driver``: who drives this node (None: the lease and Ray's word decide);
         ``beat_interval_s``: how often a beat alone is pushed (:mod:`runmgr.agents.cadence`;
-        None: every push interval)."""
+        None: every push interval); ``device_kind`` and ``devices_per_rank``: which of the devices
+        Ray gave this agent each forked rank gets (:meth:`_device_env`); ``threads_per_rank``:
+        each rank's ``OMP_NUM_THREADS`` (None: what Ray set for this actor)."""
         self.node = node
+        self.device_kind = device_kind
+        self.devices_per_rank = devices_per_rank
+        if threads_per_rank is not None:
+            # The agent holds the CPUs of all its node's ranks, and Ray sized this process's thread
+            # count to them; each rank gets a per-rank actor's share. Set before the fork server
+            # starts: its OpenMP reads the variable as torch loads, and the ranks inherit that.
+            os.environ["OMP_NUM_THREADS"] = str(threads_per_rank)
         self.push_interval_s = push_interval_s
         self.beat_interval_s = push_interval_s if beat_interval_s is None else beat_interval_s
         self.driver = driver
@@ -114,12 +124,25 @@ class NodeAgent:
         wraps += (wrap_reporter,) if wrap_reporter is not None else ()
         with self._serving:
             self._stop, self._infos, self._inbox = stop, [], inbox
-            for local_rank, rank in enumerate(ranks):
-                start = RankStart(config, plan, rank, world, local_rank, *master, wraps=wraps)
+            for local_index, rank in enumerate(ranks):
+                env = self._device_env(local_index)
+                # A rank that sees only its own devices computes on the first of them, as a
+                # per-rank actor does (runmgr/workers/actor.py: local rank 0).
+                local_rank = 0 if env else local_index
+                start = RankStart(config, plan, rank, world, local_rank, *master, wraps=wraps, env=env)
                 self._infos.append(WorkerInfo(rank, self.processes.start(start), node_id, address))
             self._summary = NodeSummariser(self.node, plan.subrun, ranks, rank_nodes)
             self._started.set()
             self._serve(self._summary, stop, inbox)
+
+    def _device_env(self, local_index: int) -> dict[str, str]:
+        """The visible-devices variable of this node's ``local_index``-th rank: its share of the
+        devices Ray gave this agent (empty on CPU)."""
+        resource = accelerator_resource(self.device_kind)
+        if resource is None or self.devices_per_rank <= 0:
+            return {}
+        ids = ray.get_runtime_context().get_accelerator_ids().get(resource, [])
+        return rank_device_env(self.device_kind, ids, self.devices_per_rank, local_index)
 
     def _serve(self, summary: NodeSummariser, stop: threading.Event, inbox: Any) -> None:
         cadence = PushCadence(self.push_interval_s, self.beat_interval_s)
@@ -143,6 +166,10 @@ class NodeAgent:
         """The node's ranks, once forked."""
         self._started.wait()
         return list(self._infos)
+
+    def held(self) -> dict[str, float]:
+        """The resources Ray gave this agent: its node's ranks' bundles, summed."""
+        return dict(ray.get_runtime_context().get_assigned_resources())
 
     def ready(self) -> bool:
         """Whether the agent can serve a sub-run (it answers: it lives)."""
@@ -196,7 +223,7 @@ class RayNodeAgents:
 
     The ranks are placed as the per-rank group places them (a bundle each, the cluster's
     strategy, away from the plan's avoided nodes); the ranks Ray put on one node are that node's
-    agent's, and the agent takes the first of their bundles."""
+    agent's, and the agent holds all their resources (:meth:`_new_places` says why and how)."""
 
     cluster: ClusterConfig
     device_kind: str
@@ -212,7 +239,6 @@ class RayNodeAgents:
     from a dead one."""
 
     def __post_init__(self) -> None:
-        self._pg = None
         self._places: list[NodePlace] = []
         if self.driver is None:
             self.driver = DriverIdentity.of_this_process()
@@ -238,18 +264,32 @@ class RayNodeAgents:
         return True
 
     def _new_places(self, world: int, avoid_nodes: Sequence[str]) -> list[NodePlace]:
-        bundle = bundle_for(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
-        self._pg, strategies = place(bundle, world, "workers", self.cluster.placement_strategy,
-                                     self.start_timeout_s, self.admitted_node_ids, tuple(avoid_nodes))
+        """Ray places one bundle per rank (so the cluster's strategy, the admitted and avoided
+        nodes and the refusals are the per-rank group's); then each node's agent takes the sum
+        of its ranks' bundles, pinned to that node. Ray hands an actor the devices of its one
+        bundle only, and an actor cannot span bundles: an agent in its first rank's bundle would
+        hold one rank's devices. So the per-rank placement group is released once it has said
+        which node gets which ranks, and the agents hold the same resources as actors. (Another
+        job could take the freed resources in between: the agents then wait, and the group's
+        start times out as a ClusterError, as for any placement.)"""
+        cluster, kind = self.cluster, self.device_kind
+        bundle = bundle_for(kind, cluster.cpus_per_worker, cluster.devices_per_worker)
+        pg, strategies = place(bundle, world, "workers", cluster.placement_strategy,
+                               self.start_timeout_s, self.admitted_node_ids, tuple(avoid_nodes))
         by_node: dict[str, list[int]] = defaultdict(list)
         for rank, strategy in enumerate(strategies):
             by_node[_node_of(strategy)].append(rank)
-        options = actor_resources(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
+        release(pg)
         beats = beat_interval_s(self.push_interval_s, len(by_node), self.lease_s)
+        threads = max(1, int(cluster.cpus_per_worker))  # Ray's rule for one rank actor's threads
         places = []
         for node_id, ranks in by_node.items():
-            agent = RemoteNodeAgent.options(scheduling_strategy=strategies[ranks[0]], **options).remote(
-                node_name(node_id), self.push_interval_s, self.lease_s, self.driver, beats)
+            options = actor_resources(kind, cluster.cpus_per_worker * len(ranks),
+                                      cluster.devices_per_worker * len(ranks))
+            agent = RemoteNodeAgent.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+                                            **options).remote(
+                node_name(node_id), self.push_interval_s, self.lease_s, self.driver, beats,
+                kind, cluster.devices_per_worker, threads)
             places.append(NodePlace(node_name(node_id), tuple(ranks), agent))
         return places
 
@@ -287,13 +327,11 @@ class RayNodeAgents:
         """Nothing: the agents and their bundles are kept for the next sub-run."""
 
     def close(self) -> None:
-        """End every agent (and so its fork server and ranks) and free their bundles: when the
-        launch ends, or when the next sub-run needs other nodes."""
+        """End every agent (and so its fork server and ranks, and the resources it holds): when
+        the launch ends, or when the next sub-run needs other nodes."""
         for place in self._places:
             ray.kill(place.where, no_restart=True)
         self._places = []
-        release(self._pg)
-        self._pg = None
 
 
 def _node_of(strategy: object) -> str:

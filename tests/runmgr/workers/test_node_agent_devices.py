@@ -1,0 +1,56 @@
+"""A node agent on accelerators (runmgr/workers/node_agent.py), on a real local Ray that
+advertises 2 GPUs and 2 NPUs it does not have (devices_cluster.py, in a process of its own): Ray
+assigns their ids and sets the visible-devices variables as on a real node. The agent of the one
+node holds both ranks' bundles (a rank's CPU and one device each, summed), no placement group
+is left holding them besides, and each rank it forks sees exactly its own device in the variable
+Ray would have set for a per-rank actor (CUDA_VISIBLE_DEVICES for a GPU, ASCEND_RT_VISIBLE_DEVICES
+for an Ascend NPU), the two ranks different ones. The ranks say what they see through the agent's
+real fork path and push (their error, before they train: the test's machine has no device)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+HELPER = Path(__file__).with_name("devices_cluster.py")
+WORLD, DEVICES_PER_RANK, CPUS_PER_RANK = 2, 1, 0.5
+
+
+@pytest.fixture(scope="module")
+def seen(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("devices")
+    result = subprocess.run([sys.executable, str(HELPER), str(root)], cwd=ROOT, capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def visible(failure_text: str) -> dict[str, str]:
+    """``{variable: value}`` from a rank's ``sees CUDA_VISIBLE_DEVICES=1 ASCEND_RT_VISIBLE_DEVICES=-``."""
+    (line,) = [line for line in failure_text.splitlines() if "RuntimeError: sees " in line]
+    return dict(re.findall(r"(\w+)=(\S+)", line))
+
+
+@pytest.mark.parametrize(("kind", "resource", "variable"), [
+    ("cuda", "GPU", "CUDA_VISIBLE_DEVICES"),
+    ("npu", "NPU", "ASCEND_RT_VISIBLE_DEVICES"),
+])
+def test_each_forked_rank_sees_only_its_own_device_of_those_its_agent_holds(seen, kind, resource, variable):
+    run = seen[kind]
+    # One agent for the one node, holding exactly world x devices_per_worker devices (and the
+    # ranks' CPUs), and no placement group besides it: the reservation is the agents'.
+    assert run["held"] == [{resource: float(WORLD * DEVICES_PER_RANK), "CPU": WORLD * CPUS_PER_RANK}]
+    assert run["groups_left"] == 0
+    assert [rank for rank, _ in run["workers"]] == [0, 1] and len({pid for _, pid in run["workers"]}) == 2
+    failures = sorted(run["failures"])
+    assert [(rank, how) for rank, how, _ in failures] == [(0, "error"), (1, "error")]
+    sees = [visible(text) for _, _, text in failures]
+    # Each one device id (its agent sees both), the two ranks different ones.
+    assert sorted(s[variable] for s in sees) == ["0", "1"]

@@ -5,7 +5,6 @@ missing run or a bad option as one line with exit code 2."""
 import json
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -136,7 +135,7 @@ def test_other_actions_refuse_a_second_run_and_the_compare_options(runs):
     for args, says in ((["show", "ref", "wd"], "unrecognized arguments: wd"),
                        (["show", "ref", "--baseline", "c", "d"],
                         "unrecognized arguments: --baseline c d; --baseline is for `runmgr logbook compare`")):
-        result = subprocess.run([sys.executable, "-m", "runmgr", "logbook", *args], cwd=runs, capture_output=True,
-                                text=True, timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": ""})
+        # Its own process with a bare environment, forked from the session's CLI fork server (tests/cli.py).
+        result = cli.runmgr("logbook", *args, cwd=runs, timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": ""})
         assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
         assert result.stderr.startswith(f"runmgr logbook show: error: {says}"), result.stderr

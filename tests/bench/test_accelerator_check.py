@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import importlib
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "accelerator_check.py"
@@ -29,8 +30,10 @@ def check():
 
 def test_the_dry_run_takes_every_stage_on_cpu_and_leaves_its_figures_in_files(tmp_path, shared_ray):
     out = tmp_path / "report"
-    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--dry-run",
-                           "--ray-address", shared_ray.address], cwd=ROOT, text=True, capture_output=True, timeout=600)
+    # `python bench/accelerator_check.py ...` as a process of its own, forked from the session's CLI
+    # fork server (tests/cli.py: torch and the CLI imported once), not a new Python.
+    done = cli.runmgr("--out", str(out), "--dry-run", "--ray-address", shared_ray.address, script=SCRIPT, cwd=ROOT,
+                      timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     stages = report["stages"]
@@ -75,8 +78,7 @@ def test_without_a_gpu_and_without_dry_run_it_says_so_in_one_line(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: the check would run")
-    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path)], cwd=ROOT, text=True,
-                          capture_output=True, timeout=120)
+    done = cli.runmgr("--out", str(tmp_path), script=SCRIPT, cwd=ROOT, timeout=120)  # forked, as above
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().count("\n") == 0 and "--dry-run" in done.stderr
 

@@ -23,6 +23,7 @@ from runmgr.stacks import dump_stacks, stacks_dir
 from runmgr.watch import torchrun
 from runmgr.workers.actor import WrapReporter
 from runmgr.workers.agent_group import AgentWorkerGroup
+from runmgr.workers.devicepoll import DevicePollSettings
 from runmgr.workers.group import RayWorkerGroup
 from runmgr.workers.inbox import KeptInbox
 from runmgr.workers.megatron_group import MegatronWorkerGroup
@@ -54,10 +55,13 @@ class Runner:
 
 def builtin_runner(config: RunConfig, trainer_config: TrainerConfig, device_kind: str,
                    admitted_node_ids: Optional[list[str]],
-                   wrap_reporter: Callable[[], Optional[WrapReporter]] = lambda: None) -> Runner:
+                   wrap_reporter: Callable[[], Optional[WrapReporter]] = lambda: None,
+                   device_poll: Optional[DevicePollSettings] = None) -> Runner:
     """The built-in trainer's ranks: forked by one agent per node (runmgr/workers/node_agent.py)
     without warm spares (on CPU and accelerator nodes alike), else one Ray actor per rank. ``wrap_reporter()`` is asked
-    again for every sub-run (chaos's pauses that have not fired yet)."""
+    again for every sub-run (chaos's pauses that have not fired yet). ``device_poll``: how the
+    agents read their nodes' devices (None: they do not; the rank actors' nodes are polled by
+    runmgr/workers/devicepoll.py's pollers, never by this)."""
     run_dir = config.run_dir()
     controller = config.controller
     args = (config.cluster, device_kind, controller.start_timeout_s, controller.worker_lease_s)
@@ -77,7 +81,8 @@ def builtin_runner(config: RunConfig, trainer_config: TrainerConfig, device_kind
 
     # The agents push once per poll interval: the driver hears a step as soon as the per-rank design did.
     agents = RayNodeAgents(config.cluster, device_kind, controller.start_timeout_s, admitted_node_ids,
-                           push_interval_s=controller.poll_interval_s, lease_s=controller.worker_lease_s)
+                           push_interval_s=controller.poll_interval_s, lease_s=controller.worker_lease_s,
+                           device_poll=device_poll)
     inbox = KeptInbox()
     groups: list[AgentWorkerGroup] = []
 

@@ -26,9 +26,9 @@ from runmgr.observers.retention import RetentionObserver, rollback_reach_steps
 from runmgr.observers.status_file import StatusFileObserver
 from runmgr.observers.tensorboard import TensorBoardObserver
 from runmgr.resume import ResumePoint, listed_checkpoints, resume_at
-from runmgr.runners import Runner, builtin_runner, megatron_runner
+from runmgr.runners import Runner, builtin_runner, megatron_runner, ranks_under_agents
 from runmgr.s3.mirror import S3Mirror
-from runmgr.workers.devicepoll import DevicePollGroup
+from runmgr.workers.devicepoll import DevicePollGroup, DevicePollSettings
 from runmgr.workers.group import node_slots
 from trainer.config import TrainerConfig
 
@@ -116,13 +116,28 @@ def admitted_for_run(config: RunConfig, admitted_node_ids: Optional[list[str]], 
     return admitted_node_ids
 
 
-def start_device_poll(config: RunConfig, chaos: Optional[Chaos], nodes: list[str], device_kind: str) -> DevicePollGroup:
-    """The mid-run device poll of ``nodes``. Ranks on CPU have no accelerator whose health is the
-    run's business: their poll is not started (a Ray worker per node and one beside the driver)
-    unless chaos scripts the device tools."""
+def device_poll_settings(config: RunConfig, chaos: Optional[Chaos], device_kind: str) -> Optional[DevicePollSettings]:
+    """How the run's nodes' devices are read mid-run; None when they are not. Ranks on CPU have no
+    accelerator whose health is the run's business: no poll, unless chaos scripts the device tools."""
     path = chaos.device_path() if chaos is not None else None
-    devices = DevicePollGroup(nodes, config.health.poll_interval_s, path=path)
-    if device_kind != "cpu" or path is not None:
+    if device_kind == "cpu" and path is None:
+        return None
+    return DevicePollSettings(config.health.poll_interval_s, path)
+
+
+def polled_by_agents(config: RunConfig, device_kind: str) -> bool:
+    """Whether the run's node agents read their nodes' devices (the built-in trainer's ranks under
+    agents), so that no poller actor runs beside them."""
+    return not config.drives_megatron and ranks_under_agents(config, device_kind)
+
+
+def start_device_poll(config: RunConfig, chaos: Optional[Chaos], nodes: list[str], device_kind: str) -> DevicePollGroup:
+    """The mid-run device poll of ``nodes`` by one poller actor per node (and one collector beside
+    the driver): started when there is a poll (:func:`device_poll_settings`) and the ranks' node
+    agents do not read their devices themselves (:func:`polled_by_agents`)."""
+    settings = device_poll_settings(config, chaos, device_kind)
+    devices = DevicePollGroup(nodes, config.health.poll_interval_s, path=settings.path if settings else None)
+    if settings is not None and not polled_by_agents(config, device_kind):
         devices.start()
     return devices
 
@@ -133,7 +148,8 @@ def build_runner(config: RunConfig, trainer_config: TrainerConfig, device_kind: 
     if config.drives_megatron:
         return megatron_runner(config, device_kind, admitted)
     return builtin_runner(config, trainer_config, device_kind, admitted,
-                          wrap_reporter=chaos.step_gate if chaos is not None else lambda: None)
+                          wrap_reporter=chaos.step_gate if chaos is not None else lambda: None,
+                          device_poll=device_poll_settings(config, chaos, device_kind))
 
 
 def build_judge(config: RunConfig, runner: Runner, device_kind: str, admitted: Optional[list[str]],

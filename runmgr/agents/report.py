@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Optional
 
+from runmgr.watch.observations import DeviceObservation
 from trainer.report import Heartbeat
 
 RankEndKind = Literal["finished", "died", "error"]
@@ -46,6 +47,9 @@ class NodeReport:
     """The last beat of the node's laggard (its running rank that beat least recently), when it
     changed since the last report; it stands for every rank of the node."""
     ended: tuple[RankEnd, ...] = ()
+    devices: tuple[DeviceObservation, ...] = ()
+    """The node's device readings since the last report (its agent reads the node's device tools
+    itself: runmgr/workers/devicepoll.py's poll, folded into the agent)."""
 
     @property
     def urgent(self) -> bool:

@@ -12,6 +12,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from runmgr.policy.warm import WarmCover
 from runmgr.watch.deaths import PEER_ECHO_CAUSES, classify
+from runmgr.watch.observations import DeviceObservation
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
 from trainer.report import CheckpointReport, Heartbeat, LocalNormsReport, StartReport, StepReport
@@ -118,6 +119,9 @@ class GroupPoll:
     output: list[OutputLine] = field(default_factory=list)
     """Every line the nodes' commands printed since the last poll, in arrival order (a group
     that runs commands; the judge keeps the last of them for incidents that need them)."""
+    devices: list[DeviceObservation] = field(default_factory=list)
+    """Device readings the group's node agents took of their nodes, oldest first (the device poll
+    folded into the agents); the judge reads them with the device poll's."""
     waiting_ranks: list[int] = field(default_factory=list)
     """Ranks that, when drained, waited in their warm link for the group to re-form (a peer
     broke it): a warm group then probes the others (runmgr/workers/liveness.py)."""

@@ -212,7 +212,7 @@ class Controller:
             self.last_step = max(self.last_step, max(c.step for c in poll.checkpoints))
         for observer in self.observers:
             observer.on_poll(state, poll)
-        readings = [*self.read_devices(), *self.read_uploads()]
+        readings = [*poll.devices, *self.read_devices(), *self.read_uploads()]
         judgements = self.judge.judge(state.subrun, poll, readings, self.clock(), self.last_step)
         for judgement in judgements:
             for observer in self.observers:

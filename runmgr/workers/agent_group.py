@@ -165,6 +165,7 @@ class AgentWorkerGroup:
 
     def _take(self, reports: list[NodeReport], result: GroupPoll) -> None:
         for report in reports:
+            result.devices.extend(report.devices)  # a node's devices belong to no sub-run
             if report.subrun != self._subrun:
                 continue  # pushed late by a stopped sub-run's agent into the kept inbox
             for kind, item in report.items:
@@ -174,6 +175,7 @@ class AgentWorkerGroup:
             for end in report.ended:
                 self._take_end(end, result)
         result.steps.sort(key=lambda r: r.step)
+        result.devices.sort(key=lambda r: r.time)
 
     def _take_item(self, kind: str, item: object, result: GroupPoll) -> None:
         if kind == "step":

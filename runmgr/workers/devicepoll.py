@@ -3,6 +3,10 @@ counters every ``interval_s`` and pushes what it read to one collector actor
 beside the driver; ``drain`` takes them from there for the watcher's device
 detector.
 
+Ranks under node agents (runmgr/workers/node_agent.py) have no poller: each agent
+runs the same :class:`NodeDevicePoll` in a thread of its own and puts the readings
+in its NodeReport, which the driver drains anyway.
+
 Push, not pull: a reading reaches the collector as soon as it is taken, and
 the driver's loop asks one actor, however many nodes there are. The pollers
 need no CPU reservation (they sleep between short tool calls) and import no
@@ -14,7 +18,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Optional, Sequence
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
 
 from health.probes.bounded import CommandResult, run_tool
 from runmgr.nodes import node_name
@@ -32,6 +37,48 @@ def tool_runner(timeout_s: float, path: Optional[str] = None) -> Runner:
     def run(name: str, args: Sequence[str]) -> CommandResult:
         return run_tool(name, args, timeout_s, path=path)
     return run
+
+
+@dataclass(frozen=True)
+class DevicePollSettings:
+    """How a node's devices are read mid-run (by a :class:`DevicePoller`, or by the node's agent)."""
+
+    interval_s: float
+    """Between the starts of two readings (``health.poll_interval_s``)."""
+    path: Optional[str] = None
+    """Replaces $PATH for the tools when set (chaos's scripted tools)."""
+    tool_timeout_s: float = 10.0
+    """A tool's bound: a hung driver answers "timeout"."""
+    read_kernel_log: bool = True
+    """Whether the kernel log's device lines are read too."""
+
+
+class NodeDevicePoll:
+    """Reads one node's devices every interval in a thread of the calling process (on that
+    node) and hands each non-empty reading to ``sink``."""
+
+    def __init__(self, node: str, settings: DevicePollSettings,
+                 sink: Callable[[list[DeviceObservation]], object]) -> None:
+        if settings.interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0, got {settings.interval_s}")
+        self.node = node
+        self.settings = settings
+        self.sink = sink
+        self.run = tool_runner(settings.tool_timeout_s, settings.path)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="device-poll", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            readings = read_devices(self.node, self.run, time.time(), self.settings.read_kernel_log)
+            if readings:
+                self.sink(readings)
+            self._stop.wait(max(0.0, self.settings.interval_s - (time.monotonic() - started)))
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
 
 
 class ReadingCollector:
@@ -54,25 +101,12 @@ class DevicePoller:
 
     def __init__(self, node: str, interval_s: float, path: Optional[str], tool_timeout_s: float,
                  read_kernel_log: bool, collector) -> None:
-        self.node = node
-        self.interval_s = interval_s
-        self.run = tool_runner(tool_timeout_s, path)
-        self.read_kernel_log = read_kernel_log
         self.collector = collector
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="device-poll", daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            readings = read_devices(self.node, self.run, time.time(), self.read_kernel_log)
-            if readings:
-                self.collector.add.remote(readings)
-            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+        self.poll = NodeDevicePoll(node, DevicePollSettings(interval_s, path, tool_timeout_s, read_kernel_log),
+                                   sink=lambda readings: self.collector.add.remote(readings))
 
     def ready(self) -> bool:
-        return self._thread.is_alive()
+        return self.poll.alive()
 
 
 class DevicePollGroup:

@@ -19,8 +19,11 @@ ends; before that, each rank checks its driver itself before it writes or commit
 (:class:`~runmgr.workers.lease.CheckDriverBeforeCommit`). It dumps its ranks' stacks with py-spy
 where they run.
 
+It reads its node's devices itself (the mid-run device poll, runmgr/workers/devicepoll.py's
+:class:`NodeDevicePoll`, in a thread) and puts the readings in its next report.
+
 A launch runs the built-in trainer's ranks under agents on CPU and accelerator nodes without
-warm spares (runmgr/runners.py); not yet in it (docs/scale.md): the device poll, warm recovery.
+warm spares (runmgr/runners.py); not yet in it (docs/scale.md): warm recovery.
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import defaultdict
-from dataclasses import dataclass
+from collections import defaultdict, deque
+from dataclasses import dataclass, replace
 from typing import Any, Optional, Sequence
 
 import ray
@@ -49,6 +52,7 @@ from runmgr.placement import accelerator_resource, actor_resources, bundle_for, 
 from runmgr.ports import rendezvous_port
 from runmgr.stacks import dump_pid, find_py_spy, worker_header
 from runmgr.workers.agent_group import NodePlace
+from runmgr.workers.devicepoll import MAX_READINGS, DevicePollSettings, NodeDevicePoll
 from runmgr.workers.lease import (
     CheckDriverBeforeCommit, DriverIdentity, DriverLease, SelfStop, ray_job_alive, stopped_itself,
 )
@@ -73,13 +77,15 @@ class NodeAgent:
 
     def __init__(self, node: str, push_interval_s: float = PUSH_INTERVAL_S, lease_s: float = float("inf"),
                  driver: Optional[DriverIdentity] = None, beat_interval_s: Optional[float] = None,
-                 device_kind: str = "cpu", devices_per_rank: int = 0, threads_per_rank: Optional[int] = None) -> None:
+                 device_kind: str = "cpu", devices_per_rank: int = 0, threads_per_rank: Optional[int] = None,
+                 device_poll: Optional[DevicePollSettings] = None) -> None:
         """``lease_s``: how long the driver may be silent before the agent asks whether it lives;
         ``driver``: who drives this node (None: the lease and Ray's word decide);
         ``beat_interval_s``: how often a beat alone is pushed (:mod:`runmgr.agents.cadence`;
         None: every push interval); ``device_kind`` and ``devices_per_rank``: which of the devices
         Ray gave this agent each forked rank gets (:meth:`_device_env`); ``threads_per_rank``:
-        each rank's ``OMP_NUM_THREADS`` (None: what Ray set for this actor)."""
+        each rank's ``OMP_NUM_THREADS`` (None: what Ray set for this actor); ``device_poll``: how
+        this node's devices are read (None: they are not), the readings pushed with the reports."""
         self.node = node
         self.device_kind = device_kind
         self.devices_per_rank = devices_per_rank
@@ -105,6 +111,10 @@ class NodeAgent:
         self._summary: Optional[NodeSummariser] = None
         self._inbox: Any = None
         threading.Thread(target=self.self_stop.watch, name="driver-lease", daemon=True).start()
+        self._readings: deque = deque(maxlen=MAX_READINGS)
+        """Device readings not pushed yet: kept between sub-runs, for the next one's first report."""
+        self._device_poll = (NodeDevicePoll(node, device_poll, sink=self._readings.extend)
+                             if device_poll is not None else None)
 
     def rendezvous(self) -> tuple[str, int]:
         """This node's address and a free TCP port on it for the ranks' process groups."""
@@ -154,13 +164,24 @@ class NodeAgent:
                 summary.take(rank, items)
             for end in ends:
                 summary.end(end)
-            due = cadence.due(summary.has_news, summary.has_beat, time.monotonic())
+            devices = self._take_readings()
+            due = cadence.due(summary.has_news or bool(devices), summary.has_beat, time.monotonic())
             report = summary.report(time.time()) if due == "report" else None
-            if due == "keepalive":
+            if due == "keepalive" or (report is None and devices):
                 report = NodeReport(self.node, summary.subrun, time.time())
+            if report is not None and devices:
+                report = replace(report, devices=devices)
             if report is not None:
                 cadence.pushed(time.monotonic())
                 self.lease.renew(ray.get(inbox.push.remote([report])))
+
+    def _take_readings(self) -> tuple:
+        """The device readings since the last take (the poll's thread appends; a deque's
+        popleft and append are safe between threads)."""
+        taken = []
+        while self._readings:
+            taken.append(self._readings.popleft())
+        return tuple(taken)
 
     def describe(self) -> list[WorkerInfo]:
         """The node's ranks, once forked."""
@@ -237,6 +258,8 @@ class RayNodeAgents:
     driver: Optional[DriverIdentity] = None
     """Whose lease the agents hold (None: this process's), so that an agent tells a silent driver
     from a dead one."""
+    device_poll: Optional[DevicePollSettings] = None
+    """How each agent reads its node's devices mid-run (None: no device poll on these nodes)."""
 
     def __post_init__(self) -> None:
         self._places: list[NodePlace] = []
@@ -289,7 +312,7 @@ class RayNodeAgents:
             agent = RemoteNodeAgent.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
                                             **options).remote(
                 node_name(node_id), self.push_interval_s, self.lease_s, self.driver, beats,
-                kind, cluster.devices_per_worker, threads)
+                kind, cluster.devices_per_worker, threads, self.device_poll)
             places.append(NodePlace(node_name(node_id), tuple(ranks), agent))
         return places
 

@@ -1,6 +1,8 @@
 """What the launch's builders start (runmgr/wiring.py), checked without a cluster: the mid-run
 device poll runs where there is an accelerator to read, or chaos scripts one, and not for
-ranks on CPU, where it would only cost a Ray worker per node and one beside the driver."""
+ranks on CPU, where it would only cost a Ray worker per node and one beside the driver. Ranks
+under node agents are read by their agents (the poll folded into the agent: no poller actor
+beside them); rank actors (warm spares) keep a poller on every node."""
 
 from __future__ import annotations
 
@@ -10,8 +12,10 @@ import pytest
 
 from runmgr.chaos.build import Chaos
 from runmgr.config.compose import load_run_config
-from runmgr.wiring import start_device_poll
-from runmgr.workers.devicepoll import DevicePollGroup
+from runmgr.wiring import build_runner, start_device_poll
+from runmgr.workers.devicepoll import DevicePollGroup, DevicePollSettings
+
+WARM = ("controller.warm_spares=1", "checkpoint.memory_interval=1")
 
 
 @pytest.fixture
@@ -22,27 +26,52 @@ def started(monkeypatch) -> list[DevicePollGroup]:
     return groups
 
 
-def config(tmp_path: Path, chaos: str = "none"):
-    return load_run_config("demo", [f"run.dir={tmp_path}", f"chaos={chaos}", "cluster.local_nodes=1"])
+def config(tmp_path: Path, *overrides: str, chaos: str = "none"):
+    return load_run_config("demo", [f"run.dir={tmp_path}", f"chaos={chaos}", "cluster.local_nodes=1", *overrides])
+
+
+def agents_poll(run_config, chaos, device_kind: str):
+    """How the runner's node agents read their nodes' devices (None: they do not)."""
+    runner = build_runner(run_config, run_config.trainer_config(), device_kind, None, chaos)
+    return runner.make_group().agents.device_poll
 
 
 @pytest.mark.parametrize("device_kind", ["cuda", "npu"])
-def test_an_accelerator_run_polls_every_node(tmp_path, started, device_kind):
-    devices = start_device_poll(config(tmp_path), None, ["n1", "n2"], device_kind)
+def test_an_accelerator_run_under_agents_has_its_agents_read_their_devices_and_no_poller(tmp_path, started,
+                                                                                      device_kind):
+    run_config = config(tmp_path)
+    devices = start_device_poll(run_config, None, ["n1", "n2"], device_kind)
+    assert started == [] and devices.drain() == []
+    assert agents_poll(run_config, None, device_kind) == DevicePollSettings(run_config.health.poll_interval_s)
+
+
+@pytest.mark.parametrize("device_kind", ["cuda", "npu"])
+def test_an_accelerator_run_on_rank_actors_polls_every_node(tmp_path, started, device_kind):
+    devices = start_device_poll(config(tmp_path, *WARM), None, ["n1", "n2"], device_kind)
     assert started == [devices] and devices.node_ids == ["n1", "n2"]
 
 
 def test_a_cpu_run_starts_no_poller_and_reads_nothing(tmp_path, started):
-    devices = start_device_poll(config(tmp_path), None, ["n1"], "cpu")
+    run_config = config(tmp_path)
+    devices = start_device_poll(run_config, None, ["n1"], "cpu")
     assert started == []
     assert devices.drain() == []
     devices.add_node("n2")  # a replacement node: still nothing to start
     devices.stop()
     assert started == []
+    assert agents_poll(run_config, None, "cpu") is None
 
 
-def test_a_cpu_run_whose_chaos_scripts_the_device_tools_polls_them(tmp_path, started):
+def test_a_cpu_run_whose_chaos_scripts_the_device_tools_has_its_agents_poll_them(tmp_path, started):
     run_config = config(tmp_path, chaos="opt_run12")  # its ECC fault writes an npu-smi that reports it
+    chaos = Chaos(run_config, tmp_path)
+    assert start_device_poll(run_config, chaos, ["n1"], "cpu") and started == []
+    settings = agents_poll(run_config, chaos, "cpu")
+    assert settings is not None and settings.path is not None and settings.path.startswith(str(chaos.tools_dir))
+
+
+def test_a_cpu_run_on_rank_actors_whose_chaos_scripts_the_device_tools_polls_them(tmp_path, started):
+    run_config = config(tmp_path, *WARM, chaos="opt_run12")
     chaos = Chaos(run_config, tmp_path)
     devices = start_device_poll(run_config, chaos, ["n1"], "cpu")
     assert started == [devices] and devices.path is not None and devices.path.startswith(str(chaos.tools_dir))

@@ -13,9 +13,12 @@ import pytest
 from ray.exceptions import RayActorError
 
 from runmgr.config.schema import ClusterConfig
+from runmgr.config.watcher import DeviceConfig
 from runmgr.controller.group import GroupPoll
 from runmgr.watch.deaths import classify
+from runmgr.watch.devices import DeviceDetector
 from runmgr.workers.agent_group import AgentWorkerGroup
+from runmgr.workers.devicepoll import DevicePollSettings
 from runmgr.workers.lease import DriverIdentity, process_start_ticks
 from runmgr.workers.node_agent import RayNodeAgents
 from runmgr.workers.proctree import alive
@@ -174,3 +177,31 @@ def ray_get_pids(nodes: RayNodeAgents) -> list[int]:
     import ray
 
     return ray.get([place.where.pid.remote() for place in nodes.place(2, ())])
+
+
+def test_the_agent_reads_its_nodes_devices_and_an_ecc_error_arrives_in_its_report(local_ray, tmp_path, ascend):
+    """The device poll folded into the agent: no poller actor beside the ranks; the agent reads its
+    node's npu-smi (the tests' scripted one) and its readings come with the one drain per poll.
+    An uncorrectable ECC error that appears mid-run is read and is an incident naming the node."""
+    nodes = RayNodeAgents(ClusterConfig(num_workers=2, cpus_per_worker=0.5), "cpu", start_timeout_s=60,
+                          push_interval_s=0.2, device_poll=DevicePollSettings(0.2, path=ascend.path))
+    agents = group(nodes)
+    try:
+        agents.start(tiny(tmp_path / "ckpt", iters=10_000), ResumePlan(subrun="1.00"))
+        healthy = poll_until(agents, lambda polls: any(p.steps for p in polls) and ecc_readings(polls))
+        assert all(r.uncorrectable == 0 for r in ecc_readings(healthy))
+        ascend.set_ecc(1, single=3, double=2)  # after healthy readings came: the next read shows it
+        polls = poll_until(agents, lambda polls: [r for r in ecc_readings(polls) if r.uncorrectable])
+    finally:
+        agents.shutdown()
+        nodes.close()
+    broken = min((r for r in ecc_readings(polls) if r.uncorrectable), key=lambda r: r.time)
+    node = local_ray.get_runtime_context().get_node_id()[:12]
+    assert (broken.node, broken.device, broken.uncorrectable) == (node, 1, 2)
+    assert [p.failures for p in polls if p.failures] == []  # the ranks trained on meanwhile
+    incidents = DeviceDetector(DeviceConfig()).update(broken, broken.time)
+    assert [i.nodes for i in incidents] == [(node,)]
+
+
+def ecc_readings(polls: list[GroupPoll]) -> list:
+    return [r for p in polls for r in p.devices if r.kind == "ecc"]

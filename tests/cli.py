@@ -117,6 +117,17 @@ def output_paths(cwd: Path, index: int) -> tuple[Path, Path]:
     return folder / f"{index}.out", folder / f"{index}.err"
 
 
+def start_script(script: Path, args: list[str], cwd: Path, env: dict, stdout: Path, stderr: Path):
+    """``python SCRIPT *args`` started in the background, its output written to ``stdout`` and
+    ``stderr``: forked from the session's CLI fork server (torch imported once), or a new Python
+    outside a session. What it returns has ``subprocess.Popen``'s ``wait`` and ``returncode``."""
+    server = _Session.server
+    if server is None:
+        with open(stdout, "w") as out, open(stderr, "w") as err:
+            return subprocess.Popen([sys.executable, str(script), *args], cwd=cwd, env=env, stdout=out, stderr=err)
+    return server.start(list(args), script=str(script), cwd=str(cwd), env=env, stdout=stdout, stderr=stderr)
+
+
 def start_runmgr(args: list[str], cwd: Path, env: Optional[dict], log: Path):
     """``python -m runmgr *args`` started in the background, its stdout and stderr appended to
     ``log``: forked from the session's CLI fork server (a launch's driver then pays no Python

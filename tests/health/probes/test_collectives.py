@@ -1,13 +1,12 @@
 """All-reduce bandwidth measured for real: two processes in a gloo group."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 
 from health.probes.collectives import bus_bandwidth_gbps
 from runmgr.ports import rendezvous_port
+from tests import cli
 
 MEMBER = """
 import sys, torch, torch.distributed as dist
@@ -31,13 +30,17 @@ def test_bus_bandwidth_follows_the_ring_convention():
     assert bus_bandwidth_gbps(1_000_000_000, 1.0, 1) == 0.0
 
 
-def test_two_gloo_members_measure_the_same_positive_bandwidth():
+def test_two_gloo_members_measure_the_same_positive_bandwidth(tmp_path):
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
-    members = [subprocess.Popen([sys.executable, "-c", MEMBER, str(rank)], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for rank in range(2)]
-    outputs = [m.communicate(timeout=120) for m in members]
-    assert [m.returncode for m in members] == [0, 0], [err for _, err in outputs]
+    script = tmp_path / "member.py"
+    script.write_text(MEMBER)
+    # Two processes of their own, forked from the session's CLI fork server (tests/cli.py), which
+    # imported torch once: not two new Pythons importing it.
+    members = [cli.start_script(script, [str(rank)], cwd=tmp_path, env=env, stdout=tmp_path / f"{rank}.out",
+                                stderr=tmp_path / f"{rank}.err") for rank in range(2)]
+    codes = [m.wait(120) for m in members]
+    outputs = [((tmp_path / f"{rank}.out").read_text(), (tmp_path / f"{rank}.err").read_text()) for rank in range(2)]
+    assert codes == [0, 0], [err for _, err in outputs]
     figures = [float(out.strip().splitlines()[-1]) for out, _ in outputs]
     assert figures[0] > 0 and figures[0] == figures[1]  # one agreed figure per group

@@ -36,6 +36,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Literal, Mapping, Optional
 
 from runmgr.agents.report import RankEnd
+from runmgr.agents.warm_link import WAITING, PipeWarmLink, SpareReleased
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
 from trainer.report import CheckpointReport, Heartbeat, LocalNormsReport, Reporter, StartReport, StepReport
@@ -73,6 +74,20 @@ class RankStart:
     """Set in the rank's process before it trains: its own devices out of its node's (the
     visible-devices variable Ray sets for a per-rank actor; runmgr/placement.py names it). The
     server never starts a device runtime, so the child's is the first to read it."""
+    warm: bool = False
+    """Train with a warm link over the pipe (runmgr/agents/warm_link.py): a peer's death is
+    survived in this process when the agent answers where the group re-forms."""
+    spare: bool = False
+    """A warm spare: build the model, wait in the warm link to be named, then train as the rank
+    named (``rank`` is then the spare's key, negative: :func:`spare_key`)."""
+    buddy_offset: int = 1
+    """Where this rank's snapshot buddy sits, ranks on (trainer/warm.py)."""
+
+
+def spare_key(index: int) -> int:
+    """The key a node's ``index``-th spare process is known by until a recovery names its rank:
+    negative, never a rank."""
+    return -1 - index
 
 
 class PipeReporter:
@@ -107,17 +122,32 @@ def run_rank(start: RankStart, conn: Connection) -> None:
     env = DistEnv(rank=start.rank, world_size=start.world_size, local_rank=start.local_rank,
                   master_addr=start.master_addr, master_port=start.master_port)
     reporter: Reporter = PipeReporter(conn)
+    link = PipeWarmLink(conn, start.rank, start.buddy_offset) if start.warm or start.spare else None
     try:
         # A wrap that raises is the rank's error, in its words, not a death without a word.
         for wrap in start.wraps:
             reporter = wrap(reporter, start.plan)
-        result = train(start.config, start.plan, reporter, env)
+        if start.spare:
+            assert link is not None
+            result = _train_spare(start, reporter, link)
+        else:
+            result = train(start.config, start.plan, reporter, env, link)
     except BaseException:
         conn.send(("cpu", _cpu_seconds()))
         conn.send(("error", traceback.format_exc()[-END_TEXT_CHARS:]))
         raise
     conn.send(("cpu", _cpu_seconds()))
     conn.send(("finished", repr(result)))
+
+
+def _train_spare(start: RankStart, reporter: Reporter, link: PipeWarmLink) -> object:
+    """A spare's life: built, waiting, then the rank it is named (or released: a plain end)."""
+    from trainer.loop import train_spare
+
+    try:
+        return train_spare(start.config, reporter, link)
+    except SpareReleased:
+        return "released"
 
 
 def _cpu_seconds() -> float:
@@ -147,6 +177,10 @@ class _Rank:
     cpu_s: Optional[float] = None
     """The CPU-seconds its process used, said as it ended."""
     reader: Optional[threading.Thread] = None
+    conn: Optional[Connection] = None
+    """The agent's end of the rank's pipe: reports come up it, warm answers go down it."""
+    waiting: bool = False
+    """It waits in its warm link for an answer (:meth:`RankProcesses.answer`)."""
 
 
 class RankProcesses:
@@ -171,11 +205,12 @@ class RankProcesses:
         """Fork the rank; its pid."""
         if start.rank in self._ranks and start.rank not in self._reported_ends:
             raise ValueError(f"rank {start.rank} runs on this node already")
-        receive, send = self._context.Pipe(duplex=False)
+        # Two-way: a warm rank reads its answer from it (runmgr/agents/warm_link.py).
+        receive, send = self._context.Pipe(duplex=True)
         process = self._context.Process(target=run_rank, args=(start, send), name=f"rank-{start.rank}", daemon=False)
         process.start()
         send.close()  # the child holds its end: a read returns EOF once it is gone
-        rank = _Rank(process)
+        rank = _Rank(process, conn=receive)
         rank.reader = threading.Thread(target=self._read, args=(rank, receive), name=f"rank-{start.rank}-reports",
                                        daemon=True)
         with self._lock:
@@ -197,7 +232,42 @@ class RankProcesses:
                     elif kind == "cpu":
                         rank.cpu_s = payload
                     else:
+                        rank.waiting = rank.waiting or kind == WAITING
                         rank.reports.append((kind, payload))
+
+    def waiting(self) -> set[int]:
+        """The ranks (and spares, by key) that wait in their warm link for an answer."""
+        with self._lock:
+            return {number for number, rank in self._ranks.items() if rank.waiting}
+
+    def answer(self, key: int, rejoin: Optional[Any]) -> bool:
+        """Send the rank (or spare) ``key`` waiting in its warm link where the group re-forms (a
+        :class:`trainer.warm.Rejoin`; None: restart cold, a spare is released). False when its
+        process is gone (its end says how)."""
+        with self._lock:
+            rank = self._ranks[key]
+            if rank.process.exitcode is not None or rank.conn is None or rank.conn.closed:
+                return False
+            rank.waiting = False
+            try:
+                rank.conn.send(rejoin)
+            except OSError:  # a broken pipe, or closed by its reader: it died as it was answered
+                return False  # its end follows in ended()
+        return True
+
+    def rename(self, key: int, rank: int) -> None:
+        """The spare ``key`` becomes ``rank`` (a recovery named it): its reports and end are
+        ``rank``'s from now on. ``rank``'s own process must have ended already."""
+        if rank in self._ranks:
+            self._ranks[rank].process.join(timeout=READ_SETTLE_S)  # killed by the recovery: reaped first
+        with self._lock:
+            if rank in self._ranks and self._ranks[rank].process.exitcode is None:
+                raise ValueError(f"rank {rank} still runs on this node: spare {key} cannot take it")
+            self._ranks[rank] = self._ranks.pop(key)
+            self._reported_ends.discard(rank)
+            if key in self._reported_ends:
+                self._reported_ends.discard(key)
+                self._reported_ends.add(rank)
 
     def pids(self) -> dict[int, int]:
         return {number: rank.process.pid for number, rank in self._ranks.items()}

@@ -1,0 +1,59 @@
+"""The warm link of a forked rank (trainer/warm.py's ``WarmLink``), over its pipe to its agent.
+
+A rank forked by its node's agent (runmgr/agents/rank_processes.py) sends its reports up a
+pipe. Under warm recovery the pipe is two-way: when the trainer blocks in ``rejoin`` (a peer
+broke the group) or ``join`` (a spare has built its model), the link sends ``("waiting", key)``
+up the pipe, as an ordinary report item, and blocks reading the pipe for the one answer the
+agent sends down (:meth:`RankProcesses.answer`): a :class:`trainer.warm.Rejoin`, or None to
+restart cold. Nothing else ever goes down the pipe, so the rank reads only its answers.
+
+Ray-free; the per-rank design's link is the actor's (runmgr/workers/actor.py ``ActorWarmLink``).
+"""
+
+from __future__ import annotations
+
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from trainer.warm import Rejoin
+
+WAITING = "waiting"
+"""The report kind a rank sends when it waits in its warm link (the per-rank drain's word)."""
+
+
+class SpareReleased(Exception):
+    """A spare its agent let go without a rank to replace (its answer was None)."""
+
+
+class AgentGone(Exception):
+    """The pipe closed while the rank waited for its answer: its agent is gone."""
+
+
+class PipeWarmLink:
+    """A forked rank's warm link: ``waiting`` up the pipe, the answer down it."""
+
+    def __init__(self, conn: Connection, key: int, buddy_offset: int = 1) -> None:
+        """``key``: what the agent knows the process by (its rank, or a spare's negative key)."""
+        self.conn = conn
+        self.key = key
+        self.buddy_offset = buddy_offset
+
+    def rejoin(self, error: BaseException, newest_snapshot: Optional[int]) -> Optional["Rejoin"]:
+        return self._wait()
+
+    def join(self) -> "Rejoin":
+        answer = self._wait()
+        if answer is None:
+            raise SpareReleased("the node's agent released this spare")
+        return answer
+
+    def _wait(self) -> Optional["Rejoin"]:
+        self.conn.send((WAITING, self.key))
+        try:
+            answer = self.conn.recv()
+        except EOFError:
+            raise AgentGone("the node's agent closed the pipe while this rank waited in its warm link") from None
+        if answer is not None:
+            self.key = answer.dist_env.rank  # a spare becomes the rank it replaces
+        return answer

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from runmgr import cluster as ray_cluster
+from runmgr.agents.snapshots import SnapshotLedger
 from runmgr.controller.group import GroupPoll, SpareEvent, WarmRecoveryError, WarmStart, WorkerInfo
 from runmgr.nodes import node_name
 from runmgr.policy.warm import WarmCover
@@ -43,7 +44,6 @@ from runmgr.workers.spares import SPARE_RANK, Slot, SparePool
 from trainer.config import TrainerConfig
 from trainer.distributed import DistEnv
 from trainer.plan import ResumePlan
-from trainer.report import Heartbeat
 from trainer.warm import Rejoin, snapshot_holders
 
 SURVIVOR_WAIT_S = 10.0
@@ -78,9 +78,8 @@ class WarmRayWorkerGroup:
         self._probe = probe
         self._pool = SparePool(warm_spares, lambda strategy: ranks.create_actor(strategy, SPARE_RANK),
                                self._run_spare, ranks.start_timeout_s)
-        self._snapshots: dict[int, int] = {}
+        self._snapshots = SnapshotLedger()
         self._buddy_offset = 1
-        self._live = False
         self._refill: Optional[Refill] = None
         self._events: list[SpareEvent] = []
         """Spare events of the last recovery, for the next poll."""
@@ -92,7 +91,8 @@ class WarmRayWorkerGroup:
     def start(self, config: TrainerConfig, plan: ResumePlan) -> list[WorkerInfo]:
         self._config, self._plan = config, plan
         workers = self.ranks.start(config, plan, extra=self.warm_spares, warm=True)
-        self._live = config.layout(self.ranks.world_size).plain  # a replica's live state serves (trainer/live.py)
+        # A replica's live state serves in plain data parallel (trainer/live.py).
+        self._snapshots = SnapshotLedger(live=config.layout(self.ranks.world_size).plain)
         self._buddy_offset = self.ranks.buddy_offset  # the ranks' buddies, as they started: replacements keep them
         strategies = self.ranks.extra_strategies
         actors, infos = self.ranks.spawn(strategies, [SPARE_RANK] * len(strategies), "warm spares")
@@ -106,11 +106,9 @@ class WarmRayWorkerGroup:
     def poll(self, timeout_s: float) -> GroupPoll:
         poll = self.ranks.poll(timeout_s)
         for beat in poll.heartbeats:
-            held = self._held_step(beat)
-            if held is not None:
-                self._snapshots[beat.rank] = max(held, self._snapshots.get(beat.rank, -1))
-        if poll.steps and self._live:  # rank 0 reports a step it committed
-            self._snapshots[0] = max(poll.steps[-1].step, self._snapshots.get(0, -1))
+            self._snapshots.beat(beat)
+        if poll.steps:  # rank 0 reports a step it committed
+            self._snapshots.committed(poll.steps[-1].step)
         events, self._events = self._events, []
         if self._refill is not None and any(report.step > self._refill.after_step for report in poll.steps):
             refill, self._refill = self._refill, None
@@ -119,23 +117,13 @@ class WarmRayWorkerGroup:
         poll.ready_spares = len(self._pool.ready())
         return poll
 
-    def _held_step(self, beat: Heartbeat) -> Optional[int]:
-        """The step whose state ``beat`` says its rank holds in memory: a snapshot's, or in plain
-        data parallel, where a replica's live state serves (trainer/live.py), the step before
-        the one it begins."""
-        if beat.phase == "snapshot":
-            return beat.step
-        if beat.phase == "step" and self._live:
-            return beat.step - 1
-        return None
-
     def warm_cover(self) -> WarmCover:
         nodes = {info.rank: node_name(info.node_id) for info in self.ranks.workers}
         holders = {rank: tuple(dict.fromkeys(nodes[holder] for holder in self._holders(rank))) for rank in nodes}
         spares: dict[str, int] = {}
         for spare in self._pool.ready():
             spares[node_name(spare.info.node_id)] = spares.get(node_name(spare.info.node_id), 0) + 1
-        steps = [self._snapshots.get(rank) for rank in nodes]
+        steps = [self._snapshots.step_of(rank) for rank in nodes]
         known = [step for step in steps if step is not None]
         return WarmCover(max(known) if known else None, nodes, holders, spares)
 
@@ -163,7 +151,7 @@ class WarmRayWorkerGroup:
         self._answer(plan, warm, donors)
         self._plan_refill(warm, lost, freed)
         self._probe.reset()
-        self._snapshots = {}
+        self._snapshots.clear()
         return self.workers
 
     def _donor(self, rank: int, lost: set[int]) -> int:

@@ -29,6 +29,7 @@ from runmgr.workers.inbox import KeptInbox
 from runmgr.workers.megatron_group import MegatronWorkerGroup
 from runmgr.workers.megatron_nodes import MegatronNodes
 from runmgr.workers.node_agent import RayNodeAgents
+from runmgr.workers.warm_agents import WARM_SETTLE_S, WarmAgentGroup
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
 
@@ -58,7 +59,8 @@ def builtin_runner(config: RunConfig, trainer_config: TrainerConfig, device_kind
                    wrap_reporter: Callable[[], Optional[WrapReporter]] = lambda: None,
                    device_poll: Optional[DevicePollSettings] = None) -> Runner:
     """The built-in trainer's ranks: forked by one agent per node (runmgr/workers/node_agent.py)
-    without warm spares (on CPU and accelerator nodes alike), else one Ray actor per rank. ``wrap_reporter()`` is asked
+    without warm spares on CPU and accelerator nodes alike, and with them on CPU nodes (the warm
+    part holds the agent group), else one Ray actor per rank. ``wrap_reporter()`` is asked
     again for every sub-run (chaos's pauses that have not fired yet). ``device_poll``: how the
     agents read their nodes' devices (None: they do not; the rank actors' nodes are polled by
     runmgr/workers/devicepoll.py's pollers, never by this)."""
@@ -88,8 +90,11 @@ def builtin_runner(config: RunConfig, trainer_config: TrainerConfig, device_kind
 
     def make_agent_group() -> WorkerGroup:
         agents.wrap_reporter = wrap_reporter()
+        settle = {"settle_s": WARM_SETTLE_S} if controller.warm_spares else {}
         groups[:] = [AgentWorkerGroup(agents, config.cluster.num_workers, start_timeout_s=controller.start_timeout_s,
-                                      inbox=inbox)]
+                                      inbox=inbox, **settle)]
+        if controller.warm_spares:  # the warm part holds the agent group: spares forked under the agents
+            return WarmAgentGroup(groups[0], agents, controller.warm_spares)
         return groups[0]
 
     def close() -> None:
@@ -106,11 +111,12 @@ def builtin_runner(config: RunConfig, trainer_config: TrainerConfig, device_kind
 
 
 def ranks_under_agents(config: RunConfig, device_kind: str) -> bool:
-    """Whether the built-in trainer's ranks are forked by node agents: without warm spares, on
+    """Whether the built-in trainer's ranks are forked by node agents: without warm spares on
     any ``device_kind`` (an agent holds its node's ranks' devices and hands each forked rank its
-    own: runmgr/workers/node_agent.py). Warm recovery keeps its rank actors (their warm link and
-    spares; docs/scale.md)."""
-    return not config.controller.warm_spares
+    own: runmgr/workers/node_agent.py), with them on CPU (runmgr/workers/warm_agents.py). Warm
+    recovery on accelerators keeps its rank actors: a spare forked under an agent is not yet
+    handed devices of its own (docs/scale.md)."""
+    return not config.controller.warm_spares or device_kind == "cpu"
 
 
 def data_parallel_sizes(trainer_config: TrainerConfig, world_size: int) -> tuple[int, ...]:

@@ -235,6 +235,11 @@ class RankProcesses:
                         rank.waiting = rank.waiting or kind == WAITING
                         rank.reports.append((kind, payload))
 
+    def running(self) -> set[int]:
+        """The ranks (and spares, by key) whose process runs."""
+        with self._lock:
+            return {number for number, rank in self._ranks.items() if rank.process.exitcode is None}
+
     def waiting(self) -> set[int]:
         """The ranks (and spares, by key) that wait in their warm link for an answer."""
         with self._lock:
@@ -330,8 +335,9 @@ class RankProcesses:
 def _end_of(number: int, rank: _Rank, now: float) -> RankEnd:
     code = rank.process.exitcode
     if rank.said is not None and rank.said[0] == "finished" and code == 0:
-        return RankEnd(number, "finished", rank.said[1], now, code)
+        return RankEnd(number, "finished", rank.said[1], now, code, rank.process.pid)
     if rank.said is not None and rank.said[0] == "error":
-        return RankEnd(number, "error", rank.said[1], now, code)
+        return RankEnd(number, "error", rank.said[1], now, code, rank.process.pid)
     how = f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
-    return RankEnd(number, "died", f"rank {number}'s process ended without a word ({how})", now, code)
+    return RankEnd(number, "died", f"rank {number}'s process ended without a word ({how})", now, code,
+                   rank.process.pid)

@@ -27,6 +27,28 @@ class RankEnd:
     text: str
     time: float
     exit_code: Optional[int] = None
+    pid: Optional[int] = None
+    """The process that ended (None where unknown): after a warm recovery a killed rank's end
+    may come after a spare took its rank, and the group tells the two apart by pid."""
+
+
+SpareNewsKind = Literal["ready", "lost"]
+
+
+@dataclass(frozen=True)
+class SpareNews:
+    """A warm spare forked by a node's agent is ``ready`` (built, waiting to be named) or
+    ``lost`` (its process ended before it was named); an item of kind ``spare``."""
+
+    node: str
+    key: int
+    """The spare's key on its node (negative: runmgr/agents/rank_processes.py ``spare_key``)."""
+    kind: SpareNewsKind
+    pid: int
+    text: str = ""
+    """Why a lost spare ended."""
+    node_id: str = ""
+    address: str = ""
 
 
 @dataclass(frozen=True)
@@ -42,7 +64,8 @@ class NodeReport:
     ``step``, ``checkpoint``, ``local_norms``, ``waiting``), plus ``timings``
     (:class:`runmgr.watch.observations.RankTimings`) in place of each step's per-rank compute
     times, and ``pause``: a rank's beat into or out of a pause (once per change); no other
-    heartbeats: those are :attr:`beat`."""
+    heartbeats: those are :attr:`beat`. Under warm recovery also ``held`` (a rank's newest
+    snapshot step, runmgr/agents/snapshots.py) and ``spare`` (:class:`SpareNews`)."""
     beat: Optional[Heartbeat] = None
     """The last beat of the node's laggard (its running rank that beat least recently), when it
     changed since the last report; it stands for every rank of the node."""

@@ -22,6 +22,7 @@ from dataclasses import replace
 from typing import Optional
 
 from runmgr.agents.report import NodeReport, RankEnd
+from runmgr.agents.snapshots import HELD, SnapshotLedger
 from runmgr.watch.observations import RankTimings
 from trainer.report import PAUSED, Heartbeat, StepReport
 
@@ -41,9 +42,10 @@ class NodeSummariser:
     """The reports of one node's ranks in, one :class:`NodeReport` per interval out."""
 
     def __init__(self, node: str, subrun: str, ranks: Iterable[int],
-                 rank_nodes: Optional[Mapping[int, str]] = None) -> None:
+                 rank_nodes: Optional[Mapping[int, str]] = None, ledger: Optional[SnapshotLedger] = None) -> None:
         """``ranks``: the node's; ``rank_nodes``: every rank's node, for rank 0's step reports
-        (None on a node without rank 0: its ranks send no step report)."""
+        (None on a node without rank 0: its ranks send no step report); ``ledger``: under warm
+        recovery, what each rank holds in memory, sent as ``held`` items when it changes."""
         self.node = node
         self.subrun = subrun
         self.running: set[int] = set(ranks)
@@ -52,10 +54,23 @@ class NodeSummariser:
         self._sent_beat: Optional[Heartbeat] = None
         self._items: list[tuple[str, object]] = []
         self._ended: list[RankEnd] = []
+        self.ledger = ledger
+
+    def add(self, kind: str, item: object) -> None:
+        """An item of the node's own for the next report (a spare's news)."""
+        self._items.append((kind, item))
+
+    def adopt(self, rank: int) -> None:
+        """A spare of the node was named ``rank`` (a warm recovery): its beats count now."""
+        self.running.add(rank)
 
     def take(self, rank: int, items: Iterable[tuple[str, object]]) -> None:
         """What ``rank`` said (as its drain gives it: ``(kind, report)``)."""
         for kind, item in items:
+            if kind == "heartbeat" and self.ledger is not None:
+                held = self.ledger.beat(item)
+                if held is not None:  # news only: once per memory interval, not per beat
+                    self._items.append((HELD, held))
             if kind == "heartbeat":
                 previous = self._last.get(rank)
                 if (item.phase == PAUSED) != (previous is not None and previous.phase == PAUSED):

@@ -12,6 +12,7 @@ Ray-free; the per-rank design's link is the actor's (runmgr/workers/actor.py ``A
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Optional
 
@@ -20,6 +21,16 @@ if TYPE_CHECKING:
 
 WAITING = "waiting"
 """The report kind a rank sends when it waits in its warm link (the per-rank drain's word)."""
+
+
+@dataclass(frozen=True)
+class WarmRun:
+    """What a node's agent needs to run its ranks warm."""
+
+    buddy_offset: int
+    """Where each rank's snapshot buddy sits, ranks on (trainer/warm.py)."""
+    live: bool
+    """Plain data parallel: a replica's live state serves, no snapshot is taken (trainer/live.py)."""
 
 
 class SpareReleased(Exception):

@@ -19,13 +19,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Protocol
+from typing import Callable, Optional, Protocol
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from runmgr import cluster as ray_cluster
 from runmgr.agents.report import NodeReport, RankEnd
+from runmgr.agents.warm_link import WarmRun
 from runmgr.controller.group import GroupPoll, WorkerFailure, WorkerInfo
 from runmgr.errors import ClusterError, ClusterLostError
 from runmgr.watch.observations import StepObservation
@@ -50,6 +51,8 @@ class NodePlace:
     ranks: tuple[int, ...]
     where: object
     """What the :class:`NodeAgents` need to reach the node's agent."""
+    spares: int = 0
+    """Warm spares placed on the node beside its ranks (a node may hold spares only)."""
 
 
 class NodeAgents(Protocol):
@@ -107,6 +110,9 @@ class AgentWorkerGroup:
         self._inbox = None
         self._subrun = ""
         """The sub-run whose reports the group takes: a kept inbox may still hold an earlier one's."""
+        self.side_kinds: frozenset[str] = frozenset()
+        """Report kinds the group keeps aside for whoever holds it (:meth:`take_side_items`)."""
+        self.side_items: list[tuple[str, object]] = []
 
     @property
     def workers(self) -> list[WorkerInfo]:
@@ -116,10 +122,22 @@ class AgentWorkerGroup:
     def world_size(self) -> int:
         return len(self._infos)
 
-    def start(self, config: TrainerConfig, plan: ResumePlan) -> list[WorkerInfo]:
+    @property
+    def places(self) -> list[NodePlace]:
+        """The sub-run's nodes (those holding only spares included)."""
+        return list(self._places)
+
+    def place_of(self, rank: int) -> NodePlace:
+        return self._place_of[rank]
+
+    def start(self, config: TrainerConfig, plan: ResumePlan, extra: int = 0,
+              warm: Optional[Callable[[dict[int, str]], WarmRun]] = None) -> list[WorkerInfo]:
+        """Place the ranks and room for ``extra`` spares (:attr:`NodePlace.spares`) and start
+        training; ``warm(rank_nodes)``: how the ranks run warm, from where they were placed."""
         ray_cluster.check_head()  # placing ranks needs the head: without it Ray waits until it ends the driver
         world = config.world_size_of(plan.data_parallel_size) if plan.data_parallel_size else self.default_world
-        self._places = self.agents.place(world, plan.avoid_nodes)
+        self._places = (self.agents.place(world, plan.avoid_nodes, extra) if extra
+                        else self.agents.place(world, plan.avoid_nodes))
         self._place_of = {rank: place for place in self._places for rank in place.ranks}
         rank_nodes = {rank: place.node for rank, place in self._place_of.items()}
         self._subrun = plan.subrun
@@ -128,8 +146,9 @@ class AgentWorkerGroup:
             master = self.agents.rendezvous(self._place_of[0])
             # Stored once, not serialised once per node; only rank 0's node sums step reports up per node.
             config_ref, plan_ref, nodes_ref = ray.put(config), ray.put(plan), ray.put(rank_nodes)
-            self._runs = {self.agents.start(place, world, master, config_ref, plan_ref,
-                                            nodes_ref if 0 in place.ranks else None, self._inbox): place
+            warm_run = warm(rank_nodes) if warm is not None else None
+            self._runs = {self._start_node(place, world, master, config_ref, plan_ref,
+                                           nodes_ref if 0 in place.ranks else None, warm_run): place
                           for place in self._places}
             described = ray_cluster.get_while_head_lives([self.agents.describe(place) for place in self._places],
                                                          self.start_timeout_s)
@@ -144,6 +163,23 @@ class AgentWorkerGroup:
         self._infos = sorted((info for infos in described for info in infos), key=lambda info: info.rank)
         self._running = set(range(world))
         return self.workers
+
+    def _start_node(self, place: NodePlace, world: int, master: tuple[str, int], config: object, plan: object,
+                    rank_nodes: object, warm: Optional[WarmRun]) -> object:
+        if warm is None:  # the simulated agents know nothing of warm runs
+            return self.agents.start(place, world, master, config, plan, rank_nodes, self._inbox)
+        return self.agents.start(place, world, master, config, plan, rank_nodes, self._inbox, warm)
+
+    def adopt(self, info: WorkerInfo, place: NodePlace) -> None:
+        """A spare on ``place``'s node became ``info.rank`` (a warm recovery): it runs, its reports
+        and end are the rank's (an end of the process it replaced is ignored, by pid)."""
+        self._infos[info.rank] = info
+        self._place_of[info.rank] = place
+        self._running.add(info.rank)
+
+    def regrouped(self, subrun: str) -> None:
+        """The ranks re-formed warm as ``subrun``: its reports are the ones taken from now on."""
+        self._subrun = subrun
 
     def poll(self, timeout_s: float) -> GroupPoll:
         result = GroupPoll()
@@ -169,7 +205,10 @@ class AgentWorkerGroup:
             if report.subrun != self._subrun:
                 continue  # pushed late by a stopped sub-run's agent into the kept inbox
             for kind, item in report.items:
-                self._take_item(kind, item, result)
+                if kind in self.side_kinds:
+                    self.side_items.append((kind, item))
+                else:
+                    self._take_item(kind, item, result)
             if report.beat is not None:
                 result.node_beats.append(report.beat)
             for end in report.ended:
@@ -187,9 +226,17 @@ class AgentWorkerGroup:
             {"checkpoint": result.checkpoints, "started": result.starts, "local_norms": result.local_norms,
              "waiting": result.waiting_ranks, "heartbeat": result.heartbeats, "pause": result.pause_beats}[kind].append(item)
 
+    def take_side_items(self) -> list[tuple[str, object]]:
+        """The items of :attr:`side_kinds` the polls met since the last call (a warm group's)."""
+        items, self.side_items = self.side_items, []
+        return items
+
     def _take_end(self, end: RankEnd, result: GroupPoll) -> None:
         if end.rank not in self._running:
             return  # stopped on purpose, or already reported
+        info = self._info(end.rank)
+        if end.pid is not None and info is not None and end.pid != info.pid:
+            return  # the process a warm recovery replaced, killed: not the rank's end
         self._running.discard(end.rank)
         if end.kind == "finished":
             result.finished_ranks.append(end.rank)

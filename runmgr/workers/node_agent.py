@@ -43,7 +43,10 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 from runmgr import cluster as ray_cluster
 from runmgr.agents.cadence import PushCadence, beat_interval_s
 from runmgr.agents.rank_processes import PRELOAD, RankProcesses, RankStart, WrapReporter
-from runmgr.agents.report import NodeReport, RankEnd
+from runmgr.agents.rank_processes import spare_key
+from runmgr.agents.report import NodeReport, RankEnd, SpareNews
+from runmgr.agents.snapshots import SnapshotLedger
+from runmgr.agents.warm_link import WAITING, WarmRun
 from runmgr.agents.summary import NodeSummariser
 from runmgr.config.schema import ClusterConfig
 from runmgr.controller.group import WorkerInfo
@@ -110,6 +113,13 @@ class NodeAgent:
         self._started = threading.Event()
         self._summary: Optional[NodeSummariser] = None
         self._inbox: Any = None
+        self._warm: Optional[WarmRun] = None
+        self._wraps: tuple = ()
+        self._spare_start: Any = None
+        """The current sub-run's config, plan, world and rendezvous, for its spares."""
+        self._spares_started = 0
+        self._where = ("", "")
+        """This node's id and address."""
         threading.Thread(target=self.self_stop.watch, name="driver-lease", daemon=True).start()
         self._readings: deque = deque(maxlen=MAX_READINGS)
         """Device readings not pushed yet: kept between sub-runs, for the next one's first report."""
@@ -122,10 +132,13 @@ class NodeAgent:
         return ray.util.get_node_ip_address(), rendezvous_port()
 
     def run(self, ranks: Sequence[int], world: int, master: tuple[str, int], config: Any, plan: Any,
-            rank_nodes: Optional[dict[int, str]], inbox: Any, wrap_reporter: Optional[WrapReporter] = None) -> None:
+            rank_nodes: Optional[dict[int, str]], inbox: Any, wrap_reporter: Optional[WrapReporter] = None,
+            warm: Optional[WarmRun] = None) -> None:
         """Fork the node's ranks of one sub-run, then push their news until every rank ended or
         the group stopped the node. Called again for each sub-run the agent serves.
-        ``wrap_reporter``: what every rank's reports pass through (chaos's pauses)."""
+        ``wrap_reporter``: what every rank's reports pass through (chaos's pauses); ``warm``: the
+        ranks train with a warm link and the node may hold spares (:meth:`start_spares`): it
+        serves until the group stops it, as a rank may be recovered, or a spare started, later."""
         self.lease.renew()
         node_id = ray.get_runtime_context().get_node_id()
         address = ray.util.get_node_ip_address()
@@ -133,17 +146,21 @@ class NodeAgent:
         wraps = (CheckDriverBeforeCommit(self.driver),) if self.driver is not None else ()
         wraps += (wrap_reporter,) if wrap_reporter is not None else ()
         with self._serving:
-            self._stop, self._infos, self._inbox = stop, [], inbox
+            self._stop, self._infos, self._inbox, self._warm = stop, [], inbox, warm
+            self._wraps, self._spare_start, self._where = wraps, (config, plan, world, master), (node_id, address)
+            offset = warm.buddy_offset if warm is not None else 1
             for local_index, rank in enumerate(ranks):
                 env = self._device_env(local_index)
                 # A rank that sees only its own devices computes on the first of them, as a
                 # per-rank actor does (runmgr/workers/actor.py: local rank 0).
                 local_rank = 0 if env else local_index
-                start = RankStart(config, plan, rank, world, local_rank, *master, wraps=wraps, env=env)
+                start = RankStart(config, plan, rank, world, local_rank, *master, wraps=wraps, env=env,
+                                  warm=warm is not None, buddy_offset=offset)
                 self._infos.append(WorkerInfo(rank, self.processes.start(start), node_id, address))
-            self._summary = NodeSummariser(self.node, plan.subrun, ranks, rank_nodes)
+            ledger = SnapshotLedger(warm.live) if warm is not None else None
+            self._summary = NodeSummariser(self.node, plan.subrun, ranks, rank_nodes, ledger)
             self._started.set()
-            self._serve(self._summary, stop, inbox)
+            self._serve(self._summary, stop, inbox, warm is not None)
 
     def _device_env(self, local_index: int) -> dict[str, str]:
         """The visible-devices variable of this node's ``local_index``-th rank: its share of the
@@ -154,16 +171,24 @@ class NodeAgent:
         ids = ray.get_runtime_context().get_accelerator_ids().get(resource, [])
         return rank_device_env(self.device_kind, ids, self.devices_per_rank, local_index)
 
-    def _serve(self, summary: NodeSummariser, stop: threading.Event, inbox: Any) -> None:
+    def _serve(self, summary: NodeSummariser, stop: threading.Event, inbox: Any, warm: bool) -> None:
         cadence = PushCadence(self.push_interval_s, self.beat_interval_s)
-        while not summary.done:
+        while not summary.done or (warm and not stop.is_set()):
             ends = self.processes.ended(wait_s=self.push_interval_s)  # at once when a rank ended
+            if not ends and not self.processes.running():
+                stop.wait(self.push_interval_s)  # a warm node with nothing running: spares may come
             if stop.is_set():
                 return  # stopped by the group: nothing more is pushed
             for rank, items in self.processes.take().items():
-                summary.take(rank, items)
+                if rank < 0:
+                    self._spare_said(summary, rank, items)
+                else:
+                    summary.take(rank, items)
             for end in ends:
-                summary.end(end)
+                if end.rank < 0:
+                    summary.add("spare", SpareNews(self.node, end.rank, "lost", end.pid or 0, end.text, *self._where))
+                else:
+                    summary.end(end)
             devices = self._take_readings()
             due = cadence.due(summary.has_news or bool(devices), summary.has_beat, time.monotonic())
             report = summary.report(time.time()) if due == "report" else None
@@ -182,6 +207,52 @@ class NodeAgent:
         while self._readings:
             taken.append(self._readings.popleft())
         return tuple(taken)
+
+    def _spare_said(self, summary: NodeSummariser, key: int, items: list[tuple[str, object]]) -> None:
+        """A spare's reports before it is named say nothing to the driver but that it is ready."""
+        if any(kind == WAITING for kind, _ in items):
+            summary.add("spare", SpareNews(self.node, key, "ready", self.processes.pids()[key], "", *self._where))
+
+    def start_spares(self, count: int, buddy_offset: int) -> list[int]:
+        """Fork ``count`` warm spares of the current sub-run (each builds the model, then waits to
+        be named); their keys. Their readiness and loss are pushed as ``spare`` items."""
+        self.lease.renew()
+        config, plan, world, master = self._spare_start
+        keys = []
+        for _ in range(count):
+            key = spare_key(self._spares_started)
+            self._spares_started += 1
+            self.processes.start(RankStart(config, plan, key, world, len(self.processes.pids()), *master,
+                                           wraps=self._wraps, spare=True, buddy_offset=buddy_offset))
+            keys.append(key)
+        return keys
+
+    def waiting(self) -> list[int]:
+        """The node's ranks that wait in their warm link (a peer broke the group)."""
+        self.lease.renew()
+        return sorted(rank for rank in self.processes.waiting() if rank >= 0)
+
+    def regroup(self, subrun: str, named: dict[int, int], answers: dict[int, Any],
+                rank_nodes: Optional[dict[int, str]]) -> list[WorkerInfo]:
+        """A warm recovery, on this node: each spare of ``named`` (key -> rank) becomes its rank,
+        then every rank of ``answers`` is told where the group re-forms; reports from now on are
+        ``subrun``'s. The named spares' :class:`WorkerInfo`."""
+        self.lease.renew()
+        assert self._summary is not None
+        node_id = ray.get_runtime_context().get_node_id()
+        address = ray.util.get_node_ip_address()
+        adopted = []
+        for key, rank in named.items():
+            self.processes.rename(key, rank)
+            self._summary.adopt(rank)
+            adopted.append(WorkerInfo(rank, self.processes.pids()[rank], node_id, address))
+        self._infos = [info for info in self._infos if info.rank not in named.values()] + adopted
+        self._summary.subrun = subrun
+        if rank_nodes is not None:
+            self._summary.rank_nodes = dict(rank_nodes)
+        for rank, rejoin in answers.items():
+            self.processes.answer(rank, rejoin)
+        return adopted
 
     def describe(self) -> list[WorkerInfo]:
         """The node's ranks, once forked."""
@@ -266,17 +337,20 @@ class RayNodeAgents:
         if self.driver is None:
             self.driver = DriverIdentity.of_this_process()
 
-    def place(self, world: int, avoid_nodes: Sequence[str]) -> list[NodePlace]:
-        """The last sub-run's agents again when they all live, hold ``world`` ranks and none is on
-        an avoided node (their fork servers have the trainer imported); otherwise new ones."""
-        if self._reusable(world, avoid_nodes):
+    def place(self, world: int, avoid_nodes: Sequence[str], extra: int = 0) -> list[NodePlace]:
+        """The last sub-run's agents again when they all live, hold ``world`` ranks and ``extra``
+        spares and none is on an avoided node (their fork servers have the trainer imported);
+        otherwise new ones."""
+        if self._reusable(world, avoid_nodes, extra):
             return self._places
         self.close()
-        self._places = self._new_places(world, avoid_nodes)
+        self._places = self._new_places(world, avoid_nodes, extra)
         return self._places
 
-    def _reusable(self, world: int, avoid_nodes: Sequence[str]) -> bool:
+    def _reusable(self, world: int, avoid_nodes: Sequence[str], extra: int) -> bool:
         if sum(len(place.ranks) for place in self._places) != world:
+            return False
+        if sum(place.spares for place in self._places) != extra:
             return False
         if any(place.node in avoid_nodes for place in self._places):
             return False
@@ -286,7 +360,7 @@ class RayNodeAgents:
             return False  # an agent died (its node, or a kill) or does not answer: place anew
         return True
 
-    def _new_places(self, world: int, avoid_nodes: Sequence[str]) -> list[NodePlace]:
+    def _new_places(self, world: int, avoid_nodes: Sequence[str], extra: int) -> list[NodePlace]:
         """Ray places one bundle per rank (so the cluster's strategy, the admitted and avoided
         nodes and the refusals are the per-rank group's); then each node's agent takes the sum
         of its ranks' bundles, pinned to that node. Ray hands an actor the devices of its one
@@ -294,26 +368,29 @@ class RayNodeAgents:
         hold one rank's devices. So the per-rank placement group is released once it has said
         which node gets which ranks, and the agents hold the same resources as actors. (Another
         job could take the freed resources in between: the agents then wait, and the group's
-        start times out as a ClusterError, as for any placement.)"""
+        start times out as a ClusterError, as for any placement.) A warm run's ``extra`` spares
+        get a bundle each too: their node's agent holds their room (they are forked under it)."""
         cluster, kind = self.cluster, self.device_kind
         bundle = bundle_for(kind, cluster.cpus_per_worker, cluster.devices_per_worker)
-        pg, strategies = place(bundle, world, "workers", cluster.placement_strategy,
+        what = f"workers and {extra} spare(s)" if extra else "workers"
+        pg, strategies = place(bundle, world + extra, what, cluster.placement_strategy,
                                self.start_timeout_s, self.admitted_node_ids, tuple(avoid_nodes))
         by_node: dict[str, list[int]] = defaultdict(list)
-        for rank, strategy in enumerate(strategies):
-            by_node[_node_of(strategy)].append(rank)
+        for slot, strategy in enumerate(strategies):
+            by_node[_node_of(strategy)].append(slot)  # slots past the world are spares
         release(pg)
         beats = beat_interval_s(self.push_interval_s, len(by_node), self.lease_s)
         threads = max(1, int(cluster.cpus_per_worker))  # Ray's rule for one rank actor's threads
         places = []
-        for node_id, ranks in by_node.items():
-            options = actor_resources(kind, cluster.cpus_per_worker * len(ranks),
-                                      cluster.devices_per_worker * len(ranks))
+        for node_id, slots in by_node.items():
+            options = actor_resources(kind, cluster.cpus_per_worker * len(slots),
+                                      cluster.devices_per_worker * len(slots))
             agent = RemoteNodeAgent.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
                                             **options).remote(
                 node_name(node_id), self.push_interval_s, self.lease_s, self.driver, beats,
                 kind, cluster.devices_per_worker, threads, self.device_poll)
-            places.append(NodePlace(node_name(node_id), tuple(ranks), agent))
+            ranks = tuple(slot for slot in slots if slot < world)
+            places.append(NodePlace(node_name(node_id), ranks, agent, spares=len(slots) - len(ranks)))
         return places
 
     def rendezvous(self, place: NodePlace) -> tuple[str, int]:
@@ -324,9 +401,31 @@ class RayNodeAgents:
         return place.where.describe.remote()
 
     def start(self, place: NodePlace, world: int, master: tuple[str, int], config: Any, plan: Any,
-              rank_nodes: Any, inbox: Any):
+              rank_nodes: Any, inbox: Any, warm: Optional[WarmRun] = None):
         return place.where.run.remote(place.ranks, world, master, config, plan, rank_nodes, inbox,
-                                      self.wrap_reporter)
+                                      self.wrap_reporter, warm)
+
+    def start_spares(self, place: NodePlace, count: int, buddy_offset: int) -> list[int]:
+        """Fork ``count`` warm spares on ``place``'s node; their keys there."""
+        (keys,) = ray_cluster.get_while_head_lives([place.where.start_spares.remote(count, buddy_offset)],
+                                                   self.start_timeout_s)
+        return keys
+
+    def waiting(self, places: Sequence[NodePlace]) -> set[int]:
+        """The ranks of ``places``' nodes that wait in their warm link: one call per node."""
+        answers = ray_cluster.get_while_head_lives([place.where.waiting.remote() for place in places],
+                                                   self.start_timeout_s)
+        return {rank for ranks in answers for rank in ranks}
+
+    def regroup(self, place: NodePlace, subrun: str, named: dict[int, int], answers: dict[int, Any],
+                rank_nodes: Optional[dict[int, str]]):
+        """An object ref of the :class:`WorkerInfo` of the spares ``named`` on ``place``'s node,
+        once its ranks of ``answers`` were told where the group re-forms."""
+        return place.where.regroup.remote(subrun, named, answers, rank_nodes)
+
+    def collect(self, calls: list) -> list:
+        """The answers of ``calls`` (object refs of the agents' calls), while the head lives."""
+        return ray_cluster.get_while_head_lives(calls, self.start_timeout_s)
 
     def dump_stacks(self, place: NodePlace) -> dict[int, str]:
         """``{rank: text}`` of the node's ranks (empty when its agent does not answer)."""

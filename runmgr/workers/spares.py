@@ -167,8 +167,13 @@ class SparePool:
         return self._event("spare_lost", f"warm spare{where} lost: {why}; it is not replaced", spare.info)
 
     def _event(self, kind: SpareEventKind, text: str, worker: Optional[WorkerInfo] = None) -> SpareEvent:
-        ready = len(self.ready())
-        return SpareEvent(kind, f"{text} ({ready} of {self.wanted} ready)", ready, self.wanted, worker)
+        return spare_event(kind, text, len(self.ready()), self.wanted, worker)
+
+
+def spare_event(kind: SpareEventKind, text: str, ready: int, wanted: int,
+                worker: Optional[WorkerInfo] = None) -> SpareEvent:
+    """A change of a warm group's spares, worded with how many are ready (both designs' pools)."""
+    return SpareEvent(kind, f"{text} ({ready} of {wanted} ready)", ready, wanted, worker)
 
 
 def _answered(refs: list) -> set:

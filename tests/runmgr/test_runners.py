@@ -1,6 +1,7 @@
 """Which ranks a launch of the built-in trainer runs (runmgr/runners.py): forked by one node
-agent per node without warm spares, on CPU and accelerator nodes alike, the agents kept across
-sub-runs until the lineage ends; a Ray actor per rank with warm spares (their warm link)."""
+agent per node without warm spares, on CPU and accelerator nodes alike, and with warm spares on
+CPU nodes (the warm part holds the agent group), the agents kept across sub-runs until the
+lineage ends; a Ray actor per rank with warm spares on accelerators (their warm link)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from runmgr.config.compose import load_run_config
 from runmgr.runners import builtin_runner
 from runmgr.workers.agent_group import AgentWorkerGroup
+from runmgr.workers.warm_agents import WarmAgentGroup
 from runmgr.workers.warm_group import WarmRayWorkerGroup
 
 
@@ -27,7 +29,15 @@ def test_ranks_without_warm_spares_are_forked_by_node_agents_that_serve_every_su
     runner.close()  # nothing placed yet: nothing to end, and no Ray needed
 
 
-@pytest.mark.parametrize("device_kind", ["cpu", "cuda", "npu"])
-def test_warm_spares_keep_one_ray_actor_per_rank(tmp_path, device_kind):
+def test_warm_spares_on_cpu_run_under_the_node_agents_through_the_warm_part(tmp_path):
+    runner = runner_of(tmp_path, "cpu", "controller.warm_spares=1", "checkpoint.memory_interval=1")
+    first, second = runner.make_group(), runner.make_group()
+    assert isinstance(first, WarmAgentGroup) and isinstance(first.ranks, AgentWorkerGroup)
+    assert first.ranks.agents is second.ranks.agents  # the lineage's agents, as without spares
+    runner.close()
+
+
+@pytest.mark.parametrize("device_kind", ["cuda", "npu"])
+def test_warm_spares_on_accelerators_keep_one_ray_actor_per_rank(tmp_path, device_kind):
     warm = runner_of(tmp_path, device_kind, "controller.warm_spares=1", "checkpoint.memory_interval=1").make_group()
     assert isinstance(warm, WarmRayWorkerGroup)

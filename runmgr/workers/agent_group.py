@@ -177,6 +177,15 @@ class AgentWorkerGroup:
         self._place_of[info.rank] = place
         self._running.add(info.rank)
 
+    def lose(self, rank: int) -> None:
+        """``rank`` was named lost by its holder (with its node): its end is not waited for."""
+        self._running.discard(rank)
+
+    @property
+    def running(self) -> set[int]:
+        """The ranks not ended yet."""
+        return set(self._running)
+
     def regrouped(self, subrun: str) -> None:
         """The ranks re-formed warm as ``subrun``: its reports are the ones taken from now on."""
         self._subrun = subrun

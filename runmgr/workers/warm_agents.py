@@ -8,6 +8,9 @@ group (runmgr/workers/warm_group.py) does, with calls per node instead of per ra
   ``waiting`` and each rank's ``held`` snapshot step come pushed in the agents' reports;
 - a spare is a process forked under the agent of its node: built, waiting; its agent pushes
   when it is ready or lost;
+- a rank lost with its node is named as soon as a peer waits and its agent does not answer
+  and its node's raylet takes no connection (runmgr/workers/liveness.py's probe, asking each
+  rank through its node's agent, only while a peer waits), before Ray declares the node dead;
 - :meth:`recover` kills the lost ranks through their agents, waits until every survivor waits
   in its link (one ``waiting`` call per node), then tells each node at once (``regroup``, one
   call per node) which of its spares become which ranks and where the group re-forms. Once the
@@ -27,11 +30,12 @@ from typing import Any, Optional, Protocol, Sequence
 from runmgr.agents.report import SpareNews
 from runmgr.agents.snapshots import HELD, HeldSnapshot, SnapshotLedger
 from runmgr.agents.warm_link import WarmRun
-from runmgr.controller.group import GroupPoll, SpareEvent, WarmRecoveryError, WarmStart, WorkerInfo
+from runmgr.controller.group import GroupPoll, SpareEvent, WarmRecoveryError, WarmStart, WorkerFailure, WorkerInfo
 from runmgr.nodes import node_name
 from runmgr.policy.warm import WarmCover, buddy_offset
 from runmgr.workers.agent_group import AgentWorkerGroup, NodePlace
 from runmgr.workers.agent_spares import AgentSpare, AgentSparePool
+from runmgr.workers.liveness import PeerProbe
 from trainer.config import TrainerConfig
 from trainer.distributed import DistEnv
 from trainer.plan import ResumePlan
@@ -58,6 +62,9 @@ class WarmAgents(Protocol):
 
     def collect(self, calls: list) -> list: ...
 
+    def rank_probe(self, place: NodePlace, rank: int) -> Any:
+        """What the lost-node probe asks about ``rank`` (``waiting.remote()``), through its agent."""
+
 
 @dataclass
 class Refill:
@@ -71,8 +78,11 @@ class Refill:
 class WarmAgentGroup:
     """The ranks on agents plus ready spares; recovers a lost rank in place."""
 
-    def __init__(self, ranks: AgentWorkerGroup, agents: WarmAgents, warm_spares: int) -> None:
+    def __init__(self, ranks: AgentWorkerGroup, agents: WarmAgents, warm_spares: int,
+                 probe: Optional[PeerProbe] = None) -> None:
+        """``probe``: names the ranks lost with their node before Ray does (None: a new one)."""
         self.ranks = ranks
+        self._probe = probe if probe is not None else PeerProbe()
         self.agents = agents
         self.warm_spares = warm_spares
         self._offset = 1
@@ -107,7 +117,13 @@ class WarmAgentGroup:
         return WarmRun(self._offset, live)
 
     def poll(self, timeout_s: float) -> GroupPoll:
+        self._send_probes()  # armed only once a survivor waits: no call while all goes well
         poll = self.ranks.poll(timeout_s)
+        if poll.waiting_ranks:
+            self._probe.arm(poll.waiting_ranks)
+            self._send_probes()
+        if not poll.failures:
+            self._find_unreachable(poll)
         events, self._events = self._events, []
         for kind, item in self.ranks.take_side_items():
             if kind == HELD and isinstance(item, HeldSnapshot):
@@ -122,6 +138,17 @@ class WarmAgentGroup:
         poll.spare_events += events
         poll.ready_spares = len(self._pool.ready())
         return poll
+
+    def _send_probes(self) -> None:
+        self._probe.send({rank: self.agents.rank_probe(self.ranks.place_of(rank), rank)
+                          for rank in sorted(self.ranks.running)})
+
+    def _find_unreachable(self, poll: GroupPoll) -> None:
+        """Ranks lost with their node, named while their peers wait for them (liveness.py)."""
+        workers = self.ranks.workers
+        for rank, text in self._probe.check(workers).unreachable.items():
+            poll.failures.append(WorkerFailure(rank, "died", text, workers[rank], time.time()))
+            self.ranks.lose(rank)
 
     def warm_cover(self) -> WarmCover:
         nodes = {info.rank: node_name(info.node_id) for info in self.ranks.workers}
@@ -155,6 +182,7 @@ class WarmAgentGroup:
         answers = {rank: Rejoin(DistEnv(rank, world, 0, master, port), plan, donors, warm.step) for rank in range(world)}
         self._regroup(plan.subrun, places, dict(zip(lost, spares)), answers)
         self._plan_refill(warm, freed)
+        self._probe.reset()
         self._ledger.clear()
         return self.workers
 

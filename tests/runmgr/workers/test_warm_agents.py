@@ -17,6 +17,7 @@ from runmgr.agents.warm_link import WarmRun
 from runmgr.controller.group import GroupPoll, WarmRecoveryError, WarmStart, WorkerInfo
 from runmgr.workers import warm_agents
 from runmgr.workers.agent_group import NodePlace
+from runmgr.workers.liveness import ProbeResult
 from runmgr.workers.warm_agents import WarmAgentGroup
 from tests.runmgr.agents.configs import tiny_config
 from trainer.plan import ResumePlan
@@ -43,6 +44,7 @@ class FakeRanks:
     polls: list[GroupPoll] = field(default_factory=list)
     side: list[tuple[str, object]] = field(default_factory=list)
     killed: list[int] = field(default_factory=list)
+    lost: list[int] = field(default_factory=list)
     adopted: list[tuple[WorkerInfo, str]] = field(default_factory=list)
     subrun: str = "1.00"
     warm: Optional[WarmRun] = None
@@ -89,6 +91,13 @@ class FakeRanks:
     def regrouped(self, subrun: str) -> None:
         self.subrun = subrun
 
+    @property
+    def running(self) -> set[int]:
+        return {rank for rank in range(len(self.infos)) if rank not in self.lost}
+
+    def lose(self, rank: int) -> None:
+        self.lost.append(rank)
+
     def shutdown(self) -> None:
         pass
 
@@ -122,11 +131,37 @@ class FakeAgents:
     def collect(self, calls: list) -> list:
         return calls
 
+    def rank_probe(self, place: NodePlace, rank: int) -> tuple[str, int]:
+        return (place.node, rank)
 
-def warm_group(tmp_path) -> tuple[WarmAgentGroup, FakeRanks, FakeAgents]:
+
+@dataclass
+class FakeProbe:
+    """The lost-node probe (runmgr/workers/liveness.py), its answers played back."""
+
+    unreachable: dict[int, str] = field(default_factory=dict)
+    armed: list[list[int]] = field(default_factory=list)
+    sent: list[dict] = field(default_factory=list)
+
+    def send(self, actors) -> None:
+        if self.armed:
+            self.sent.append(dict(actors))
+
+    def arm(self, waiting) -> None:
+        self.armed.append(list(waiting))
+
+    def check(self, workers) -> ProbeResult:
+        found, self.unreachable = self.unreachable, {}
+        return ProbeResult(unreachable=found)
+
+    def reset(self) -> None:
+        self.armed, self.sent = [], []
+
+
+def warm_group(tmp_path, probe: Optional[FakeProbe] = None) -> tuple[WarmAgentGroup, FakeRanks, FakeAgents]:
     config = tiny_config(tmp_path, 30, save_interval=100)
     ranks, agents = FakeRanks(), FakeAgents(waiting_ranks={0, 2, 3})
-    group = WarmAgentGroup(ranks, agents, warm_spares=1)
+    group = WarmAgentGroup(ranks, agents, warm_spares=1, probe=probe or FakeProbe())
     group.start(config, ResumePlan())
     return group, ranks, agents
 
@@ -207,3 +242,20 @@ def test_a_spare_lost_before_it_was_named_is_not_offered(tmp_path):
     poll = group.poll(0.0)
     assert poll.ready_spares == 0 and [event.kind for event in poll.spare_events] == ["spare_lost"]
     assert "lost: MemoryError; it is not replaced (0 of 1 ready)" in poll.spare_events[0].text
+
+
+def test_a_rank_lost_with_its_node_is_named_once_a_peer_waits_asked_through_its_agent(tmp_path):
+    probe = FakeProbe()
+    group, ranks, _ = warm_group(tmp_path, probe)
+    group.poll(0.0)
+    assert probe.sent == []  # no probe while all goes well
+    probe.unreachable = {1: "rank 1's node aaaa ... (found by the driver's probe before Ray declared the node dead)"}
+    ranks.polls.append(GroupPoll(waiting_ranks=[0]))
+    poll = group.poll(0.0)
+    assert probe.armed == [[0]]
+    # Each running rank is asked through its node's agent.
+    assert probe.sent[-1] == {0: (name(NODE_A), 0), 1: (name(NODE_A), 1), 2: (name(NODE_B), 2), 3: (name(NODE_B), 3)}
+    assert [(f.rank, f.kind) for f in poll.failures] == [(1, "died")] and "before Ray declared" in poll.failures[0].text
+    assert ranks.lost == [1]  # its end is not waited for
+    group.poll(0.0)
+    assert 1 not in probe.sent[-1]

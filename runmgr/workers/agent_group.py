@@ -10,7 +10,8 @@ agent (an agent whose process dies takes its node's ranks with it). The agents
 
 The agents are the scale harness's simulated nodes (runmgr/scale/agent_hosts.py), or real ones
 that fork the trainer's ranks (runmgr/workers/node_agent.py), which a launch of the built-in
-trainer uses without warm spares, on CPU and accelerator nodes (runmgr/runners.py; docs/scale.md).
+trainer uses without warm spares, on CPU and accelerator nodes, and with them on CPU nodes, where
+a warm run's group holds this one (runmgr/workers/warm_agents.py; runmgr/runners.py; docs/scale.md).
 """
 
 from __future__ import annotations

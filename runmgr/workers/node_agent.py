@@ -23,7 +23,10 @@ It reads its node's devices itself (the mid-run device poll, runmgr/workers/devi
 :class:`NodeDevicePoll`, in a thread) and puts the readings in its next report.
 
 A launch runs the built-in trainer's ranks under agents on CPU and accelerator nodes without
-warm spares (runmgr/runners.py); not yet in it (docs/scale.md): warm recovery.
+warm spares, and with them on CPU nodes (runmgr/runners.py). Under warm recovery the ranks' warm
+link runs over their pipe (runmgr/agents/warm_link.py), spares are forked here
+(``start_spares``) and a recovery renames and answers them (``regroup``); not yet in it
+(docs/scale.md): devices for a spare forked here (warm runs on accelerators keep rank actors).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 device poll runs where there is an accelerator to read, or chaos scripts one, and not for
 ranks on CPU, where it would only cost a Ray worker per node and one beside the driver. Ranks
 under node agents are read by their agents (the poll folded into the agent: no poller actor
-beside them); rank actors (warm spares) keep a poller on every node."""
+beside them), warm spares on CPU too; rank actors (warm spares on accelerators) keep a poller on
+every node."""
 
 from __future__ import annotations
 
@@ -70,8 +71,20 @@ def test_a_cpu_run_whose_chaos_scripts_the_device_tools_has_its_agents_poll_them
     assert settings is not None and settings.path is not None and settings.path.startswith(str(chaos.tools_dir))
 
 
-def test_a_cpu_run_on_rank_actors_whose_chaos_scripts_the_device_tools_polls_them(tmp_path, started):
+def test_a_warm_cpu_run_whose_chaos_scripts_the_device_tools_has_its_agents_poll_them(tmp_path, started):
+    # Warm spares on CPU run under the node agents (runmgr/workers/warm_agents.py): their agents read
+    # the scripted tools, as without spares, and no poller starts.
     run_config = config(tmp_path, *WARM, chaos="opt_run12")
     chaos = Chaos(run_config, tmp_path)
-    devices = start_device_poll(run_config, chaos, ["n1"], "cpu")
+    assert start_device_poll(run_config, chaos, ["n1"], "cpu") and started == []
+    runner = build_runner(run_config, run_config.trainer_config(), "cpu", None, chaos)
+    settings = runner.make_group().ranks.agents.device_poll
+    assert settings is not None and settings.path is not None and settings.path.startswith(str(chaos.tools_dir))
+
+
+def test_a_warm_run_on_rank_actors_whose_chaos_scripts_the_device_tools_polls_them(tmp_path, started):
+    # Rank actors keep warm runs on accelerators only: there the poller reads the scripted tools.
+    run_config = config(tmp_path, *WARM, chaos="opt_run12")
+    chaos = Chaos(run_config, tmp_path)
+    devices = start_device_poll(run_config, chaos, ["n1"], "cuda")
     assert started == [devices] and devices.path is not None and devices.path.startswith(str(chaos.tools_dir))

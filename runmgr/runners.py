@@ -29,7 +29,8 @@ from runmgr.workers.inbox import KeptInbox
 from runmgr.workers.megatron_group import MegatronWorkerGroup
 from runmgr.workers.megatron_nodes import MegatronNodes
 from runmgr.workers.node_agent import RayNodeAgents
-from runmgr.workers.warm_agents import WARM_SETTLE_S, WarmAgentGroup
+from runmgr.workers.warm_agents import WarmAgentGroup
+from runmgr.workers.warm_rules import WARM_SETTLE_S
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
 

@@ -36,16 +36,12 @@ from runmgr.policy.warm import WarmCover, buddy_offset
 from runmgr.workers.agent_group import AgentWorkerGroup, NodePlace
 from runmgr.workers.agent_spares import AgentSpare, AgentSparePool
 from runmgr.workers.liveness import PeerProbe
+from runmgr.workers.warm_rules import SURVIVOR_WAIT_S, donor_of, slot_not_refilled, survivors_not_waiting
 from trainer.config import TrainerConfig
 from trainer.distributed import DistEnv
 from trainer.plan import ResumePlan
 from trainer.warm import Rejoin, snapshot_holders
 
-SURVIVOR_WAIT_S = 10.0
-"""How long a recovery waits for the survivors to be waiting in their warm link (as the
-per-rank group: a survivor's collective fails within ~0.05 s of a peer's death on gloo)."""
-WARM_SETTLE_S = 0.1
-"""Survivors do not echo a warm group's deaths (they wait in their warm link)."""
 
 
 class WarmAgents(Protocol):
@@ -207,10 +203,7 @@ class WarmAgentGroup:
 
     def _donor(self, rank: int, lost: set[int]) -> int:
         """A survivor that holds ``rank``'s snapshot."""
-        for holder in self._holders(rank):
-            if holder not in lost:
-                return holder
-        raise WarmRecoveryError(f"no surviving rank holds rank {rank}'s memory snapshot")
+        return donor_of(rank, self._holders(rank), lost)
 
     def _wait_for_survivors(self, survivors: list[int]) -> None:
         """Until every survivor waits in its warm link (its collective failed): answering one
@@ -221,8 +214,7 @@ class WarmAgentGroup:
             places = {self.ranks.place_of(rank).node: self.ranks.place_of(rank) for rank in pending}
             pending -= self.agents.waiting(list(places.values()))
             if pending and time.monotonic() > deadline:
-                raise WarmRecoveryError(f"rank(s) {sorted(pending)} did not notice the lost peer within "
-                                        f"{SURVIVOR_WAIT_S:.0f} s")
+                raise survivors_not_waiting(pending, SURVIVOR_WAIT_S)
             if pending:
                 time.sleep(0.005)
 
@@ -232,9 +224,7 @@ class WarmAgentGroup:
         usable = [(place, rank) for place, rank in freed if place.node not in warm.avoid_nodes]
         for place, rank in freed:
             if place.node in warm.avoid_nodes:
-                self._events.append(self._pool.not_refilled(
-                    f"the spare rank {rank} took is not replaced: the slot rank {rank} left is on node "
-                    f"{place.node}, which the plan avoids; a further fault restarts cold unless a spare is ready"))
+                self._events.append(self._pool.not_refilled(slot_not_refilled(rank, place.node)))
         if usable:
             self._refill = Refill(warm.step, usable)
 

@@ -41,15 +41,11 @@ from runmgr.policy.warm import WarmCover
 from runmgr.workers.group import RayWorkerGroup
 from runmgr.workers.liveness import PeerProbe
 from runmgr.workers.spares import SPARE_RANK, Slot, SparePool
+from runmgr.workers.warm_rules import SURVIVOR_WAIT_S, WARM_SETTLE_S, donor_of, slot_not_refilled, survivors_not_waiting
 from trainer.config import TrainerConfig
 from trainer.distributed import DistEnv
 from trainer.plan import ResumePlan
 from trainer.warm import Rejoin, snapshot_holders
-
-SURVIVOR_WAIT_S = 10.0
-"""How long a recovery waits for the survivors to be waiting in their warm link (a
-survivor's collective fails within ~0.05 s of a peer's death on gloo)."""
-
 
 @dataclass
 class Refill:
@@ -61,9 +57,6 @@ class Refill:
     ranks: list[int]
 
 
-WARM_SETTLE_S = 0.1
-"""Survivors do not echo a warm group's deaths (they wait in their warm link): no wait for a
-root cause to surface."""
 
 
 class WarmRayWorkerGroup:
@@ -156,10 +149,7 @@ class WarmRayWorkerGroup:
 
     def _donor(self, rank: int, lost: set[int]) -> int:
         """A survivor that holds ``rank``'s snapshot."""
-        for holder in self._holders(rank):
-            if holder not in lost:
-                return holder
-        raise WarmRecoveryError(f"no surviving rank holds rank {rank}'s memory snapshot")
+        return donor_of(rank, self._holders(rank), lost)
 
     def _answer(self, plan: ResumePlan, warm: WarmStart, donors: dict[int, int]) -> None:
         """Tell every rank where the group re-forms: a fresh port on rank 0's node, each replaced
@@ -176,10 +166,7 @@ class WarmRayWorkerGroup:
         usable = [slot for slot in freed if node_name(slot.node_id) not in warm.avoid_nodes]
         for rank, slot in zip(lost, freed):
             if slot not in usable:
-                self._events.append(self._pool.not_refilled(
-                    f"the spare rank {rank} took is not replaced: the slot rank {rank} left is on node "
-                    f"{node_name(slot.node_id)}, which the plan avoids; a further fault restarts cold unless a "
-                    f"spare is ready"))
+                self._events.append(self._pool.not_refilled(slot_not_refilled(rank, node_name(slot.node_id))))
         if usable:
             self._refill = Refill(warm.step, usable, [rank for rank, slot in zip(lost, freed) if slot in usable])
 
@@ -193,8 +180,7 @@ class WarmRayWorkerGroup:
                                                        self.ranks.start_timeout_s)
             pending = {rank for rank, waiting in zip(sorted(pending), answers) if not waiting}
             if pending and time.monotonic() > deadline:
-                raise WarmRecoveryError(f"rank(s) {sorted(pending)} did not notice the lost peer within "
-                                        f"{SURVIVOR_WAIT_S:.0f} s")
+                raise survivors_not_waiting(pending, SURVIVOR_WAIT_S)
             if pending:
                 time.sleep(0.005)
 

@@ -13,22 +13,28 @@ their warm link (trainer/warm.py). A rank is named lost when three things hold t
   kernel accepts the connection for the raylet), so a rank that is only busy or starved is
   never named here: it is left to Ray and to the watcher (a hang).
 
-The probes are ``waiting`` calls, answered by the actor's second thread while the first
-trains. None is sent while all goes well (each call costs the ranks' CPU, which on a busy
-node is the steps' time): a rank's drain says when it waits in its warm link
-(:meth:`PeerProbe.arm`), and from then on the warm group sends one to each rank at the start
-of a poll and before its drain, and checks after the wait for the ranks' outcomes and after
-the drain (which waits up to 0.5 s for a rank that never answers), so a lost node is named
-within about two polls of its peers' noticing it.
+The probes are ``waiting`` calls. A probe goes to a *unit* (:class:`ProbeUnit`): a rank's
+actor, answered by its second thread while the first trains (one rank a call), or a node's
+agent, which answers for all its ranks at once (runmgr/workers/node_agent.py ``waiting``: one
+call per node, so a recovery's probes grow with the nodes, not the ranks). Either way the
+answers are kept and judged per rank. None is sent while all goes well (each call costs the
+ranks' CPU, which on a busy node is the steps' time): a rank's drain says when it waits in its
+warm link (:meth:`PeerProbe.arm`), and from then on the warm group sends one to each unit at
+the start of a poll and before its drain, and checks after the wait for the ranks' outcomes
+and after the drain (which waits up to 0.5 s for a rank that never answers), so a lost node is
+named within about two polls of its peers' noticing it.
+
+How the calls' answers are awaited is :class:`Answers` (Ray's ``wait`` and ``get``; a test's
+in-process fakes), so the probe's rules run without a cluster.
 """
 
 from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 import ray
 from ray.exceptions import ActorUnavailableError, RayActorError
@@ -68,6 +74,50 @@ def raylet_refusal(host: str, port: int, timeout_s: float) -> Optional[str]:
         return exc.strerror or type(exc).__name__
 
 
+class Answers(Protocol):
+    """How the probe awaits its calls' answers."""
+
+    def ready(self, calls: list, timeout_s: float) -> list:
+        """Those of ``calls`` answered within ``timeout_s`` (0: those answered already)."""
+
+    def value(self, call: Any) -> Any:
+        """``call``'s answer; raises what the call raised."""
+
+
+class RayAnswers:
+    """The answers of Ray calls (object refs)."""
+
+    def ready(self, calls: list, timeout_s: float) -> list:
+        done, _ = ray.wait(calls, num_returns=len(calls), timeout=timeout_s)
+        return done
+
+    def value(self, call: Any) -> Any:
+        return ray.get(call)
+
+
+@dataclass(frozen=True)
+class ProbeUnit:
+    """What one probe call asks, and about which ranks: a rank's actor (one rank; it answers
+    True or False) or a node's agent (its running ranks; it answers those that wait)."""
+
+    ranks: tuple[int, ...]
+    ask: Callable[[], Any]
+    """Sends the call; what :class:`Answers` awaits."""
+    names_ranks: bool = True
+    """The answer is the ranks that wait in their warm link (False: a bool for the one rank)."""
+
+    def waiting(self, answer: Any) -> set[int]:
+        """The ranks of this unit that ``answer`` says wait in their warm link."""
+        if not self.names_ranks:
+            return set(self.ranks) if answer else set()
+        return set(answer) & set(self.ranks)
+
+
+def rank_actor_unit(rank: int, actor: Any) -> ProbeUnit:
+    """A rank's own actor as a probe unit: ``actor.waiting.remote()``, True while it waits."""
+    return ProbeUnit((rank,), lambda: actor.waiting.remote(), names_ranks=False)
+
+
 @dataclass(frozen=True)
 class ProbeResult:
     """What one check found."""
@@ -84,29 +134,39 @@ class PeerProbe:
     """Probes a group's ranks at every poll and names those lost with their node."""
 
     def __init__(self, probe_s: float = PROBE_S, connect_s: float = CONNECT_S, raylets: Raylets = ray_raylets,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, answers: Optional[Answers] = None) -> None:
+        """``answers``: how the calls are awaited (None: Ray's)."""
         self.probe_s = probe_s
         self.connect_s = connect_s
         self.raylets = raylets
         self.clock = clock
+        self.answers: Answers = answers if answers is not None else RayAnswers()
         self._raylets: dict[str, tuple[str, int]] = {}
         self.reset()
 
     def reset(self) -> None:
         """The group changed its actors: forget every probe and answer; no probes until armed again."""
         self._armed = False
-        self._pending: dict[int, object] = {}
-        """rank -> its probe not answered yet."""
+        self._pending: dict[Hashable, tuple[ProbeUnit, Any]] = {}
+        """unit key (a rank, or a node) -> the unit and its call not answered yet."""
         self._since: dict[int, float] = {}
         """rank -> since when it has not answered (the oldest probe it left unanswered)."""
         self._waiting: dict[int, bool] = {}
         """rank -> its last answer."""
+        self._lost: set[int] = set()
+        """Ranks known lost: an answer still pending for their unit says nothing of them."""
+
+    @property
+    def armed(self) -> bool:
+        """Whether a survivor has said it waits: probes go out from then on."""
+        return self._armed
 
     def forget(self, rank: int) -> None:
         """``rank`` is known lost: no more probes or checks of it."""
-        self._pending.pop(rank, None)
+        self._lost.add(rank)
         self._since.pop(rank, None)
         self._waiting.pop(rank, None)
+        self._pending = {key: sent for key, sent in self._pending.items() if not set(sent[0].ranks) <= self._lost}
 
     def arm(self, waiting: Collection[int]) -> None:
         """Ranks of ``waiting`` said, when drained, that they wait in their warm link: probe from now on."""
@@ -115,17 +175,24 @@ class PeerProbe:
 
     def send(self, actors: Mapping[int, object]) -> None:
         """Once armed, a probe to every rank of ``actors`` (its actor, by rank) that has none pending."""
+        if self._armed:
+            self.send_units({rank: rank_actor_unit(rank, actor) for rank, actor in actors.items()})
+
+    def send_units(self, units: Mapping[Hashable, ProbeUnit]) -> None:
+        """Once armed, a probe to every unit of ``units`` (by key: a rank, or a node) that has none
+        pending: one call for all the unit's ranks."""
         if not self._armed:
             return
         now = self.clock()
-        for rank, actor in actors.items():
-            if rank not in self._pending:
-                self._pending[rank] = actor.waiting.remote()
-                self._since.setdefault(rank, now)
+        for key, unit in units.items():
+            if key not in self._pending:
+                self._pending[key] = (unit, unit.ask())
+                for rank in unit.ranks:
+                    self._since.setdefault(rank, now)
 
     def check(self, workers: Sequence[WorkerInfo]) -> ProbeResult:
         """Collect the answers; while a rank waits in its warm link, give the others up to
-        ``probe_s`` to answer and check the nodes of those still silent."""
+        ``probe_s`` to answer and check the nodes of those still silent (each node once)."""
         self._collect(self.clock())
         waiting = tuple(sorted(rank for rank, answer in self._waiting.items() if answer))
         if not waiting:
@@ -134,11 +201,14 @@ class PeerProbe:
         if since:
             self._collect(max(since) + self.probe_s)
         silent = silent_ranks(waiting, self._unanswered_s(waiting), self.probe_s)
+        refusals: dict[str, Optional[str]] = {}
         unreachable = {}
         for rank in silent:
-            refusal = self._node_refusal(workers[rank].node_id)
-            if refusal is not None:
-                unreachable[rank] = self._lost_text(workers[rank], waiting, refusal)
+            node_id = workers[rank].node_id
+            if node_id not in refusals:  # a node's silent ranks share its raylet: one connection each
+                refusals[node_id] = self._node_refusal(node_id)
+            if refusals[node_id] is not None:
+                unreachable[rank] = self._lost_text(workers[rank], waiting, refusals[node_id])
                 self.forget(rank)
         return ProbeResult(waiting, tuple(silent), unreachable)
 
@@ -149,22 +219,27 @@ class PeerProbe:
     def _collect(self, until: float) -> None:
         """Take the answers back until ``until`` (on :attr:`clock`; in the past: those already back)."""
         while self._pending:
-            refs = {ref: rank for rank, ref in self._pending.items()}
-            done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=max(0.0, until - self.clock()))
-            for ref in done:
-                self._answer(refs[ref], ref)
+            calls = {call: key for key, (_, call) in self._pending.items()}
+            for call in self.answers.ready(list(calls), max(0.0, until - self.clock())):
+                self._answer(calls[call])
             if self.clock() >= until:
                 return
 
-    def _answer(self, rank: int, ref) -> None:
-        del self._pending[rank]
+    def _answer(self, key: Hashable) -> None:
+        unit, call = self._pending.pop(key)
+        ranks = [rank for rank in unit.ranks if rank not in self._lost]
         try:
-            self._waiting[rank] = ray.get(ref)
+            waiting = unit.waiting(self.answers.value(call))
         except ActorUnavailableError:
-            return  # no answer: it stays silent since its first unanswered probe
+            return  # no answer: its ranks stay silent since their first unanswered probe
         except RayActorError:  # Ray knows it died (a dead actor on a live node): its run says so
-            self._waiting.pop(rank, None)
-        self._since.pop(rank, None)
+            waiting = None
+        for rank in ranks:
+            if waiting is None:
+                self._waiting.pop(rank, None)
+            else:
+                self._waiting[rank] = rank in waiting
+            self._since.pop(rank, None)
 
     def _node_refusal(self, node_id: str) -> Optional[str]:
         """Why ``node_id``'s raylet takes no connection (None: it takes one)."""

@@ -230,13 +230,9 @@ class NodeAgent:
             keys.append(key)
         return keys
 
-    def rank_waiting(self, rank: int) -> bool:
-        """Whether ``rank`` waits in its warm link: the lost-node probe's question
-        (runmgr/workers/liveness.py), asked only while a peer waits."""
-        return rank in self.processes.waiting()
-
     def waiting(self) -> list[int]:
-        """The node's ranks that wait in their warm link (a peer broke the group)."""
+        """The node's ranks that wait in their warm link (a peer broke the group): a recovery's
+        question, and the lost-node probe's (liveness.py), one call for the node's ranks."""
         self.lease.renew()
         return sorted(rank for rank in self.processes.waiting() if rank >= 0)
 
@@ -431,9 +427,10 @@ class RayNodeAgents:
         once its ranks of ``answers`` were told where the group re-forms."""
         return place.where.regroup.remote(subrun, named, answers, rank_nodes)
 
-    def rank_probe(self, place: NodePlace, rank: int) -> "AgentRankProbe":
-        """What the lost-node probe asks about ``rank``: its node's agent."""
-        return AgentRankProbe(place.where, rank)
+    def probe(self, place: NodePlace) -> Any:
+        """The lost-node probe's call to ``place``'s node, once for all its ranks (an object ref
+        of those that wait; none comes while the node is gone)."""
+        return place.where.waiting.remote()
 
     def collect(self, calls: list) -> list:
         """The answers of ``calls`` (object refs of the agents' calls), while the head lives."""
@@ -466,22 +463,6 @@ class RayNodeAgents:
         for place in self._places:
             ray.kill(place.where, no_restart=True)
         self._places = []
-
-
-@dataclass(frozen=True)
-class AgentRankProbe:
-    """A rank as the lost-node probe (:class:`runmgr.workers.liveness.PeerProbe`) asks it,
-    ``waiting.remote()``, answered by the rank's agent: no answer while its node is gone."""
-
-    agent: Any
-    rank: int
-
-    @property
-    def waiting(self) -> "AgentRankProbe":
-        return self
-
-    def remote(self) -> Any:
-        return self.agent.rank_waiting.remote(self.rank)
 
 
 def _node_of(strategy: object) -> str:

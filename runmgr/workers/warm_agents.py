@@ -9,8 +9,9 @@ group (runmgr/workers/warm_group.py) does, with calls per node instead of per ra
 - a spare is a process forked under the agent of its node: built, waiting; its agent pushes
   when it is ready or lost;
 - a rank lost with its node is named as soon as a peer waits and its agent does not answer
-  and its node's raylet takes no connection (runmgr/workers/liveness.py's probe, asking each
-  rank through its node's agent, only while a peer waits), before Ray declares the node dead;
+  and its node's raylet takes no connection (runmgr/workers/liveness.py's probe, one call per
+  node a poll, only while a peer waits: the agent answers for all its ranks), before Ray
+  declares the node dead;
 - :meth:`recover` kills the lost ranks through their agents, waits until every survivor waits
   in its link (one ``waiting`` call per node), then tells each node at once (``regroup``, one
   call per node) which of its spares become which ranks and where the group re-forms. Once the
@@ -35,7 +36,7 @@ from runmgr.nodes import node_name
 from runmgr.policy.warm import WarmCover, buddy_offset
 from runmgr.workers.agent_group import AgentWorkerGroup, NodePlace
 from runmgr.workers.agent_spares import AgentSpare, AgentSparePool
-from runmgr.workers.liveness import PeerProbe
+from runmgr.workers.liveness import PeerProbe, ProbeUnit
 from runmgr.workers.warm_rules import SURVIVOR_WAIT_S, donor_of, slot_not_refilled, survivors_not_waiting
 from trainer.config import TrainerConfig
 from trainer.distributed import DistEnv
@@ -58,8 +59,9 @@ class WarmAgents(Protocol):
 
     def collect(self, calls: list) -> list: ...
 
-    def rank_probe(self, place: NodePlace, rank: int) -> Any:
-        """What the lost-node probe asks about ``rank`` (``waiting.remote()``), through its agent."""
+    def probe(self, place: NodePlace) -> Any:
+        """The lost-node probe's call to ``place``'s node (not waited for): the ranks there that
+        wait in their warm link; no answer while the node is gone."""
 
 
 @dataclass
@@ -136,8 +138,17 @@ class WarmAgentGroup:
         return poll
 
     def _send_probes(self) -> None:
-        self._probe.send({rank: self.agents.rank_probe(self.ranks.place_of(rank), rank)
-                          for rank in sorted(self.ranks.running)})
+        """One probe per node with running ranks, its agent answering for them all."""
+        if not self._probe.armed:
+            return
+        places: dict[str, NodePlace] = {}
+        ranks: dict[str, list[int]] = defaultdict(list)
+        for rank in sorted(self.ranks.running):
+            place = self.ranks.place_of(rank)
+            places.setdefault(place.node, place)
+            ranks[place.node].append(rank)
+        self._probe.send_units({node: ProbeUnit(tuple(ranks[node]), lambda place=place: self.agents.probe(place))
+                                for node, place in places.items()})
 
     def _find_unreachable(self, poll: GroupPoll) -> None:
         """Ranks lost with their node, named while their peers wait for them (liveness.py)."""

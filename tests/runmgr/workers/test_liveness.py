@@ -5,11 +5,15 @@ A live rank that answers no probe (its only thread busy) beside a peer that wait
 link is checked and cleared, because its node's raylet (the real one) takes a connection. The
 same rank whose node's raylet refuses one (its address pointed at a closed port: the
 connection a dead raylet's host refuses) is named lost, in words the watcher reads as a lost
-node. A whole node killed for real is bench/restart_latency.py's runmgr-warm-node arm."""
+node. A whole node killed for real is bench/restart_latency.py's runmgr-warm-node arm.
+
+Probed through node agents (a unit per node answering for its ranks), the probe's rules run
+in-process on a fake clock with fake calls: one call per node a poll, whatever the ranks."""
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 import pytest
 import ray
@@ -17,7 +21,9 @@ import ray
 from runmgr.controller.group import WorkerInfo
 from runmgr.ports import rendezvous_port
 from runmgr.watch.deaths import classify
-from runmgr.workers.liveness import PeerProbe, ProbeResult, ray_raylets, raylet_refusal, silent_ranks
+from runmgr.workers import liveness
+from runmgr.workers.liveness import PeerProbe, ProbeResult, ProbeUnit, ray_raylets, raylet_refusal, silent_ranks
+from tests.runmgr.workers.probe_fakes import Call, FakeAnswers, FakeClock
 from tests.runmgr.workers.standins import remote_rank
 
 SAFETY_S = 60.0
@@ -100,3 +106,66 @@ def test_a_silent_rank_whose_raylet_refuses_is_named_lost_with_its_node(ranks):
     assert "while rank(s) 0 wait for a lost peer" in text
     cause = classify(text)
     assert (cause.name, cause.category) == ("node_lost", "node")  # the policy excludes the node
+
+
+NODES, RANKS_PER_NODE = 16, 8
+
+
+@pytest.fixture
+def refusals(monkeypatch) -> Counter:
+    """Each node's raylet check, counted: every raylet refuses (only the silent ranks' are checked)."""
+    checked: Counter = Counter()
+
+    def refuse(host: str, port: int, timeout_s: float) -> str:
+        checked[port] += 1
+        return "Connection refused"
+
+    monkeypatch.setattr(liveness, "raylet_refusal", refuse)
+    return checked
+
+
+def test_through_node_agents_a_poll_costs_one_call_per_node_and_a_lost_nodes_ranks_are_named_together(refusals):
+    """16 nodes of 8 ranks: 16 calls a poll, not 128. Once node 3's agent stops answering, its 8
+    ranks are named lost in the same poll, after one check of its raylet, not eight."""
+    clock = FakeClock()
+    asked: Counter = Counter()
+    gone: set[int] = set()
+
+    def agent(node: int) -> Call:
+        asked[node] += 1
+        return Call(node, None if node in gone else [5] if node == 0 else [])  # rank 5 waits in its link
+
+    units = {node: ProbeUnit(tuple(range(node * RANKS_PER_NODE, (node + 1) * RANKS_PER_NODE)),
+                             lambda node=node: agent(node)) for node in range(NODES)}
+    workers = [WorkerInfo(rank, 1000 + rank, f"{rank // RANKS_PER_NODE:040x}", "127.0.0.1")
+               for rank in range(NODES * RANKS_PER_NODE)]
+    raylets = {f"{node:040x}": ("127.0.0.1", 7000 + node) for node in range(NODES)}
+    probe = PeerProbe(raylets=lambda: raylets, clock=clock, answers=FakeAnswers(clock))
+
+    def poll() -> tuple[int, ProbeResult]:
+        before = sum(asked.values())
+        probe.send_units(units)
+        result = probe.check(workers)
+        clock.now += 0.05  # the next poll
+        return sum(asked.values()) - before, result
+
+    assert poll() == (0, ProbeResult())  # nobody waits: no call at all
+    probe.arm([5])
+    for _ in range(3):
+        calls, result = poll()
+        assert (calls, result.waiting, result.unreachable) == (NODES, (5,), {})
+    gone.add(3)
+    calls, result = poll()
+    assert calls == NODES and result.silent == tuple(range(24, 32))
+    assert sorted(result.unreachable) == list(range(24, 32)) and refusals == {7003: 1}
+    assert "rank 24's node 000000000000 is unreachable" in result.unreachable[24]
+    assert "while rank(s) 5 wait for a lost peer" in result.unreachable[31]
+    del units[3]  # its ranks are lost: the group probes the running ranks' nodes
+    calls, result = poll()
+    assert calls == NODES - 1 and result.unreachable == {} and result.waiting == (5,)
+
+
+def test_a_rank_actors_probe_is_a_unit_of_one_rank_answered_true_or_false():
+    unit = liveness.rank_actor_unit(4, object())
+    assert (unit.ranks, unit.waiting(True), unit.waiting(False)) == ((4,), {4}, set())
+    assert ProbeUnit((8, 9), lambda: None).waiting([9, 2]) == {9}  # an agent's answer: only its unit's ranks count

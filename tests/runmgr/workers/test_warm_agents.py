@@ -1,8 +1,9 @@
 """The warm group on node agents (runmgr/workers/warm_agents.py), stepped in-process: fake
 ranks and agents record what the group asks and play back what agents push. A recovery asks
 each node once (who waits, then who becomes which rank and where the group re-forms), never
-each rank; spares are counted ready only once their agent says so, and a used one is refilled in
-the slot the lost rank left once the re-formed group stepped."""
+each rank, and so does the lost-node probe at each poll while a peer waits; spares are counted
+ready only once their agent says so, and a used one is refilled in the slot the lost rank left
+once the re-formed group stepped."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from runmgr.agents.report import SpareNews
 from runmgr.agents.snapshots import HELD, HeldSnapshot
 from runmgr.agents.warm_link import WarmRun
 from runmgr.controller.group import GroupPoll, WarmRecoveryError, WarmStart, WorkerInfo
-from runmgr.workers import warm_agents
+from runmgr.workers import liveness, warm_agents
 from runmgr.workers.agent_group import NodePlace
-from runmgr.workers.liveness import ProbeResult
+from runmgr.workers.liveness import PeerProbe, ProbeResult
 from runmgr.workers.warm_agents import WarmAgentGroup
 from tests.runmgr.agents.configs import tiny_config
+from tests.runmgr.workers.probe_fakes import Call, FakeAnswers, FakeClock
 from trainer.plan import ResumePlan
 from trainer.report import StepReport
 
@@ -108,6 +110,9 @@ class FakeAgents:
 
     waiting_ranks: set[int] = field(default_factory=set)
     calls: list[tuple[str, str]] = field(default_factory=list)
+    gone: set[str] = field(default_factory=set)
+    """Nodes whose agent answers no probe."""
+    probes: list[str] = field(default_factory=list)
     regroups: dict[str, tuple] = field(default_factory=dict)
     started: list[tuple[str, int, int]] = field(default_factory=list)
 
@@ -131,8 +136,9 @@ class FakeAgents:
     def collect(self, calls: list) -> list:
         return calls
 
-    def rank_probe(self, place: NodePlace, rank: int) -> tuple[str, int]:
-        return (place.node, rank)
+    def probe(self, place: NodePlace) -> Call:
+        self.probes.append(place.node)
+        return Call(place.node, None if place.node in self.gone else sorted(self.waiting_ranks))
 
 
 @dataclass
@@ -141,11 +147,12 @@ class FakeProbe:
 
     unreachable: dict[int, str] = field(default_factory=dict)
     armed: list[list[int]] = field(default_factory=list)
+    """What each arm said waits (truthy once armed, as the probe's ``armed``)."""
     sent: list[dict] = field(default_factory=list)
 
-    def send(self, actors) -> None:
+    def send_units(self, units) -> None:
         if self.armed:
-            self.sent.append(dict(actors))
+            self.sent.append({node: unit.ranks for node, unit in units.items()})
 
     def arm(self, waiting) -> None:
         self.armed.append(list(waiting))
@@ -158,7 +165,7 @@ class FakeProbe:
         self.armed, self.sent = [], []
 
 
-def warm_group(tmp_path, probe: Optional[FakeProbe] = None) -> tuple[WarmAgentGroup, FakeRanks, FakeAgents]:
+def warm_group(tmp_path, probe=None) -> tuple[WarmAgentGroup, FakeRanks, FakeAgents]:
     config = tiny_config(tmp_path, 30, save_interval=100)
     ranks, agents = FakeRanks(), FakeAgents(waiting_ranks={0, 2, 3})
     group = WarmAgentGroup(ranks, agents, warm_spares=1, probe=probe or FakeProbe())
@@ -253,9 +260,33 @@ def test_a_rank_lost_with_its_node_is_named_once_a_peer_waits_asked_through_its_
     ranks.polls.append(GroupPoll(waiting_ranks=[0]))
     poll = group.poll(0.0)
     assert probe.armed == [[0]]
-    # Each running rank is asked through its node's agent.
-    assert probe.sent[-1] == {0: (name(NODE_A), 0), 1: (name(NODE_A), 1), 2: (name(NODE_B), 2), 3: (name(NODE_B), 3)}
+    # One probe per node, for all its running ranks.
+    assert probe.sent[-1] == {name(NODE_A): (0, 1), name(NODE_B): (2, 3)}
     assert [(f.rank, f.kind) for f in poll.failures] == [(1, "died")] and "before Ray declared" in poll.failures[0].text
     assert ranks.lost == [1]  # its end is not waited for
     group.poll(0.0)
-    assert 1 not in probe.sent[-1]
+    assert probe.sent[-1] == {name(NODE_A): (0,), name(NODE_B): (2, 3)}
+
+
+def test_the_lost_node_probe_asks_each_node_once_a_poll_and_names_its_ranks_together(tmp_path, monkeypatch):
+    """The real probe on a fake clock: once rank 2 (node B) waits, each poll asks node A's agent
+    and node B's agent once, not each rank; node A's agent never answers and its raylet refuses,
+    so ranks 0 and 1 are named lost in that poll, after one raylet check."""
+    checked = []
+    monkeypatch.setattr(liveness, "raylet_refusal", lambda host, port, timeout_s: checked.append(port) or "refused")
+    clock = FakeClock()
+    probe = PeerProbe(raylets=lambda: {NODE_A: ("127.0.0.1", 7001), NODE_B: ("127.0.0.1", 7002)}, clock=clock,
+                      answers=FakeAnswers(clock))
+    group, ranks, agents = warm_group(tmp_path, probe)
+    agents.waiting_ranks = set()
+    group.poll(0.0)
+    assert agents.probes == []  # no probe while all goes well
+    agents.gone, agents.waiting_ranks = {name(NODE_A)}, {2, 3}
+    ranks.polls.append(GroupPoll(waiting_ranks=[2]))
+    poll = group.poll(0.0)
+    assert agents.probes == [name(NODE_A), name(NODE_B)]  # 2 calls for 4 ranks
+    assert [(f.rank, f.kind) for f in poll.failures] == [(0, "died"), (1, "died")] and checked == [7001]
+    assert ranks.lost == [0, 1] and "rank 0's node aaaaaaaaaaaa is unreachable" in poll.failures[0].text
+    group.poll(0.0)
+    assert agents.probes[2:] == [name(NODE_B)]  # only the node with running ranks
+

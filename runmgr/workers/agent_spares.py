@@ -4,11 +4,16 @@ agent of the node that holds them (runmgr/workers/node_agent.py ``start_spares``
 The per-rank design's pool (runmgr/workers/spares.py) asks each spare actor whether it is
 ready; here nobody is asked: a spare's agent pushes ``spare`` items (:class:`SpareNews`) when
 it is ready (it waits in its warm link, built) and when its process ended before it was named,
-and the pool takes them from the group's polls. Ray-free: the group starts the spares.
+and the pool takes them from the group's polls. A spare that has not said it is ready within
+the start timeout is given up (:meth:`AgentSparePool.give_up_late`), as the per-rank pool gives
+up an actor not started in time: a fork has nothing to wait for, but a spare may hang while it
+builds its model, and a spare never ready must not be counted on, nor waited on, forever.
+Ray-free: the group starts the spares and ends those given up.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -29,6 +34,8 @@ class AgentSpare:
     place: NodePlace
     key: int
     """Its key on its node (negative) until a recovery names its rank."""
+    started_at: float = 0.0
+    """When it was forked (on the pool's clock)."""
     ready: bool = False
     info: Optional[WorkerInfo] = None
     """Where it runs, once ready."""
@@ -37,13 +44,32 @@ class AgentSpare:
 class AgentSparePool:
     """The spares of one warm group on agents, never more than ``wanted``."""
 
-    def __init__(self, wanted: int, start: StartSpares) -> None:
+    def __init__(self, wanted: int, start: StartSpares, start_timeout_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``start_timeout_s``: how long a spare may take to be ready (``controller.start_timeout_s``)."""
         self.wanted = wanted
         self.start = start
+        self.start_timeout_s = start_timeout_s
+        self.clock = clock
         self.spares: list[AgentSpare] = []
 
     def started(self, place: NodePlace, keys: list[int]) -> None:
-        self.spares += [AgentSpare(place, key) for key in keys]
+        now = self.clock()
+        self.spares += [AgentSpare(place, key, now) for key in keys]
+
+    def give_up_late(self) -> list[tuple[AgentSpare, SpareEvent]]:
+        """The spares not ready within the start timeout, no longer the pool's (the caller ends
+        their processes), each with its ``spare_lost`` event."""
+        now = self.clock()
+        late = [spare for spare in self.spares if not spare.ready and now - spare.started_at > self.start_timeout_s]
+        given_up = []
+        for spare in late:
+            self.spares.remove(spare)
+            given_up.append((spare, self._event(
+                "spare_lost", f"warm spare on node {spare.place.node} lost: it was not ready within "
+                              f"{self.start_timeout_s:.0f} s of its start (it never said it waits to be named; "
+                              f"controller.start_timeout_s), so its process is ended; it is not replaced")))
+        return given_up
 
     def take_news(self, news: SpareNews) -> list[SpareEvent]:
         """A spare's agent said it is ready, or lost."""

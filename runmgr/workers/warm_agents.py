@@ -12,6 +12,8 @@ group (runmgr/workers/warm_group.py) does, with calls per node instead of per ra
   and its node's raylet takes no connection (runmgr/workers/liveness.py's probe, one call per
   node a poll, only while a peer waits: the agent answers for all its ranks), before Ray
   declares the node dead;
+- a spare not ready within the start timeout is given up: its process is ended and the pool
+  says so (``spare_lost``), as the per-rank pool gives up a spare actor not started in time;
 - :meth:`recover` kills the lost ranks through their agents, waits until every survivor waits
   in its link (one ``waiting`` call per node), then tells each node at once (``regroup``, one
   call per node) which of its spares become which ranks and where the group re-forms. Once the
@@ -26,7 +28,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 from runmgr.agents.report import SpareNews
 from runmgr.agents.snapshots import HELD, HeldSnapshot, SnapshotLedger
@@ -63,6 +65,8 @@ class WarmAgents(Protocol):
         """The lost-node probe's call to ``place``'s node (not waited for): the ranks there that
         wait in their warm link; no answer while the node is gone."""
 
+    def kill_rank(self, place: NodePlace, rank: int) -> None: ...
+
 
 @dataclass
 class Refill:
@@ -77,15 +81,17 @@ class WarmAgentGroup:
     """The ranks on agents plus ready spares; recovers a lost rank in place."""
 
     def __init__(self, ranks: AgentWorkerGroup, agents: WarmAgents, warm_spares: int,
-                 probe: Optional[PeerProbe] = None) -> None:
-        """``probe``: names the ranks lost with their node before Ray does (None: a new one)."""
+                 probe: Optional[PeerProbe] = None, clock: Callable[[], float] = time.monotonic) -> None:
+        """``probe``: names the ranks lost with their node before Ray does (None: a new one);
+        a spare not ready within the ranks' ``start_timeout_s`` on ``clock`` is given up."""
         self.ranks = ranks
         self._probe = probe if probe is not None else PeerProbe()
         self.agents = agents
         self.warm_spares = warm_spares
         self._offset = 1
         self._ledger = SnapshotLedger()
-        self._pool = AgentSparePool(warm_spares, lambda place, count: agents.start_spares(place, count, self._offset))
+        self._pool = AgentSparePool(warm_spares, lambda place, count: agents.start_spares(place, count, self._offset),
+                                    ranks.start_timeout_s, clock)
         self._refill: Optional[Refill] = None
         self._events: list[SpareEvent] = []
         self._config: Optional[TrainerConfig] = None
@@ -128,6 +134,9 @@ class WarmAgentGroup:
                 self._ledger.hold(item)
             elif isinstance(item, SpareNews):
                 events += self._pool.take_news(item)
+        for spare, event in self._pool.give_up_late():  # never waited on forever
+            self.agents.kill_rank(spare.place, spare.key)
+            events.append(event)
         if poll.steps:  # rank 0 reports a step it committed
             self._ledger.committed(poll.steps[-1].step)
         if self._refill is not None and any(report.step > self._refill.after_step for report in poll.steps):

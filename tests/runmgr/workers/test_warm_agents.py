@@ -2,8 +2,9 @@
 ranks and agents record what the group asks and play back what agents push. A recovery asks
 each node once (who waits, then who becomes which rank and where the group re-forms), never
 each rank, and so does the lost-node probe at each poll while a peer waits; spares are counted
-ready only once their agent says so, and a used one is refilled in the slot the lost rank left
-once the re-formed group stepped."""
+ready only once their agent says so, given up when they are not ready within the start timeout
+(on a fake clock), and a used one is refilled in the slot the lost rank left once the re-formed
+group stepped."""
 
 from __future__ import annotations
 
@@ -113,6 +114,7 @@ class FakeAgents:
     gone: set[str] = field(default_factory=set)
     """Nodes whose agent answers no probe."""
     probes: list[str] = field(default_factory=list)
+    killed: list[tuple[str, int]] = field(default_factory=list)
     regroups: dict[str, tuple] = field(default_factory=dict)
     started: list[tuple[str, int, int]] = field(default_factory=list)
 
@@ -140,6 +142,9 @@ class FakeAgents:
         self.probes.append(place.node)
         return Call(place.node, None if place.node in self.gone else sorted(self.waiting_ranks))
 
+    def kill_rank(self, place: NodePlace, rank: int) -> None:
+        self.killed.append((place.node, rank))
+
 
 @dataclass
 class FakeProbe:
@@ -165,10 +170,10 @@ class FakeProbe:
         self.armed, self.sent = [], []
 
 
-def warm_group(tmp_path, probe=None) -> tuple[WarmAgentGroup, FakeRanks, FakeAgents]:
+def warm_group(tmp_path, probe=None, clock: Optional[FakeClock] = None) -> tuple[WarmAgentGroup, FakeRanks, FakeAgents]:
     config = tiny_config(tmp_path, 30, save_interval=100)
     ranks, agents = FakeRanks(), FakeAgents(waiting_ranks={0, 2, 3})
-    group = WarmAgentGroup(ranks, agents, warm_spares=1, probe=probe or FakeProbe())
+    group = WarmAgentGroup(ranks, agents, warm_spares=1, probe=probe or FakeProbe(), clock=clock or FakeClock())
     group.start(config, ResumePlan())
     return group, ranks, agents
 
@@ -277,7 +282,7 @@ def test_the_lost_node_probe_asks_each_node_once_a_poll_and_names_its_ranks_toge
     clock = FakeClock()
     probe = PeerProbe(raylets=lambda: {NODE_A: ("127.0.0.1", 7001), NODE_B: ("127.0.0.1", 7002)}, clock=clock,
                       answers=FakeAnswers(clock))
-    group, ranks, agents = warm_group(tmp_path, probe)
+    group, ranks, agents = warm_group(tmp_path, probe, clock)
     agents.waiting_ranks = set()
     group.poll(0.0)
     assert agents.probes == []  # no probe while all goes well
@@ -290,3 +295,29 @@ def test_the_lost_node_probe_asks_each_node_once_a_poll_and_names_its_ranks_toge
     group.poll(0.0)
     assert agents.probes[2:] == [name(NODE_B)]  # only the node with running ranks
 
+
+def test_a_spare_not_ready_within_the_start_timeout_is_given_up_and_its_process_ended(tmp_path):
+    clock = FakeClock()
+    group, ranks, agents = warm_group(tmp_path, clock=clock)  # the ranks' start timeout: 5 s
+    clock.now = 5.0
+    assert group.poll(0.0).spare_events == []
+    clock.now = 5.5
+    poll = group.poll(0.0)
+    assert [event.kind for event in poll.spare_events] == ["spare_lost"] and poll.ready_spares == 0
+    assert poll.spare_events[0].text == (
+        f"warm spare on node {name(NODE_B)} lost: it was not ready within 5 s of its start (it never said it waits "
+        f"to be named; controller.start_timeout_s), so its process is ended; it is not replaced (0 of 1 ready)")
+    assert agents.killed == [(name(NODE_B), -1)]
+    # Its agent then says its process ended: the pool has given it up already, nothing more is said.
+    ranks.side.append(("spare", SpareNews(name(NODE_B), -1, "lost", 555, "killed by SIGKILL", NODE_B, "")))
+    assert group.poll(0.0).spare_events == [] and group.warm_cover().spares == {}
+
+
+def test_a_spare_ready_in_time_is_never_given_up(tmp_path):
+    clock = FakeClock()
+    group, ranks, agents = warm_group(tmp_path, clock=clock)
+    clock.now = 4.9
+    spare_ready(ranks, group)
+    clock.now = 1000.0
+    poll = group.poll(0.0)
+    assert poll.spare_events == [] and poll.ready_spares == 1 and agents.killed == []

@@ -48,6 +48,8 @@ def process_state(pid: int) -> str | None:
 
 def send(pid: int, signum: int) -> None:
     """Send ``signum`` to ``pid``; ProcessLookupError when it is gone."""
+    if pid <= 0:  # a rank that never started (pid 0): os.kill would signal a whole process group
+        raise ProcessLookupError(f"pid {pid} is no process")
     os.kill(pid, signum)
 
 

@@ -17,10 +17,9 @@ does for its torchrun: every call of the driver renews it, and so does each push
 long the driver has not drained the inbox). Once the driver is gone the agent stops its ranks and
 ends; before that, each rank checks its driver itself before it writes or commits a checkpoint
 (:class:`~runmgr.workers.lease.CheckDriverBeforeCommit`). It dumps its ranks' stacks with py-spy
-where they run.
-
-It reads its node's devices itself (the mid-run device poll, runmgr/workers/devicepoll.py's
-:class:`NodeDevicePoll`, in a thread) and puts the readings in its next report.
+where they run. It reads its node's devices itself (the mid-run device poll,
+runmgr/workers/devicepoll.py's :class:`NodeDevicePoll`, in a thread) and puts the readings in its
+next report.
 
 A launch runs the built-in trainer's ranks under agents on CPU and accelerator nodes without
 warm spares, and with them on CPU nodes (runmgr/runners.py). Under warm recovery the ranks' warm
@@ -143,27 +142,52 @@ class NodeAgent:
         ranks train with a warm link and the node may hold spares (:meth:`start_spares`): it
         serves until the group stops it, as a rank may be recovered, or a spare started, later."""
         self.lease.renew()
-        node_id = ray.get_runtime_context().get_node_id()
-        address = ray.util.get_node_ip_address()
+        node_id, address = self._here()
         stop = threading.Event()
         wraps = (CheckDriverBeforeCommit(self.driver),) if self.driver is not None else ()
         wraps += (wrap_reporter,) if wrap_reporter is not None else ()
         with self._serving:
             self._stop, self._infos, self._inbox, self._warm = stop, [], inbox, warm
             self._wraps, self._spare_start, self._where = wraps, (config, plan, world, master), (node_id, address)
-            offset = warm.buddy_offset if warm is not None else 1
-            for local_index, rank in enumerate(ranks):
-                env = self._device_env(local_index)
-                # A rank that sees only its own devices computes on the first of them, as a
-                # per-rank actor does (runmgr/workers/actor.py: local rank 0).
-                local_rank = 0 if env else local_index
-                start = RankStart(config, plan, rank, world, local_rank, *master, wraps=wraps, env=env,
-                                  warm=warm is not None, buddy_offset=offset)
-                self._infos.append(WorkerInfo(rank, self.processes.start(start), node_id, address))
+            failed = self._fork_ranks(ranks, world, master, config, plan, warm)
             ledger = SnapshotLedger(warm.live) if warm is not None else None
             self._summary = NodeSummariser(self.node, plan.subrun, ranks, rank_nodes, ledger)
             self._started.set()
-            self._serve(self._summary, stop, inbox, warm is not None)
+            self._serve(self._summary, stop, inbox, warm is not None, failed)
+
+    def _fork_ranks(self, ranks: Sequence[int], world: int, master: tuple[str, int], config: Any, plan: Any,
+                    warm: Optional[WarmRun]) -> list[RankEnd]:
+        """Fork the sub-run's ranks of this node; the ends of those that could not start (too few
+        device ids for them: each rank's own words reach the driver, not a start timeout)."""
+        node_id, address = self._where
+        failed = []
+        for local_index, rank in enumerate(ranks):
+            try:
+                env = self._device_env(local_index)
+            except ValueError as exc:
+                failed.append(RankEnd(rank, "error", f"rank {rank} could not start on node {self.node}: {exc}",
+                                      time.time()))
+                self._infos.append(WorkerInfo(rank, 0, node_id, address))
+                continue
+            # A rank that sees only its own devices computes on the first of them, as a
+            # per-rank actor does (runmgr/workers/actor.py: local rank 0).
+            local_rank = 0 if env else local_index
+            start = RankStart(config, plan, rank, world, local_rank, *master, wraps=self._wraps, env=env,
+                              warm=warm is not None, buddy_offset=warm.buddy_offset if warm is not None else 1)
+            self._infos.append(WorkerInfo(rank, self.processes.start(start), node_id, address))
+        return failed
+
+    # What the agent asks Ray about itself, and its push: a test's in-process agent replaces these.
+    def _here(self) -> tuple[str, str]:
+        """This node's Ray id and address."""
+        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+
+    def _device_ids(self, resource: str) -> list[str]:
+        return list(ray.get_runtime_context().get_accelerator_ids().get(resource, []))
+
+    def _push(self, inbox: Any, reports: list[NodeReport]) -> float:
+        """Push ``reports`` to the driver's inbox; how long the driver has not drained it."""
+        return ray.get(inbox.push.remote(reports))
 
     def _device_env(self, local_index: int) -> dict[str, str]:
         """The visible-devices variable of this node's ``local_index``-th rank: its share of the
@@ -171,13 +195,16 @@ class NodeAgent:
         resource = accelerator_resource(self.device_kind)
         if resource is None or self.devices_per_rank <= 0:
             return {}
-        ids = ray.get_runtime_context().get_accelerator_ids().get(resource, [])
-        return rank_device_env(self.device_kind, ids, self.devices_per_rank, local_index)
+        return rank_device_env(self.device_kind, self._device_ids(resource), self.devices_per_rank, local_index)
 
-    def _serve(self, summary: NodeSummariser, stop: threading.Event, inbox: Any, warm: bool) -> None:
+    def _serve(self, summary: NodeSummariser, stop: threading.Event, inbox: Any, warm: bool,
+               failed: Sequence[RankEnd] = ()) -> None:
+        """Push the node's news until its ranks ended (warm: until stopped), ``failed`` ends first."""
         cadence = PushCadence(self.push_interval_s, self.beat_interval_s)
         while not summary.done or (warm and not stop.is_set()):
-            ends = self.processes.ended(wait_s=self.push_interval_s)  # at once when a rank ended
+            # At once when a rank ended (or could not start).
+            ends = [*failed, *self.processes.ended(wait_s=0.0 if failed else self.push_interval_s)]
+            failed = ()
             if not ends and not self.processes.running():
                 stop.wait(self.push_interval_s)  # a warm node with nothing running: spares may come
             if stop.is_set():
@@ -201,7 +228,7 @@ class NodeAgent:
                 report = replace(report, devices=devices)
             if report is not None:
                 cadence.pushed(time.monotonic())
-                self.lease.renew(ray.get(inbox.push.remote([report])))
+                self.lease.renew(self._push(inbox, [report]))
 
     def _take_readings(self) -> tuple:
         """The device readings since the last take (the poll's thread appends; a deque's
@@ -243,8 +270,7 @@ class NodeAgent:
         ``subrun``'s. The named spares' :class:`WorkerInfo`."""
         self.lease.renew()
         assert self._summary is not None
-        node_id = ray.get_runtime_context().get_node_id()
-        address = ray.util.get_node_ip_address()
+        node_id, address = self._here()
         adopted = []
         for key, rank in named.items():
             self.processes.rename(key, rank)

@@ -82,7 +82,11 @@ def validation(args: argparse.Namespace) -> None:
 
 def forever(args: argparse.Namespace) -> None:
     grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    (args.gate / f"pids-{RANK}").write_text(f"{os.getpid()} {grandchild.pid}")
+    # Written whole under another name, then renamed: a test that sees the file reads both pids,
+    # never the moment between its creation and its contents.
+    partial = args.gate / f".pids-{RANK}"
+    partial.write_text(f"{os.getpid()} {grandchild.pid}")
+    partial.rename(args.gate / f"pids-{RANK}")
     step = 0
     while True:
         step += 1

@@ -240,6 +240,11 @@ class RankProcesses:
         with self._lock:
             return {number for number, rank in self._ranks.items() if rank.process.exitcode is None}
 
+    def live_pids(self) -> set[int]:
+        """The pids of the processes that run (a rank's, a spare's; one a spare replaced is gone)."""
+        with self._lock:
+            return {rank.process.pid for rank in self._ranks.values() if rank.process.exitcode is None}
+
     def waiting(self) -> set[int]:
         """The ranks (and spares, by key) that wait in their warm link for an answer."""
         with self._lock:

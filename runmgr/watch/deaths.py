@@ -86,12 +86,12 @@ _SIGNATURES = (
                "the node's state in Ray (ray list nodes) and the machine itself", (
                    r"The actor died because its node has died", r"Owner's node has crashed",
                    re.escape(NODE_UNREACHABLE))),
-    # runmgr/placement.py rank_device_env's words, pushed by a node agent for a rank it could not start.
+    # runmgr/agents/device_slices.py's words, pushed by a node agent for a rank it could not start.
     _Signature("devices_not_given", "node", "the node's agent was given fewer device ids than its ranks need",
                "the node's Ray: does it see the node's accelerators (`ray status`; a GPU or NPU count given by hand "
                "with --resources comes with no device ids)? By default (policy.death_actions.node) the node is "
                "left out of the next sub-runs", (
-                   r"device\(s\) \([^)]*\): too few for its rank #\d+ of \d+ each",)),
+                   r"device\(s\) \([^)]*\), \d+ per process, [^:]*: no device for rank \d+",)),
     _Signature("storage_stale", "storage", "stale handle on a shared file system (ESTALE)",
                "the checkpoint path's mount on that node (remount; GPFS/NFS server state)", (
                    r"\[Errno 116\]", r"Stale file handle", r"\bESTALE\b")),

@@ -1,8 +1,8 @@
 """The warm spares of a group on node agents: forked processes, built and waiting, under the
 agent of the node that holds them (runmgr/workers/node_agent.py ``start_spares``).
 
-The per-rank design's pool (runmgr/workers/spares.py) asks each spare actor whether it is
-ready; here nobody is asked: a spare's agent pushes ``spare`` items (:class:`SpareNews`) when
+The retired per-rank design's pool asked each spare actor whether it was ready; here nobody is
+asked: a spare's agent pushes ``spare`` items (:class:`SpareNews`) when
 it is ready (it waits in its warm link, built) and when its process ended before it was named,
 and the pool takes them from the group's polls. A spare that has not said it is ready within
 the start timeout is given up (:meth:`AgentSparePool.give_up_late`), as the per-rank pool gives
@@ -18,6 +18,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from runmgr.agents.device_slices import NoFreeDevices
 from runmgr.agents.report import SpareNews
 from runmgr.controller.group import SpareEvent, SpareEventKind, WorkerInfo
 from runmgr.workers.agent_group import NodePlace
@@ -98,10 +99,17 @@ class AgentSparePool:
 
     def refill(self, slots: list[tuple[NodePlace, int]]) -> list[SpareEvent]:
         """A new spare on each slot's node (``(place, rank)``: the node ``rank`` left when it took a
-        spare), forked now and ready at a later poll."""
+        spare), forked now and ready at a later poll; not refilled when its node has no device
+        slice free for it."""
         events = []
         for place, rank in slots[:max(0, self.wanted - len(self.spares))]:
-            self.started(place, self.start(place, 1))
+            try:
+                keys = self.start(place, 1)
+            except NoFreeDevices as refused:  # no hang, no start timeout: one spare fewer, said why
+                events.append(self.not_refilled(f"no new warm spare on node {place.node} in the slot rank {rank} "
+                                                f"left: {refused}"))
+                continue
+            self.started(place, keys)
             events.append(self._event("spare_refilling", f"a new warm spare starts on node {place.node} in the slot "
                                                          f"rank {rank} left, to replace the spare it took"))
         return events

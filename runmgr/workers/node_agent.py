@@ -21,11 +21,11 @@ where they run. It reads its node's devices itself (the mid-run device poll,
 runmgr/workers/devicepoll.py's :class:`NodeDevicePoll`, in a thread) and puts the readings in its
 next report.
 
-A launch runs the built-in trainer's ranks under agents on CPU and accelerator nodes without
-warm spares, and with them on CPU nodes (runmgr/runners.py). Under warm recovery the ranks' warm
-link runs over their pipe (runmgr/agents/warm_link.py), spares are forked here
-(``start_spares``) and a recovery renames and answers them (``regroup``); not yet in it
-(docs/scale.md): devices for a spare forked here (warm runs on accelerators keep rank actors).
+Every built-in trainer's launch runs its ranks under agents, warm or not, on any device kind
+(runmgr/runners.py). Warm, the ranks' warm link runs over their pipe (runmgr/agents/warm_link.py),
+spares are forked here (``start_spares``) and a recovery renames and answers them (``regroup``).
+On accelerators each forked rank or spare holds a device slice of its own for its process's life
+(runmgr/agents/device_slices.py).
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ from dataclasses import dataclass, replace
 from typing import Any, Optional, Sequence
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
-from ray.util.placement_group import placement_group_table
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from runmgr import cluster as ray_cluster
 from runmgr.agents.cadence import PushCadence, beat_interval_s
+from runmgr.agents.device_slices import DeviceSlices, NoFreeDevices, slices_for
 from runmgr.agents.rank_processes import PRELOAD, RankProcesses, RankStart, WrapReporter
 from runmgr.agents.rank_processes import spare_key
 from runmgr.agents.report import NodeReport, RankEnd, SpareNews
@@ -53,7 +53,7 @@ from runmgr.agents.summary import NodeSummariser
 from runmgr.config.schema import ClusterConfig
 from runmgr.controller.group import WorkerInfo
 from runmgr.nodes import node_name
-from runmgr.placement import accelerator_resource, actor_resources, bundle_for, rank_device_env
+from runmgr.placement import accelerator_resource, actor_resources, bundle_for
 from runmgr.ports import rendezvous_port
 from runmgr.stacks import dump_pid, find_py_spy, worker_header
 from runmgr.workers.agent_group import NodePlace
@@ -61,7 +61,7 @@ from runmgr.workers.devicepoll import MAX_READINGS, DevicePollSettings, NodeDevi
 from runmgr.workers.lease import (
     CheckDriverBeforeCommit, DriverIdentity, DriverLease, SelfStop, ray_job_alive, stopped_itself,
 )
-from runmgr.workers.placing import place, release
+from runmgr.workers.placing import node_of, place, release
 
 PUSH_INTERVAL_S = 0.5
 """How often an agent pushes its node's report (at once when a rank ended)."""
@@ -87,8 +87,8 @@ class NodeAgent:
         """``lease_s``: how long the driver may be silent before the agent asks whether it lives;
         ``driver``: who drives this node (None: the lease and Ray's word decide);
         ``beat_interval_s``: how often a beat alone is pushed (:mod:`runmgr.agents.cadence`;
-        None: every push interval); ``device_kind`` and ``devices_per_rank``: which of the devices
-        Ray gave this agent each forked rank gets (:meth:`_device_env`); ``threads_per_rank``:
+        None: every push interval); ``device_kind`` and ``devices_per_rank``: each forked process's
+        slice of the devices Ray gave this agent (:meth:`_fork`); ``threads_per_rank``:
         each rank's ``OMP_NUM_THREADS`` (None: what Ray set for this actor); ``device_poll``: how
         this node's devices are read (None: they are not), the readings pushed with the reports."""
         self.node = node
@@ -120,6 +120,8 @@ class NodeAgent:
         self._spare_start: Any = None
         """The current sub-run's config, plan, world and rendezvous, for its spares."""
         self._spares_started = 0
+        self._slices: Optional[DeviceSlices] = None  # who holds which devices (None on CPU)
+        self._forking = threading.Lock()  # a slice's take and hold are one step (spares fork on another thread)
         self._where = ("", "")
         """This node's id and address."""
         threading.Thread(target=self.self_stop.watch, name="driver-lease", daemon=True).start()
@@ -161,20 +163,16 @@ class NodeAgent:
         device ids for them: each rank's own words reach the driver, not a start timeout)."""
         node_id, address = self._where
         failed = []
+        offset = warm.buddy_offset if warm is not None else 1
         for local_index, rank in enumerate(ranks):
+            start = RankStart(config, plan, rank, world, local_index, *master, wraps=self._wraps,
+                              warm=warm is not None, buddy_offset=offset)
             try:
-                env = self._device_env(local_index)
-            except ValueError as exc:
-                failed.append(RankEnd(rank, "error", f"rank {rank} could not start on node {self.node}: {exc}",
-                                      time.time()))
-                self._infos.append(WorkerInfo(rank, 0, node_id, address))
-                continue
-            # A rank that sees only its own devices computes on the first of them, as a
-            # per-rank actor does (runmgr/workers/actor.py: local rank 0).
-            local_rank = 0 if env else local_index
-            start = RankStart(config, plan, rank, world, local_rank, *master, wraps=self._wraps, env=env,
-                              warm=warm is not None, buddy_offset=warm.buddy_offset if warm is not None else 1)
-            self._infos.append(WorkerInfo(rank, self.processes.start(start), node_id, address))
+                pid = self._fork(start, f"rank {rank}")
+            except NoFreeDevices as exc:
+                failed.append(RankEnd(rank, "error", f"rank {rank} could not start: {exc}", time.time()))
+                pid = 0
+            self._infos.append(WorkerInfo(rank, pid, node_id, address))
         return failed
 
     # What the agent asks Ray about itself, and its push: a test's in-process agent replaces these.
@@ -189,13 +187,24 @@ class NodeAgent:
         """Push ``reports`` to the driver's inbox; how long the driver has not drained it."""
         return ray.get(inbox.push.remote(reports))
 
-    def _device_env(self, local_index: int) -> dict[str, str]:
-        """The visible-devices variable of this node's ``local_index``-th rank: its share of the
-        devices Ray gave this agent (empty on CPU)."""
-        resource = accelerator_resource(self.device_kind)
-        if resource is None or self.devices_per_rank <= 0:
-            return {}
-        return rank_device_env(self.device_kind, self._device_ids(resource), self.devices_per_rank, local_index)
+    def _fork(self, start: RankStart, what: str) -> int:
+        """Fork ``start`` (``what``: ``rank 3``, ``a warm spare``); its pid. On accelerators its
+        process holds a free slice of this agent's devices for its life, whatever rank it is named
+        later; :class:`NoFreeDevices` in this node's words when every slice is held."""
+        with self._forking:
+            resource = accelerator_resource(self.device_kind)
+            if self._slices is None and resource is not None:  # of the ids Ray gave this agent
+                ids = self._device_ids(resource)
+                self._slices = slices_for(self.node, self.device_kind, ids, self.devices_per_rank)
+            slices = self._slices
+            if slices is None:
+                return self.processes.start(start)
+            index = slices.take(self.processes.live_pids(), what)
+            # A process that sees only its own devices computes on the first of them, as a
+            # per-rank actor does (runmgr/workers/actor.py: local rank 0).
+            pid = self.processes.start(replace(start, env=slices.env(index), local_rank=0))
+            slices.hold(index, pid)
+            return pid
 
     def _serve(self, summary: NodeSummariser, stop: threading.Event, inbox: Any, warm: bool,
                failed: Sequence[RankEnd] = ()) -> None:
@@ -245,15 +254,16 @@ class NodeAgent:
 
     def start_spares(self, count: int, buddy_offset: int) -> list[int]:
         """Fork ``count`` warm spares of the current sub-run (each builds the model, then waits to
-        be named); their keys. Their readiness and loss are pushed as ``spare`` items."""
+        be named); their keys. Their readiness and loss are pushed as ``spare`` items. Each takes
+        a free device slice (:meth:`_fork`: :class:`NoFreeDevices` when there is none)."""
         self.lease.renew()
         config, plan, world, master = self._spare_start
         keys = []
         for _ in range(count):
             key = spare_key(self._spares_started)
+            self._fork(RankStart(config, plan, key, world, len(self.processes.pids()), *master,
+                                 wraps=self._wraps, spare=True, buddy_offset=buddy_offset), "a warm spare")
             self._spares_started += 1
-            self.processes.start(RankStart(config, plan, key, world, len(self.processes.pids()), *master,
-                                           wraps=self._wraps, spare=True, buddy_offset=buddy_offset))
             keys.append(key)
         return keys
 
@@ -407,7 +417,7 @@ class RayNodeAgents:
                                self.start_timeout_s, self.admitted_node_ids, tuple(avoid_nodes))
         by_node: dict[str, list[int]] = defaultdict(list)
         for slot, strategy in enumerate(strategies):
-            by_node[_node_of(strategy)].append(slot)  # slots past the world are spares
+            by_node[node_of(strategy)].append(slot)  # slots past the world are spares
         release(pg)
         beats = beat_interval_s(self.push_interval_s, len(by_node), self.lease_s)
         threads = max(1, int(cluster.cpus_per_worker))  # Ray's rule for one rank actor's threads
@@ -436,9 +446,15 @@ class RayNodeAgents:
                                       self.wrap_reporter, warm)
 
     def start_spares(self, place: NodePlace, count: int, buddy_offset: int) -> list[int]:
-        """Fork ``count`` warm spares on ``place``'s node; their keys there."""
-        (keys,) = ray_cluster.get_while_head_lives([place.where.start_spares.remote(count, buddy_offset)],
-                                                   self.start_timeout_s)
+        """Fork ``count`` warm spares on ``place``'s node; their keys there. :class:`NoFreeDevices`
+        in the agent's words when the node has no device slice free for one."""
+        try:
+            (keys,) = ray_cluster.get_while_head_lives([place.where.start_spares.remote(count, buddy_offset)],
+                                                       self.start_timeout_s)
+        except RayTaskError as exc:
+            if isinstance(exc.cause, NoFreeDevices):
+                raise exc.cause from None  # the node's words, not a remote traceback
+            raise
         return keys
 
     def waiting(self, places: Sequence[NodePlace]) -> set[int]:
@@ -491,10 +507,3 @@ class RayNodeAgents:
         self._places = []
 
 
-def _node_of(strategy: object) -> str:
-    """The node id a rank's scheduling strategy puts it on."""
-    if isinstance(strategy, NodeAffinitySchedulingStrategy):
-        return strategy.node_id
-    assert isinstance(strategy, PlacementGroupSchedulingStrategy)
-    table = placement_group_table(strategy.placement_group)
-    return table["bundles_to_node_id"][strategy.placement_group_bundle_index]

@@ -12,7 +12,7 @@ from typing import Mapping, Optional
 
 import ray
 from ray.exceptions import GetTimeoutError
-from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.placement_group import PlacementGroup, placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from runmgr import cluster as ray_cluster
@@ -124,3 +124,12 @@ def pinned(bundle: Mapping[str, float], count: int, what: str, admitted_node_ids
             f"the {len(nodes)} usable nodes hold {len(slots)} of the {count} {what} of {dict(bundle)} the plan "
             f"asks for (avoided: {', '.join(avoid) or 'none'})")
     return [NodeAffinitySchedulingStrategy(node_id, soft=False) for node_id in slots[:count]]
+
+
+def node_of(strategy: object) -> str:
+    """The node id a rank's scheduling strategy puts it on."""
+    if isinstance(strategy, NodeAffinitySchedulingStrategy):
+        return strategy.node_id
+    assert isinstance(strategy, PlacementGroupSchedulingStrategy)
+    table = placement_group_table(strategy.placement_group)
+    return table["bundles_to_node_id"][strategy.placement_group_bundle_index]

@@ -1,11 +1,16 @@
 """A node agent on accelerators (runmgr/workers/node_agent.py), on a real local Ray that
-advertises 2 GPUs and 2 NPUs it does not have (devices_cluster.py, in a process of its own): Ray
+advertises 3 GPUs and 2 NPUs it does not have (devices_cluster.py, in a process of its own): Ray
 assigns their ids and sets the visible-devices variables as on a real node. The agent of the one
 node holds both ranks' bundles (a rank's CPU and one device each, summed), no placement group
 is left holding them besides, and each rank it forks sees exactly its own device in the variable
 Ray would have set for a per-rank actor (CUDA_VISIBLE_DEVICES for a GPU, ASCEND_RT_VISIBLE_DEVICES
 for an Ascend NPU), the two ranks different ones. The ranks say what they see through the agent's
-real fork path and push (their error, before they train: the test's machine has no device)."""
+real fork path and push (their error, before they train: the test's machine has no device).
+
+Warm, on the GPUs: each rank and the spare see a device of their own; once rank 1 is killed and
+the spare named rank 1, the spare keeps its device and the refill gets the one rank 1 left; no
+two live processes share one, and a spare past the node's devices is refused in the agent's
+words (runmgr/agents/device_slices.py), not left to a start timeout."""
 
 from __future__ import annotations
 
@@ -54,3 +59,23 @@ def test_each_forked_rank_sees_only_its_own_device_of_those_its_agent_holds(seen
     sees = [visible(text) for _, _, text in failures]
     # Each one device id (its agent sees both), the two ranks different ones.
     assert sorted(s[variable] for s in sees) == ["0", "1"]
+
+
+def test_a_warm_spare_keeps_its_own_device_when_named_and_the_refill_gets_the_lost_ranks(seen):
+    warm = seen["warm"]
+    ranks = {int(rank): pid for rank, pid in warm["ranks"].items()}
+    before = {int(pid): ids for pid, ids in warm["before"].items()}
+    after = {int(pid): ids for pid, ids in warm["after"].items()}
+    spare = warm["spare_pid"]
+    # Before the fault: rank 0, rank 1 and the spare each see one device of the three, none shared.
+    assert set(before) == {ranks[0], ranks[1], spare}
+    assert sorted(before.values()) == ["0", "1", "2"]
+    # The spare became rank 1, the same process on the device it built its model on.
+    assert warm["adopted_rank"] == 1 and spare not in ranks.values()
+    (refill,) = set(after) - set(before)
+    assert after[refill] == before[ranks[1]]  # the killed rank's device, freed
+    live = {ranks[0]: before[ranks[0]], spare: before[spare], refill: after[refill]}
+    assert sorted(live.values()) == ["0", "1", "2"]  # no two live processes share one
+    # A fourth process on the node's three devices: refused, saying who holds them.
+    assert "no device for a warm spare" in warm["refused"]
+    assert all(f"by pid {pid}" in warm["refused"] for pid in live)

@@ -1,7 +1,7 @@
 """A rank its node's agent cannot start, in-process: a real :class:`NodeAgent` whose questions to
 Ray (where it runs, which device ids Ray gave it) and whose push the test answers. An agent
 that holds fewer device ids than a rank needs forks nothing for that rank; it pushes the rank's
-end in words (runmgr/placement.py's refusal), which the death detector reads as a node that did
+end in words (runmgr/agents/device_slices.py's refusal), which the death detector reads as a node that did
 not hand out its devices: an incident naming the node, not a start timeout minutes later."""
 
 from __future__ import annotations
@@ -46,11 +46,11 @@ def test_a_rank_short_of_device_ids_ends_in_its_own_words_and_nothing_is_forked(
     assert agent.describe() == [WorkerInfo(0, 0, NODE_ID, "127.0.0.1")]
     (end,) = [end for report in agent.pushed for end in report.ended]
     assert (end.rank, end.kind) == (0, "error")
-    assert end.text == ("rank 0 could not start on node node-c: the node's agent holds 1 cuda device(s) (3): too "
-                        "few for its rank #1 of 2 each")
+    assert end.text == ("rank 0 could not start: node node-c's agent holds 1 cuda device(s) (3), 2 per process, "
+                        "too few for one slice: no device for rank 0")
     # What the judge makes of it (runmgr/controller/judge.py hands the failure's text to the detector).
     (incident,) = DeathDetector().update(WorkerExit(0, "node-c", f"{end.text} (pid 0 on 127.0.0.1)",
                                                     end.time, None, "1.00"), end.time)
     assert incident.nodes == ("node-c",) and incident.ranks == (0,)
     assert (incident.evidence["cause"], incident.evidence["category"]) == ("devices_not_given", "node")
-    assert "too few for its rank #1 of 2 each" in incident.description
+    assert "too few for one slice: no device for rank 0" in incident.description

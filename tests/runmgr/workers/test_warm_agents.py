@@ -13,12 +13,14 @@ from typing import Any, Optional
 
 import pytest
 
+from runmgr.agents.device_slices import NoFreeDevices
 from runmgr.agents.report import SpareNews
 from runmgr.agents.snapshots import HELD, HeldSnapshot
 from runmgr.agents.warm_link import WarmRun
 from runmgr.controller.group import GroupPoll, WarmRecoveryError, WarmStart, WorkerInfo
 from runmgr.workers import liveness, warm_agents
 from runmgr.workers.agent_group import NodePlace
+from runmgr.workers.agent_spares import AgentSparePool
 from runmgr.workers.liveness import PeerProbe, ProbeResult
 from runmgr.workers.warm_agents import WarmAgentGroup
 from tests.runmgr.agents.configs import tiny_config
@@ -321,3 +323,29 @@ def test_a_spare_ready_in_time_is_never_given_up(tmp_path):
     clock.now = 1000.0
     poll = group.poll(0.0)
     assert poll.spare_events == [] and poll.ready_spares == 1 and agents.killed == []
+
+
+def test_a_refill_never_passes_the_spares_wanted_and_a_node_with_no_free_device_is_said_not_refilled():
+    # (Moved from the per-rank pool's test_spares.py, "never past the spares wanted", when that pool
+    # was retired; the refusal is the agents' own: runmgr/agents/device_slices.py.)
+    place_a, place_b = NodePlace(name(NODE_A), (0, 1), "agent-a"), NodePlace(name(NODE_B), (2, 3), "agent-b")
+    full = {name(NODE_A)}
+    started: list[str] = []
+
+    def start(place: NodePlace, count: int) -> list[int]:
+        if place.node in full:
+            raise NoFreeDevices(f"node {place.node}'s agent holds 2 cuda device(s) (0,1), 1 per process, every slice "
+                                f"held by a live process (0 by pid 100, 1 by pid 901): no device for a warm spare")
+        started.append(place.node)
+        return [-1]
+
+    pool = AgentSparePool(1, start, start_timeout_s=180.0)
+    [refused] = pool.refill([(place_a, 1)])
+    assert refused.kind == "spare_not_refilled" and pool.spares == [] and started == []
+    assert refused.text.startswith(f"no new warm spare on node {name(NODE_A)} in the slot rank 1 left: node "
+                                   f"{name(NODE_A)}'s agent holds 2 cuda device(s)")
+    assert refused.text.endswith("no device for a warm spare (0 of 1 ready)")
+    full.clear()
+    [refilling] = pool.refill([(place_a, 1), (place_b, 2)])  # one spare wanted
+    assert refilling.kind == "spare_refilling" and started == [name(NODE_A)] and len(pool.spares) == 1
+    assert pool.refill([(place_b, 2)]) == []  # full

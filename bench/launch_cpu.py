@@ -7,8 +7,9 @@ Each launch is the e2e tests' small run (tests/e2e/harness.py: 2 ranks, a checkp
 steps) on a local Ray of its own, with ``--kills`` workers killed by chaos on the way (one more
 sub-run each, 50 steps apart). It runs in a cgroup of its own, so that every process it starts is counted:
 the driver, Ray's daemons and workers (the raylet's children), the agents, their fork servers
-and the ranks. The per-rank design is today's launch with ``runmgr.runners.ranks_under_agents``
-answering no (what a launch with warm spares or accelerators runs). Needs root (a cgroup).
+and the ranks. The per-rank design is the launch with ``runmgr.runners.ranks_under_agents``
+answering no (runmgr/runners.py ``per_rank_runner``: no launch runs it any more, warm spares
+included; it is kept for this comparison, cold only). Needs root (a cgroup).
 """
 
 from __future__ import annotations

@@ -13,9 +13,11 @@ machine drifts into all alike.
 
 - runmgr-warm: `runmgr launch conf=demo controller.warm_spares=1
   checkpoint.memory_interval=1`: one ready spare; in plain data parallel the
-  survivor's live state is the copy (trainer/live.py, runmgr/workers/warm_group.py).
+  survivor's live state is the copy (trainer/live.py); the ranks and the spare are
+  forked under node agents (runmgr/workers/warm_agents.py).
   runmgr-warm-node: the same on three local Ray nodes (two ranks and the
-  spare), and the victim's whole node is killed (its raylet and its worker).
+  spare), and the victim's whole node is killed (its raylet, and the rank's
+  process line up to it: the rank, its agent's fork server, the agent).
   runmgr-warm-zero1: ZeRO-1 (`parallel.use_distributed_optimizer=true`): each
   rank's optimizer shard is its own, so a memory snapshot every step goes to
   its buddy, which donates it.
@@ -71,11 +73,11 @@ def overrides(iters: int) -> list[str]:
 
 
 def runmgr_trial(run_dir: Path, iters: int, kill_step: int, extra: list[str], node: bool = False) -> dict:
-    """``node``: kill the victim's whole Ray node (its raylet, the parent of its worker), not only the rank."""
+    """``node``: kill the victim's whole Ray node (its raylet and the rank's ancestors up to it), not only the rank."""
     run = Launch(run_dir, [*overrides(iters), *extra]).start()
     try:
         pid, reached = run.worker_pid_at(kill_step, VICTIM_RANK)
-        victims = [pid, _parent(pid)] if node else [pid]
+        victims = _up_to_raylet(pid) if node else [pid]
         for victim in victims:
             os.kill(victim, signal.SIGKILL)
         killed_at = time.time()
@@ -106,6 +108,18 @@ def runmgr_trial(run_dir: Path, iters: int, kill_step: int, extra: list[str], no
 
 def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _up_to_raylet(pid: int) -> list[int]:
+    """A forked rank and its ancestors up to its node's raylet, the raylet included: the rank,
+    its agent's fork server, the agent (a Ray worker), the raylet."""
+    line = [pid]
+    while Path(f"/proc/{line[-1]}/comm").read_text().strip() != "raylet":
+        parent = _parent(line[-1])
+        if parent <= 1:
+            raise BenchError(f"rank pid {pid} has no raylet among its ancestors ({line})")
+        line.append(parent)
+    return line
 
 
 def ray_trial(out_dir: Path, iters: int, kill_step: int) -> dict:

@@ -60,28 +60,14 @@ def builtin_runner(config: RunConfig, trainer_config: TrainerConfig, device_kind
                    wrap_reporter: Callable[[], Optional[WrapReporter]] = lambda: None,
                    device_poll: Optional[DevicePollSettings] = None) -> Runner:
     """The built-in trainer's ranks: forked by one agent per node (runmgr/workers/node_agent.py)
-    without warm spares on CPU and accelerator nodes alike, and with them on CPU nodes (the warm
-    part holds the agent group), else one Ray actor per rank. ``wrap_reporter()`` is asked
-    again for every sub-run (chaos's pauses that have not fired yet). ``device_poll``: how the
-    agents read their nodes' devices (None: they do not; the rank actors' nodes are polled by
-    runmgr/workers/devicepoll.py's pollers, never by this)."""
+    on CPU and accelerator nodes alike; with warm spares the warm part holds the agent group, the
+    spares forked under the agents too, each with devices of its own on accelerators.
+    ``wrap_reporter()`` is asked again for every sub-run (chaos's pauses that have not fired
+    yet). ``device_poll``: how the agents read their nodes' devices (None: they do not)."""
     run_dir = config.run_dir()
     controller = config.controller
-    args = (config.cluster, device_kind, controller.start_timeout_s, controller.worker_lease_s)
     if not ranks_under_agents(config, device_kind):
-        def make_group() -> WorkerGroup:
-            if controller.warm_spares:
-                from runmgr.workers.warm_group import warm_group
-
-                return warm_group(*args, admitted_node_ids=admitted_node_ids, wrap_reporter=wrap_reporter(),
-                                  warm_spares=controller.warm_spares)
-            return RayWorkerGroup(*args, admitted_node_ids=admitted_node_ids, wrap_reporter=wrap_reporter())
-
-        return Runner(make_group=make_group, abilities=BUILTIN_ABILITIES,
-                      data_parallel_sizes=data_parallel_sizes(trainer_config, config.world_size),
-                      ranks_per_replica=trainer_config.model_parallel_size,
-                      dump_stacks=lambda subrun, workers: dump_stacks(run_dir, subrun, workers))
-
+        return per_rank_runner(config, trainer_config, device_kind, admitted_node_ids, wrap_reporter)
     # The agents push once per poll interval: the driver hears a step as soon as the per-rank design did.
     agents = RayNodeAgents(config.cluster, device_kind, controller.start_timeout_s, admitted_node_ids,
                            push_interval_s=controller.poll_interval_s, lease_s=controller.worker_lease_s,
@@ -111,13 +97,28 @@ def builtin_runner(config: RunConfig, trainer_config: TrainerConfig, device_kind
                   ranks_per_replica=trainer_config.model_parallel_size, dump_stacks=dump, close=close)
 
 
+def per_rank_runner(config: RunConfig, trainer_config: TrainerConfig, device_kind: str,
+                    admitted_node_ids: Optional[list[str]], wrap_reporter: Callable[[], Optional[WrapReporter]]) -> Runner:
+    """One Ray actor per rank (runmgr/workers/group.py), cold restarts only: the design before
+    the agents, kept for the benches that measure both (bench/launch_cpu.py, bench/scale.py).
+    Warm spares run under the agents only (a ValueError here)."""
+    controller = config.controller
+    if controller.warm_spares:
+        raise ValueError("warm spares run under node agents only: the per-rank design restarts cold")
+    args = (config.cluster, device_kind, controller.start_timeout_s, controller.worker_lease_s)
+    return Runner(make_group=lambda: RayWorkerGroup(*args, admitted_node_ids=admitted_node_ids,
+                                                    wrap_reporter=wrap_reporter()),
+                  abilities=BUILTIN_ABILITIES, data_parallel_sizes=data_parallel_sizes(trainer_config, config.world_size),
+                  ranks_per_replica=trainer_config.model_parallel_size,
+                  dump_stacks=lambda subrun, workers: dump_stacks(config.run_dir(), subrun, workers))
+
+
 def ranks_under_agents(config: RunConfig, device_kind: str) -> bool:
-    """Whether the built-in trainer's ranks are forked by node agents: without warm spares on
-    any ``device_kind`` (an agent holds its node's ranks' devices and hands each forked rank its
-    own: runmgr/workers/node_agent.py), with them on CPU (runmgr/workers/warm_agents.py). Warm
-    recovery on accelerators keeps its rank actors: a spare forked under an agent is not yet
-    handed devices of its own (docs/scale.md)."""
-    return not config.controller.warm_spares or device_kind == "cpu"
+    """Whether the built-in trainer's ranks are forked by node agents: always, warm or not, on
+    any ``device_kind`` (an agent holds its node's ranks' and spares' devices and hands each
+    forked process its own slice: runmgr/agents/device_slices.py). Kept as the one switch the
+    benches turn off to run the cold per-rank design beside it (bench/launch_cpu.py)."""
+    return True
 
 
 def data_parallel_sizes(trainer_config: TrainerConfig, world_size: int) -> tuple[int, ...]:

@@ -7,7 +7,8 @@ up the pipe, as an ordinary report item, and blocks reading the pipe for the one
 agent sends down (:meth:`RankProcesses.answer`): a :class:`trainer.warm.Rejoin`, or None to
 restart cold. Nothing else ever goes down the pipe, so the rank reads only its answers.
 
-Ray-free; the per-rank design's link is the actor's (runmgr/workers/actor.py ``ActorWarmLink``).
+Ray-free. (The per-rank design's link, ``ActorWarmLink`` in a rank actor, was retired: warm
+spares run under the agents only.)
 """
 
 from __future__ import annotations

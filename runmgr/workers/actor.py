@@ -1,6 +1,10 @@
 """One rank of the run: a Ray actor that runs ``trainer.train`` in its own
 process and buffers the trainer's reports until the driver drains them.
 
+This is the per-rank design, cold restarts only: a launch runs its ranks under node agents
+(runmgr/workers/node_agent.py, warm spares included); the benches run this beside them to
+compare the two designs (bench/launch_cpu.py, bench/scale.py).
+
 The actor is threaded (``max_concurrency=2``): one thread trains, the other
 answers ``drain`` so reports stream while a step runs. A daemon thread of its
 own watches the driver (runmgr/workers/lease.py): the worker trains only
@@ -13,7 +17,7 @@ import os
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Callable, Optional
 
 import ray
 
@@ -23,9 +27,6 @@ from runmgr.workers.lease import DriverIdentity, DriverLease, SelfStop, ray_job_
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
 from trainer.report import CheckpointReport, Heartbeat, LocalNormsReport, Reporter, StartReport, StepReport
-
-if TYPE_CHECKING:
-    from trainer.warm import Rejoin
 
 WrapReporter = Callable[[Reporter, ResumePlan], Reporter]
 """What a rank's reports pass through on their way to the driver (chaos's pause at a step)."""
@@ -68,45 +69,6 @@ class BufferingReporter:
         return items
 
 
-class ActorWarmLink:
-    """The warm link of a rank in an actor (trainer/warm.py): the training thread blocks in
-    :meth:`rejoin` or :meth:`join` until the driver answers through :meth:`answer`, called on
-    the actor's other thread."""
-
-    def __init__(self) -> None:
-        self._answered = threading.Event()
-        self._answer: Optional["Rejoin"] = None
-        self.waiting_since: Optional[float] = None
-        self.buddy_offset = 1
-        """Where this rank's buddy sits, ranks on (the group sets it from where the ranks run)."""
-
-    def rejoin(self, error: BaseException, newest_snapshot: Optional[int]) -> Optional["Rejoin"]:
-        return self._wait()
-
-    def join(self) -> "Rejoin":
-        answer = self._wait()
-        if answer is None:
-            raise SpareReleased("the driver released this spare")
-        return answer
-
-    def answer(self, rejoin: Optional["Rejoin"]) -> None:
-        """Where the group re-forms (None: restart cold, the training thread raises)."""
-        self._answer = rejoin
-        self._answered.set()
-
-    def _wait(self) -> Optional["Rejoin"]:
-        self.waiting_since = time.time()
-        self._answered.wait()
-        answer, self._answer = self._answer, None
-        self._answered.clear()
-        self.waiting_since = None
-        return answer
-
-
-class SpareReleased(Exception):
-    """A spare the driver let go without a rank to replace."""
-
-
 class TrainerWorker:
     """A rank. Created by :class:`RayWorkerGroup` inside a placement group."""
 
@@ -117,7 +79,6 @@ class TrainerWorker:
         self.lease = DriverLease(lease_s, driver, job_alive=ray_job_alive)
         self.self_stop = SelfStop(self.lease, rank)
         self.reporter = BufferingReporter(gate=self.self_stop.gate)
-        self.warm_link = ActorWarmLink()
         threading.Thread(target=self.self_stop.watch, name="driver-lease", daemon=True).start()
 
     def describe(self) -> WorkerInfo:
@@ -129,9 +90,8 @@ class TrainerWorker:
         return rendezvous_port()
 
     def run(self, config: TrainerConfig, plan: ResumePlan, master_addr: str, master_port: int,
-            wrap_reporter: Optional[WrapReporter] = None, warm: bool = False, buddy_offset: int = 1) -> dict:
-        """Train as this rank; ``warm``: survive a peer's death through the warm link, with the
-        snapshot's buddy ``buddy_offset`` ranks on."""
+            wrap_reporter: Optional[WrapReporter] = None) -> dict:
+        """Train as this rank (a peer's death ends the sub-run: the restart is cold)."""
         # Imported here so that the driver never pays for the trainer's imports.
         import trainer
         from trainer.loop import DistEnv
@@ -141,48 +101,16 @@ class TrainerWorker:
         started = time.time()
         reporter = wrap_reporter(self.reporter, plan) if wrap_reporter is not None else self.reporter
         self.self_stop.idle.clear()
-        self.warm_link.buddy_offset = buddy_offset
         try:
-            result = trainer.train(config, plan, reporter, env, self.warm_link if warm else None)
+            result = trainer.train(config, plan, reporter, env)
         finally:
             self.self_stop.idle.set()
         return {"rank": self.rank, "seconds": time.time() - started, "result": repr(result)}
-
-    def run_spare(self, config: TrainerConfig, plan: ResumePlan,
-                  wrap_reporter: Optional[WrapReporter] = None, buddy_offset: int = 1) -> dict:
-        """A ready spare: build the model now, wait for a rank to replace, then train as it."""
-        from trainer.loop import train_spare
-
-        started = time.time()
-        self.warm_link.buddy_offset = buddy_offset
-        reporter = wrap_reporter(self.reporter, plan) if wrap_reporter is not None else self.reporter
-        self.self_stop.idle.clear()  # it trains once named: a lost driver stops it at a beat, as a rank
-        try:
-            result = train_spare(config, reporter, self.warm_link)
-        except SpareReleased:
-            return {"rank": None, "seconds": time.time() - started, "result": "released"}
-        finally:
-            self.self_stop.idle.set()
-        return {"rank": self.rank, "seconds": time.time() - started, "result": repr(result)}
-
-    def answer(self, rejoin: Optional["Rejoin"]) -> None:
-        """The driver's answer to a rank waiting in the warm link (a spare takes the rank named)."""
-        if rejoin is not None:
-            self.rank = rejoin.dist_env.rank
-        self.warm_link.answer(rejoin)
-
-    def waiting(self) -> bool:
-        """Whether this rank waits in its warm link for the group to re-form."""
-        return self.warm_link.waiting_since is not None
 
     def drain(self) -> list[tuple[str, object]]:
-        """What the rank reported since the last drain, and whether it waits in its warm link
-        now (the driver learns it with no call of its own: no probe while all goes well)."""
+        """What the rank reported since the last drain."""
         self.lease.renew()
-        items = self.reporter.take()
-        if self.waiting():
-            items.append(("waiting", self.rank))
-        return items
+        return self.reporter.take()
 
 
 RemoteTrainerWorker = ray.remote(max_concurrency=2, max_restarts=0)(TrainerWorker)

@@ -5,12 +5,16 @@ tests use a fake one. This group carries the plan out (its data-parallel
 size, the nodes it avoids) and never decides anything itself: when the
 cluster cannot hold the plan it raises :class:`ClusterError`, and the policy
 decides (retry, resize, or a human).
+
+The per-rank design, cold restarts only: a launch runs its ranks under node agents
+(runmgr/workers/agent_group.py, warm spares included); the benches and the scale harness run
+this beside them (bench/launch_cpu.py, bench/scale.py).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Optional, Protocol
 
 import ray
@@ -21,7 +25,6 @@ from runmgr.config.schema import ClusterConfig
 from runmgr.controller.group import GroupPoll, WorkerFailure, WorkerInfo
 from runmgr.errors import ClusterError
 from runmgr.placement import actor_resources, bundle_for
-from runmgr.policy.warm import buddy_offset
 from runmgr.workers.actor import RemoteTrainerWorker, WrapReporter
 from runmgr.workers.lease import DriverIdentity
 from runmgr.workers.placing import node_slots, place, release
@@ -37,28 +40,6 @@ FAILURE_SETTLE_S = 1.0
 DRAIN_WAIT_S = 0.5
 
 
-class LostRanks(Protocol):
-    """What tells the group, before Ray does, that a rank's node is gone: a warm group's
-    liveness probe (runmgr/workers/liveness.py's ``PeerProbe``). A plain group has none and
-    waits for Ray's word."""
-
-    def send(self, actors: Mapping[int, object]) -> None:
-        """Probe the ranks of ``actors`` (by rank) that need it."""
-
-    def arm(self, waiting: Collection[int]) -> None:
-        """Ranks of ``waiting`` wait in their warm link: start probing the others."""
-
-    def check(self, workers: Sequence[WorkerInfo]) -> "Unreachable":
-        """The ranks found lost, with the failure's text (``.unreachable``)."""
-
-    def forget(self, rank: int) -> None:
-        """``rank`` is known lost: stop probing it."""
-
-
-class Unreachable(Protocol):
-    unreachable: Mapping[int, str]
-
-
 class RankActors(Protocol):
     """Where a group's rank actors come from and go: one Ray actor process per rank
     (:class:`RayRankActors`), or the scale harness's simulated ranks, many to a process
@@ -69,8 +50,7 @@ class RankActors(Protocol):
         where each actor goes; a :class:`ClusterError` when the cluster cannot hold them."""
 
     def create(self, strategy, rank: int, world: int, driver: DriverIdentity):
-        """The actor of ``rank`` (-1: a spare) of ``world``, placed by ``strategy``; it starts
-        in the background."""
+        """The actor of ``rank`` of ``world``, placed by ``strategy``; it starts in the background."""
 
     def kill(self, actor) -> None:
         """End ``actor`` now."""
@@ -109,24 +89,19 @@ class RayRankActors:
 
 
 class RayWorkerGroup:
-    """One actor per rank, placed as the plan says. A warm group
-    (runmgr/workers/warm_group.py) holds one and changes its ranks only through
-    :meth:`replace` and :meth:`kill`."""
+    """One actor per rank, placed as the plan says."""
 
     def __init__(self, cluster: ClusterConfig, device_kind: str, start_timeout_s: float, lease_s: float,
                  admitted_node_ids: Optional[list[str]] = None, wrap_reporter: WrapReporter | None = None,
-                 lost_ranks: LostRanks | None = None, settle_s: float = FAILURE_SETTLE_S,
-                 rank_actors: RankActors | None = None) -> None:
+                 settle_s: float = FAILURE_SETTLE_S, rank_actors: RankActors | None = None) -> None:
         """``admitted_node_ids``: the nodes the health check admitted (None: it did not
         run, every alive node may be used). ``wrap_reporter``: what every rank's
-        reports pass through (chaos's pauses). ``lost_ranks``: what names a lost node's
-        ranks before Ray does (a warm group's probe). ``settle_s``: how long, after a
+        reports pass through (chaos's pauses). ``settle_s``: how long, after a
         first failure, the others are given to surface. ``rank_actors``: where the ranks'
         actors come from (None: one trainer process per rank, :class:`RayRankActors`)."""
         self.rank_actors = rank_actors or RayRankActors(cluster, device_kind, start_timeout_s, lease_s,
                                                         admitted_node_ids)
         self.wrap_reporter = wrap_reporter
-        self.lost_ranks = lost_ranks
         self.cluster = cluster
         self.lease_s = lease_s
         self.admitted_node_ids = admitted_node_ids
@@ -141,9 +116,6 @@ class RayWorkerGroup:
         self._dead: set[int] = set()
         """Ranks whose actor is gone: nothing more to drain (a lost node's would never answer)."""
         self._world = 0
-        self._strategies: list = []
-        """Where each rank's actor was placed (a bundle of the placement group, or a node)."""
-        self._extra_strategies: list = []
         self.settle_s = settle_s
 
     @property
@@ -154,40 +126,18 @@ class RayWorkerGroup:
     def world_size(self) -> int:
         return self._world
 
-    @property
-    def extra_strategies(self) -> tuple:
-        """Where the ``extra`` actors of :meth:`start` may be placed (a warm group's spares)."""
-        return tuple(self._extra_strategies)
-
-    def actor(self, rank: int):
-        return self._actors[rank]
-
-    def strategy(self, rank: int):
-        """Where ``rank``'s actor was placed."""
-        return self._strategies[rank]
-
-    def start(self, config: TrainerConfig, plan: ResumePlan, extra: int = 0,
-              warm: bool = False) -> list[WorkerInfo]:
-        """Place the ranks and room for ``extra`` more actors (:attr:`extra_strategies`),
-        and start training (``warm``: with the warm link)."""
+    def start(self, config: TrainerConfig, plan: ResumePlan) -> list[WorkerInfo]:
+        """Place the ranks and start training."""
         ray_cluster.check_head()  # placing ranks needs the head: without it Ray waits until it ends the driver
         world = config.world_size_of(plan.data_parallel_size) if plan.data_parallel_size else self.cluster.num_workers
         self._world = world
-        what = f"workers and {extra} spare(s)" if extra else "workers"
-        self._pg, strategies = self.rank_actors.place(world + extra, what, plan.avoid_nodes)
-        self._strategies, self._extra_strategies = strategies[:world], strategies[world:]
-        self._actors, self._infos = self.spawn(self._strategies, list(range(world)), "workers")
+        self._pg, strategies = self.rank_actors.place(world, "workers", plan.avoid_nodes)
+        self._actors, self._infos = self.spawn(strategies, list(range(world)), "workers")
         port = ray.get(self._actors[0].reserve_port.remote())
         master = self._infos[0].node_ip
-        offset = self.buddy_offset
-        self._runs = {a.run.remote(config, plan, master, port, self.wrap_reporter, warm, offset): rank
+        self._runs = {a.run.remote(config, plan, master, port, self.wrap_reporter): rank
                       for rank, a in enumerate(self._actors)}
         return self.workers
-
-    @property
-    def buddy_offset(self) -> int:
-        """Where each rank's snapshot buddy sits, ranks on: on another node where there is one."""
-        return buddy_offset([info.node_id for info in self._infos])
 
     def spawn(self, strategies: Sequence, ranks: list[int], what: str) -> tuple[list, list[WorkerInfo]]:
         """One actor per strategy (as ``ranks``), and where each runs; a :class:`ClusterError`
@@ -204,37 +154,23 @@ class RayWorkerGroup:
         return actors, infos
 
     def create_actor(self, strategy, rank: int):
-        """A rank's actor (``rank`` -1: a spare) placed by ``strategy``; it starts in the background."""
+        """A rank's actor placed by ``strategy``; it starts in the background."""
         return self.rank_actors.create(strategy, rank, self._world, self._driver)
 
-    def replace(self, rank: int, actor, strategy, info: WorkerInfo, run) -> None:
-        """``actor`` (placed by ``strategy``, training as ``run``) is ``rank`` from now on: a
-        warm group's spare that took a lost rank's place."""
-        self._actors[rank], self._strategies[rank], self._infos[rank] = actor, strategy, info
-        self._runs = {ref: r for ref, r in self._runs.items() if r != rank}
-        self._runs[run] = rank
-        self._drains.pop(rank, None)
-        self._dead.discard(rank)
-
     def kill(self, rank: int) -> None:
-        """End ``rank``'s actor (a lost rank's, which may still live on an excluded node)."""
+        """End ``rank``'s actor now."""
         self.rank_actors.kill(self._actors[rank])
 
     def poll(self, timeout_s: float) -> GroupPoll:
-        self._send_probes()
         result = GroupPoll()
         pending = list(self._runs)
         done, _ = ray.wait(pending, num_returns=len(pending), timeout=timeout_s) if pending else ([], [])
         self._collect_outcomes(done, result)
         if result.failures:
             self._settle_failures(result)
-        else:
-            self._find_unreachable(result)
         if self._runs:  # ranks still training need the cluster; ranks that all returned are judged as they ended
             ray_cluster.check_head()
         self._drain(result)
-        if not result.failures:  # the drain may have waited for a rank that never answers
-            self._find_unreachable(result)
         return result
 
     def _collect_outcomes(self, done: list, result: GroupPoll) -> None:
@@ -253,22 +189,6 @@ class RayWorkerGroup:
         """``rank``'s actor is gone: its drain is not waited for, now or later."""
         self._dead.add(rank)
         self._drains.pop(rank, None)
-        if self.lost_ranks is not None:
-            self.lost_ranks.forget(rank)
-
-    def _send_probes(self) -> None:
-        if self.lost_ranks is not None:
-            self.lost_ranks.send({rank: actor for rank, actor in enumerate(self._actors) if rank not in self._dead})
-
-    def _find_unreachable(self, result: GroupPoll) -> None:
-        """Ranks lost without Ray's word yet (``lost_ranks`` names them: their peers wait for
-        them and their node is gone), added to ``result.failures``."""
-        if self.lost_ranks is None or not self._actors:
-            return
-        for rank, text in self.lost_ranks.check(self._infos).unreachable.items():
-            result.failures.append(WorkerFailure(rank, "died", text, self._infos[rank], time.time()))
-            self._runs = {ref: r for ref, r in self._runs.items() if r != rank}
-            self._lose(rank)
 
     def _settle_failures(self, result: GroupPoll) -> None:
         deadline = time.time() + self.settle_s
@@ -281,17 +201,13 @@ class RayWorkerGroup:
     def _drain(self, result: GroupPoll) -> None:
         """Collect what the ranks buffered. A rank that does not answer at once
         (stopped, or busy holding the GIL) keeps its request pending for the
-        next poll, so one wedged rank never stalls the driver. Probes sent first
-        age while the drain waits for a rank that does not answer (a lost node's
-        never does), and are checked after it."""
-        self._send_probes()
+        next poll, so one wedged rank never stalls the driver."""
         for rank, actor in enumerate(self._actors):
             if rank not in self._drains and rank not in self._dead:
                 self._drains[rank] = actor.drain.remote()
         deadline = time.monotonic() + DRAIN_WAIT_S
         while self._drains:
-            # Each drain as it comes back: a rank that says it waits in its warm link is acted on
-            # while the others are still awaited (a lost node's rank never answers).
+            # Each drain as it comes back, while the others are still awaited (a lost node's rank never answers).
             pending = {ref: rank for rank, ref in self._drains.items()}
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
             if not ready:
@@ -308,13 +224,7 @@ class RayWorkerGroup:
             return  # a dead rank has nothing more to say
         for kind, item in items:
             {"step": result.steps, "checkpoint": result.checkpoints, "heartbeat": result.heartbeats,
-             "started": result.starts, "local_norms": result.local_norms,
-             "waiting": result.waiting_ranks}[kind].append(item)
-        if rank in result.waiting_ranks and self.lost_ranks is not None:
-            # A survivor waits for a lost peer: probe the others now; the rest of the drain's
-            # wait ages the probes, so a lost node is named in this poll.
-            self.lost_ranks.arm([rank])
-            self._send_probes()
+             "started": result.starts, "local_norms": result.local_norms}[kind].append(item)
 
     def _info(self, rank: int) -> WorkerInfo | None:
         return self._infos[rank] if rank < len(self._infos) else None

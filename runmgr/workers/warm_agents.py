@@ -1,8 +1,9 @@
 """A warm group on node agents: the ranks forked by one agent per node
 (:class:`runmgr.workers.agent_group.AgentWorkerGroup`, which it holds), plus warm spares forked
 under the agents (:class:`runmgr.workers.agent_spares.AgentSparePool`) and the ranks' snapshot
-bookkeeping (:class:`runmgr.agents.snapshots.SnapshotLedger`). It does what the per-rank warm
-group (runmgr/workers/warm_group.py) does, with calls per node instead of per rank:
+bookkeeping (:class:`runmgr.agents.snapshots.SnapshotLedger`), on every device kind (on
+accelerators each spare holds devices of its own: runmgr/agents/device_slices.py). It does what
+the retired per-rank warm group did, with calls per node instead of per rank:
 
 - every rank trains with a warm link over its pipe (runmgr/agents/warm_link.py); a survivor's
   ``waiting`` and each rank's ``held`` snapshot step come pushed in the agents' reports;

@@ -1,6 +1,7 @@
-"""What both warm groups decide alike: the per-rank one (runmgr/workers/warm_group.py) and the one
-on node agents (runmgr/workers/warm_agents.py). They differ in how they reach the ranks (a call per
-rank actor, or per node's agent), not in these rules or their words."""
+"""The warm group's rules (runmgr/workers/warm_agents.py, on node agents): how long the survivors
+are waited for and given to settle, the donor of a lost rank's snapshot, and the words of a late
+survivor and of a slot not refilled. (Written once for both warm groups while the per-rank one,
+runmgr/workers/warm_group.py, lived; it was retired when spares got devices under agents.)"""
 
 from __future__ import annotations
 

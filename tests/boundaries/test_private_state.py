@@ -11,8 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from runmgr.workers.group import RayWorkerGroup
-from runmgr.workers.warm_group import WarmRayWorkerGroup
+from runmgr.workers.agent_group import AgentWorkerGroup
+from runmgr.workers.warm_agents import WarmAgentGroup
 
 ROOT = Path(__file__).resolve().parents[2]
 LIBRARIES = {"argparse", "os", "parser", "other", "ray_worker"}
@@ -43,4 +43,4 @@ def test_the_check_sees_a_field_reached_through_a_held_object():
 
 
 def test_the_warm_group_holds_the_rank_group_instead_of_subclassing_it():
-    assert not issubclass(WarmRayWorkerGroup, RayWorkerGroup)
+    assert not issubclass(WarmAgentGroup, AgentWorkerGroup)

@@ -1,17 +1,16 @@
 """Which ranks a launch of the built-in trainer runs (runmgr/runners.py): forked by one node
-agent per node without warm spares, on CPU and accelerator nodes alike, and with warm spares on
-CPU nodes (the warm part holds the agent group), the agents kept across sub-runs until the
-lineage ends; a Ray actor per rank with warm spares on accelerators (their warm link)."""
+agent per node, warm or not, on CPU and accelerator nodes alike (with warm spares the warm part
+holds the agent group), the agents kept across sub-runs until the lineage ends. The per-rank
+design is left to the benches, cold only."""
 
 from __future__ import annotations
 
 import pytest
 
 from runmgr.config.compose import load_run_config
-from runmgr.runners import builtin_runner
+from runmgr.runners import builtin_runner, per_rank_runner
 from runmgr.workers.agent_group import AgentWorkerGroup
 from runmgr.workers.warm_agents import WarmAgentGroup
-from runmgr.workers.warm_group import WarmRayWorkerGroup
 
 
 def runner_of(tmp_path, device_kind: str, *overrides: str):
@@ -29,15 +28,18 @@ def test_ranks_without_warm_spares_are_forked_by_node_agents_that_serve_every_su
     runner.close()  # nothing placed yet: nothing to end, and no Ray needed
 
 
-def test_warm_spares_on_cpu_run_under_the_node_agents_through_the_warm_part(tmp_path):
-    runner = runner_of(tmp_path, "cpu", "controller.warm_spares=1", "checkpoint.memory_interval=1")
+@pytest.mark.parametrize("device_kind", ["cpu", "cuda", "npu"])
+def test_warm_spares_run_under_the_node_agents_through_the_warm_part_on_every_device_kind(tmp_path, device_kind):
+    runner = runner_of(tmp_path, device_kind, "controller.warm_spares=1", "checkpoint.memory_interval=1")
     first, second = runner.make_group(), runner.make_group()
     assert isinstance(first, WarmAgentGroup) and isinstance(first.ranks, AgentWorkerGroup)
     assert first.ranks.agents is second.ranks.agents  # the lineage's agents, as without spares
+    assert first.ranks.agents.device_kind == device_kind  # spares get devices of their own from them
     runner.close()
 
 
-@pytest.mark.parametrize("device_kind", ["cuda", "npu"])
-def test_warm_spares_on_accelerators_keep_one_ray_actor_per_rank(tmp_path, device_kind):
-    warm = runner_of(tmp_path, device_kind, "controller.warm_spares=1", "checkpoint.memory_interval=1").make_group()
-    assert isinstance(warm, WarmRayWorkerGroup)
+def test_the_per_rank_design_left_to_the_benches_refuses_warm_spares(tmp_path):
+    config = load_run_config("demo", [f"run.dir={tmp_path / 'run'}", "chaos=none", "controller.warm_spares=1",
+                                      "checkpoint.memory_interval=1"])
+    with pytest.raises(ValueError, match="warm spares run under node agents only"):
+        per_rank_runner(config, config.trainer_config(), "cuda", None, lambda: None)

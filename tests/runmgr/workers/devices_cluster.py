@@ -1,11 +1,11 @@
 """The scenarios of test_node_agent_devices.py in a process of its own (the session's local Ray
 has no accelerators, and one process holds one Ray connection): a real local Ray that
 advertises 3 GPUs and 2 NPUs it does not have. Ray assigns their ids and sets the
-visible-devices variables as on a real node. For each kind, a sub-run of 2 ranks of one device
+visible-devices variables as on a real node. On the NPUs, a sub-run of 2 ranks of one device
 each is started under real node agents (runmgr/workers/node_agent.py) through the agent group;
 each forked rank raises, before it trains, with the visible-devices variables it sees
 (:func:`say_what_it_sees`), and its error comes back through the agent's push as a launch's
-would. Then a warm sub-run on the GPUs (:func:`run_warm`): 2 ranks and a spare, rank 1 killed,
+would. On the GPUs a warm sub-run (:func:`run_warm`): 2 ranks and a spare, rank 1 killed,
 the spare named rank 1, a new spare forked in the slot it left, and one more refused; each
 process writes what it sees to a file of its pid (:class:`RecordWhatItSees`) and waits. Prints
 what was seen as one JSON object."""
@@ -63,6 +63,9 @@ def run_warm(save: Path) -> dict:
     """A warm sub-run on the GPUs, driven as runmgr/workers/warm_agents.py drives it: 2 ranks and a
     spare forked under the one agent, rank 1 killed, the spare renamed rank 1 (``regroup``), a new
     spare forked in the slot rank 1 left (the refill), then one more asked for."""
+    import ray
+    from ray.util.placement_group import placement_group_table
+
     from runmgr.agents.device_slices import NoFreeDevices
     from runmgr.agents.warm_link import WarmRun
     from runmgr.config.schema import ClusterConfig
@@ -82,6 +85,8 @@ def run_warm(save: Path) -> dict:
         workers = group.start(tiny_config(save, 3, save_interval=3), ResumePlan(subrun="1.00"), extra=1,
                               warm=lambda rank_nodes: WarmRun(1, True))
         (place,) = group.places
+        held = ray.get(place.where.held.remote())
+        groups_left = [pg for pg in placement_group_table().values() if pg["state"] != "REMOVED"]
         (spare,) = nodes.start_spares(place, 1, 1)
         before = recorded(out, 3)
         group.kill(1)
@@ -97,7 +102,7 @@ def run_warm(save: Path) -> dict:
         group.shutdown()
         nodes.close()
     return {"ranks": {w.rank: w.pid for w in workers}, "spare_pid": adopted[0].pid, "adopted_rank": adopted[0].rank,
-            "before": before, "after": after, "refused": refused}
+            "before": before, "after": after, "refused": refused, "held": held, "groups_left": len(groups_left)}
 
 
 def run_kind(kind: str, save: Path) -> dict:
@@ -145,8 +150,8 @@ def main(root: Path) -> None:
     ray._common.utils.reset_ray_address()  # no other ray.init() on this machine may join it
     ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.ERROR)
     try:
-        seen = {kind: run_kind(kind, root / kind) for kind in ("cuda", "npu")}
-        seen["warm"] = run_warm(root / "warm")
+        # One agent (a Ray worker and its fork server) per scenario: the GPUs' is the warm one.
+        seen = {"npu": run_kind("npu", root / "npu"), "warm": run_warm(root / "warm")}
         print(json.dumps(seen), flush=True)
     finally:
         ray.shutdown()

@@ -1,13 +1,15 @@
 """A node agent on accelerators (runmgr/workers/node_agent.py), on a real local Ray that
 advertises 3 GPUs and 2 NPUs it does not have (devices_cluster.py, in a process of its own): Ray
-assigns their ids and sets the visible-devices variables as on a real node. The agent of the one
-node holds both ranks' bundles (a rank's CPU and one device each, summed), no placement group
+assigns their ids and sets the visible-devices variables as on a real node. On the NPUs, the agent
+of the one node holds both ranks' bundles (a rank's CPU and one device each, summed), no placement group
 is left holding them besides, and each rank it forks sees exactly its own device in the variable
-Ray would have set for a per-rank actor (CUDA_VISIBLE_DEVICES for a GPU, ASCEND_RT_VISIBLE_DEVICES
-for an Ascend NPU), the two ranks different ones. The ranks say what they see through the agent's
-real fork path and push (their error, before they train: the test's machine has no device).
+Ray would have set for a per-rank actor (ASCEND_RT_VISIBLE_DEVICES for an Ascend NPU), the two ranks
+different ones. The ranks say what they see through the agent's real fork path and push (their
+error, before they train: the test's machine has no device).
 
-Warm, on the GPUs: each rank and the spare see a device of their own; once rank 1 is killed and
+Warm, on the GPUs (CUDA_VISIBLE_DEVICES; one agent per scenario, each a Ray worker and a fork
+server): the agent holds the ranks' and the spare's bundles, each rank and the spare see a device
+of their own; once rank 1 is killed and
 the spare named rank 1, the spare keeps its device and the refill gets the one rank 1 left; no
 two live processes share one, and a spare past the node's devices is refused in the agent's
 words (runmgr/agents/device_slices.py), not left to a start timeout."""
@@ -44,8 +46,7 @@ def visible(failure_text: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(("kind", "resource", "variable"), [
-    ("cuda", "GPU", "CUDA_VISIBLE_DEVICES"),
-    ("npu", "NPU", "ASCEND_RT_VISIBLE_DEVICES"),
+    ("npu", "NPU", "ASCEND_RT_VISIBLE_DEVICES"),  # the GPUs': the warm test below
 ])
 def test_each_forked_rank_sees_only_its_own_device_of_those_its_agent_holds(seen, kind, resource, variable):
     run = seen[kind]
@@ -63,6 +64,8 @@ def test_each_forked_rank_sees_only_its_own_device_of_those_its_agent_holds(seen
 
 def test_a_warm_spare_keeps_its_own_device_when_named_and_the_refill_gets_the_lost_ranks(seen):
     warm = seen["warm"]
+    # One agent for the one node, holding the 2 ranks' and the spare's GPU and CPU, no placement group besides.
+    assert warm["held"] == {"GPU": 3.0, "CPU": 3 * CPUS_PER_RANK} and warm["groups_left"] == 0
     ranks = {int(rank): pid for rank, pid in warm["ranks"].items()}
     before = {int(pid): ids for pid, ids in warm["before"].items()}
     after = {int(pid): ids for pid, ids in warm["after"].items()}

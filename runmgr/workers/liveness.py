@@ -7,17 +7,16 @@ their warm link (trainer/warm.py). A rank is named lost when three things hold t
 
 - a survivor waits in its warm link: a peer broke the group. A slow rank breaks nothing: its
   peers wait inside the collective, not in the link, and nobody is probed;
-- the rank's actor has not answered a liveness probe (``waiting``) for ``probe_s``;
+- the rank's agent has not answered a liveness probe (``waiting``) for ``probe_s``;
 - its node's raylet takes no TCP connection: refused (the raylet's process is gone), or not
   within ``connect_s`` (the node is cut off). A live node passes this whatever its load (the
   kernel accepts the connection for the raylet), so a rank that is only busy or starved is
   never named here: it is left to Ray and to the watcher (a hang).
 
-The probes are ``waiting`` calls. A probe goes to a *unit* (:class:`ProbeUnit`): a rank's
-actor, answered by its second thread while the first trains (one rank a call), or a node's
+The probes are ``waiting`` calls. A probe goes to a *unit* (:class:`ProbeUnit`): a node's
 agent, which answers for all its ranks at once (runmgr/workers/node_agent.py ``waiting``: one
-call per node, so a recovery's probes grow with the nodes, not the ranks). Either way the
-answers are kept and judged per rank. None is sent while all goes well (each call costs the
+call per node, so a recovery's probes grow with the nodes, not the ranks). The answers are
+kept and judged per rank. None is sent while all goes well (each call costs the
 ranks' CPU, which on a busy node is the steps' time): a rank's drain says when it waits in its
 warm link (:meth:`PeerProbe.arm`), and from then on the warm group sends one to each unit at
 the start of a poll and before its drain, and checks after the wait for the ranks' outcomes
@@ -97,25 +96,16 @@ class RayAnswers:
 
 @dataclass(frozen=True)
 class ProbeUnit:
-    """What one probe call asks, and about which ranks: a rank's actor (one rank; it answers
-    True or False) or a node's agent (its running ranks; it answers those that wait)."""
+    """What one probe call asks, and about which ranks: a node's agent, answering for its
+    running ranks with those that wait in their warm link."""
 
     ranks: tuple[int, ...]
     ask: Callable[[], Any]
     """Sends the call; what :class:`Answers` awaits."""
-    names_ranks: bool = True
-    """The answer is the ranks that wait in their warm link (False: a bool for the one rank)."""
 
     def waiting(self, answer: Any) -> set[int]:
         """The ranks of this unit that ``answer`` says wait in their warm link."""
-        if not self.names_ranks:
-            return set(self.ranks) if answer else set()
         return set(answer) & set(self.ranks)
-
-
-def rank_actor_unit(rank: int, actor: Any) -> ProbeUnit:
-    """A rank's own actor as a probe unit: ``actor.waiting.remote()``, True while it waits."""
-    return ProbeUnit((rank,), lambda: actor.waiting.remote(), names_ranks=False)
 
 
 @dataclass(frozen=True)
@@ -173,12 +163,7 @@ class PeerProbe:
         if waiting:
             self._armed = True
 
-    def send(self, actors: Mapping[int, object]) -> None:
-        """Once armed, a probe to every rank of ``actors`` (its actor, by rank) that has none pending."""
-        if self._armed:
-            self.send_units({rank: rank_actor_unit(rank, actor) for rank, actor in actors.items()})
-
-    def send_units(self, units: Mapping[Hashable, ProbeUnit]) -> None:
+    def send(self, units: Mapping[Hashable, ProbeUnit]) -> None:
         """Once armed, a probe to every unit of ``units`` (by key: a rank, or a node) that has none
         pending: one call for all the unit's ranks."""
         if not self._armed:

@@ -157,7 +157,7 @@ class WarmAgentGroup:
             place = self.ranks.place_of(rank)
             places.setdefault(place.node, place)
             ranks[place.node].append(rank)
-        self._probe.send_units({node: ProbeUnit(tuple(ranks[node]), lambda place=place: self.agents.probe(place))
+        self._probe.send({node: ProbeUnit(tuple(ranks[node]), lambda place=place: self.agents.probe(place))
                                 for node, place in places.items()})
 
     def _find_unreachable(self, poll: GroupPoll) -> None:

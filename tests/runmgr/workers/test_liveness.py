@@ -1,14 +1,16 @@
 """A rank lost with its node is named while its peers wait for it, and only then: the driver's
 probe (runmgr/workers/liveness.py) on real actors of a real local Ray and real sockets.
 
-A live rank that answers no probe (its only thread busy) beside a peer that waits in its warm
-link is checked and cleared, because its node's raylet (the real one) takes a connection. The
-same rank whose node's raylet refuses one (its address pointed at a closed port: the
-connection a dead raylet's host refuses) is named lost, in words the watcher reads as a lost
-node. A whole node killed for real is bench/restart_latency.py's runmgr-warm-node arm.
+A live node whose agent answers no probe (its only thread busy) beside a node whose rank waits
+in its warm link is checked and cleared, because its raylet (the real one) takes a connection.
+The same node whose raylet refuses one (its address pointed at a closed port: the connection a
+dead raylet's host refuses) has its rank named lost, in words the watcher reads as a lost node.
+The agents are stand-ins on a real local Ray (tests/runmgr/workers/standins.py), answering as
+node_agent.py's ``waiting`` does. A whole node killed for real is bench/restart_latency.py's
+runmgr-warm-node arm.
 
-Probed through node agents (a unit per node answering for its ranks), the probe's rules run
-in-process on a fake clock with fake calls: one call per node a poll, whatever the ranks."""
+The probe's rules at many nodes run in-process on a fake clock with fake calls: one call per
+node a poll, whatever the ranks."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from runmgr.watch.deaths import classify
 from runmgr.workers import liveness
 from runmgr.workers.liveness import PeerProbe, ProbeResult, ProbeUnit, ray_raylets, raylet_refusal, silent_ranks
 from tests.runmgr.workers.probe_fakes import Call, FakeAnswers, FakeClock
-from tests.runmgr.workers.standins import remote_rank
+from tests.runmgr.workers.standins import remote_agent
 
 SAFETY_S = 60.0
 """Only against a test that would otherwise never end; no assertion depends on it."""
@@ -52,8 +54,8 @@ def test_a_listening_raylet_takes_the_connection_and_a_gone_one_refuses_it(local
 
 @pytest.fixture
 def ranks(local_ray, tmp_path):
-    """Rank 0 waits in its warm link; rank 1 lives but answers no probe until released."""
-    survivor, busy = remote_rank(waiting=True), remote_rank(waiting=False)
+    """Rank 0's agent says it waits in its warm link; rank 1's lives but answers no probe until released."""
+    survivor, busy = remote_agent(waiting=[0]), remote_agent(waiting=[])
     release = tmp_path / "release"
     held = busy.hold.remote(str(release))
     node = ray.get_runtime_context().get_node_id()
@@ -65,11 +67,16 @@ def ranks(local_ray, tmp_path):
         ray.kill(actor, no_restart=True)
 
 
+def units(actors) -> dict[int, ProbeUnit]:
+    """Each stand-in agent as a probe unit of its one rank (an agent per node here)."""
+    return {rank: ProbeUnit((rank,), lambda actor=actor: actor.waiting.remote()) for rank, actor in enumerate(actors)}
+
+
 def probe_until_rank_1_is_checked(probe: PeerProbe, actors, workers) -> ProbeResult:
     probe.arm([0])  # rank 0's drain said it waits in its warm link
     deadline = time.monotonic() + SAFETY_S
     while True:
-        probe.send(dict(enumerate(actors)))
+        probe.send(units(actors))
         result = probe.check(workers)
         if 1 in result.silent:
             return result
@@ -81,10 +88,10 @@ def test_no_rank_is_probed_until_a_drain_says_one_waits(ranks):
     # While all goes well a probe costs the ranks' CPU for nothing: none is sent.
     actors, workers = ranks
     probe = PeerProbe()
-    probe.send(dict(enumerate(actors)))
+    probe.send(units(actors))
     assert probe.check(workers) == ProbeResult()
     probe.arm([])
-    probe.send(dict(enumerate(actors)))
+    probe.send(units(actors))
     assert probe.check(workers) == ProbeResult()
     assert probe_until_rank_1_is_checked(probe, actors, workers).waiting == (0,)
 
@@ -144,7 +151,7 @@ def test_through_node_agents_a_poll_costs_one_call_per_node_and_a_lost_nodes_ran
 
     def poll() -> tuple[int, ProbeResult]:
         before = sum(asked.values())
-        probe.send_units(units)
+        probe.send(units)
         result = probe.check(workers)
         clock.now += 0.05  # the next poll
         return sum(asked.values()) - before, result
@@ -165,7 +172,5 @@ def test_through_node_agents_a_poll_costs_one_call_per_node_and_a_lost_nodes_ran
     assert calls == NODES - 1 and result.unreachable == {} and result.waiting == (5,)
 
 
-def test_a_rank_actors_probe_is_a_unit_of_one_rank_answered_true_or_false():
-    unit = liveness.rank_actor_unit(4, object())
-    assert (unit.ranks, unit.waiting(True), unit.waiting(False)) == ((4,), {4}, set())
-    assert ProbeUnit((8, 9), lambda: None).waiting([9, 2]) == {9}  # an agent's answer: only its unit's ranks count
+def test_an_agents_answer_counts_only_for_its_units_ranks():
+    assert ProbeUnit((8, 9), lambda: None).waiting([9, 2]) == {9}

@@ -157,7 +157,7 @@ class FakeProbe:
     """What each arm said waits (truthy once armed, as the probe's ``armed``)."""
     sent: list[dict] = field(default_factory=list)
 
-    def send_units(self, units) -> None:
+    def send(self, units) -> None:
         if self.armed:
             self.sent.append({node: unit.ranks for node, unit in units.items()})
 

@@ -14,7 +14,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from tests.forkserver import ForkServer
 
@@ -54,23 +54,26 @@ def serving() -> Iterator[None]:
 
 
 def runmgr(*args: str, cwd: Path = ROOT, env: Optional[dict] = None, timeout: float = 300,
-           script: Optional[Path] = None, module: str = "runmgr") -> subprocess.CompletedProcess:
+           script: Optional[Path] = None, module: str = "runmgr",
+           stdin: Optional[Path] = None) -> subprocess.CompletedProcess:
     """``python -m runmgr *args`` in ``cwd`` with ``env`` (this process's by default), its
     output captured as text; ``timeout`` bounds the wait on a stuck command, it is no claim
     about speed. ``script``: ``python SCRIPT *args`` instead (a script that runs runmgr);
     ``module``: ``python -m MODULE *args`` (the trainer's own commands: torch and the data
-    preparation are preloaded here too)."""
+    preparation are preloaded here too); ``stdin``: a file read as its standard input (none:
+    nothing to read)."""
     env = dict(os.environ if env is None else env)
     server = _Session.server
     if server is None:
         how = [str(script)] if script is not None else ["-m", module]
-        return subprocess.run([sys.executable, *how, *args], cwd=cwd, env=env, capture_output=True,
-                              text=True, timeout=timeout)
+        with open(stdin if stdin is not None else os.devnull, "rb") as source:
+            return subprocess.run([sys.executable, *how, *args], cwd=cwd, env=env, capture_output=True,
+                                  text=True, timeout=timeout, stdin=source)
     with tempfile.TemporaryDirectory(prefix="runmgr-cli-") as scratch:
         out, err = Path(scratch) / "stdout", Path(scratch) / "stderr"
         child = server.start(list(args), module=None if script is not None else module,
                              script=str(script) if script is not None else None, cwd=str(cwd), env=env,
-                             stdout=out, stderr=err)
+                             stdout=out, stderr=err, stdin=stdin)
         try:
             code = child.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -128,17 +131,41 @@ def start_script(script: Path, args: list[str], cwd: Path, env: dict, stdout: Pa
     return server.start(list(args), script=str(script), cwd=str(cwd), env=env, stdout=stdout, stderr=stderr)
 
 
-def start_runmgr(args: list[str], cwd: Path, env: Optional[dict], log: Path):
+def start_runmgr(args: list[str], cwd: Path, env: Optional[dict], log: Path, errors: Optional[Path] = None):
     """``python -m runmgr *args`` started in the background, its stdout and stderr appended to
-    ``log``: forked from the session's CLI fork server (a launch's driver then pays no Python
-    start-up and no import of torch or the CLI: about 1.9 CPU-seconds a launch), or a new
-    Python outside a session. What it returns has ``subprocess.Popen``'s ``pid``, ``poll``,
-    ``wait``, ``returncode``, ``send_signal`` and ``kill``; the child leads a session of its own."""
+    ``log`` (``errors``: its stderr there instead): forked from the session's CLI fork server (a
+    launch's driver then pays no Python start-up and no import of torch or the CLI: about 1.9
+    CPU-seconds a launch), or a new Python outside a session. What it returns has
+    ``subprocess.Popen``'s ``pid``, ``poll``, ``wait``, ``returncode``, ``send_signal`` and
+    ``kill``; the child leads a session of its own."""
     env = dict(os.environ if env is None else env)
+    errors = errors or log
     server = _Session.server
     if server is None:
-        with open(log, "a") as out:
+        with open(log, "a") as out, open(errors, "a") as err:
             return subprocess.Popen([sys.executable, "-m", "runmgr", *args], cwd=cwd, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True, env=env)
-    return server.start(list(args), module="runmgr", cwd=str(cwd), env=env, stdout=log, stderr=log, append=True,
+                                    stderr=subprocess.STDOUT if errors == log else err, start_new_session=True,
+                                    env=env)
+    return server.start(list(args), module="runmgr", cwd=str(cwd), env=env, stdout=log, stderr=errors, append=True,
                         exit_file=log.with_name(log.name + f".exit{time.monotonic_ns()}"))
+
+
+def lines_of(path: Path, child, until: Callable[[str], bool], after: int = 0) -> list[str]:
+    """The lines ``child`` (a :func:`start_runmgr` process) writes to ``path``, read as it writes
+    them, up to the first after the first ``after`` lines that ``until`` holds of, or all of them
+    once it ended. The command's own output says when: the wait is on it, not on a length of time."""
+    seen: list[str] = []
+    with open(path, "a+", encoding="utf-8", errors="replace") as out:
+        out.seek(0)
+        pending = ""
+        while True:
+            ended = child.poll() is not None  # read after: the lines written before its end are in
+            pending += out.read()
+            *complete, pending = pending.split("\n")
+            for line in complete:
+                seen.append(line + "\n")
+                if len(seen) > after and until(line):
+                    return seen
+            if ended:
+                return seen + ([pending] if pending else [])
+            time.sleep(0.05)

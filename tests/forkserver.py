@@ -16,8 +16,8 @@ preloaded module read at import is not seen: preload only modules that read
 nothing from the environment then.
 
 Protocol, one JSON line each way on the server's stdin/stdout: in ``{"module"
-or "script": ..., "args": [...], "cwd": ..., "env": {...}, "stdout": PATH or
-null, "stderr": PATH, "exit": PATH, "append": BOOL}``, out ``{"pid": PID}``. When a child ends,
+or "script": ..., "args": [...], "cwd": ..., "env": {...}, "stdin": PATH or null (/dev/null),
+"stdout": PATH or null, "stderr": PATH, "exit": PATH, "append": BOOL}``, out ``{"pid": PID}``. When a child ends,
 its exit code (negative: the signal that ended it) is written to ``exit``
 atomically: only the server, its parent, can reap it. At end of input the
 server kills the children still running and exits.
@@ -81,14 +81,16 @@ class ForkServer:
 
     def start(self, args: list[str], *, module: Optional[str] = None, script: Optional[str] = None,
               cwd: str, env: dict, stderr: Path, stdout: Optional[Path] = None, append: bool = False,
-              exit_file: Optional[Path] = None) -> ForkedProcess:
+              exit_file: Optional[Path] = None, stdin: Optional[Path] = None) -> ForkedProcess:
         """``append``: the output files are added to, not replaced (``stdout`` may be ``stderr``:
         one file, as ``stderr=STDOUT`` makes it); ``exit_file``: where the exit code goes (beside
-        ``stderr`` unless given)."""
+        ``stderr`` unless given); ``stdin``: a file the child reads as its standard input (none:
+        /dev/null)."""
         exit_file = exit_file or stderr.with_name(stderr.name + ".exit")
         exit_file.unlink(missing_ok=True)
         request = {"module": module, "script": script, "args": args, "cwd": cwd, "env": env, "append": append,
-                   "stdout": str(stdout) if stdout else None, "stderr": str(stderr), "exit": str(exit_file)}
+                   "stdout": str(stdout) if stdout else None, "stderr": str(stderr), "exit": str(exit_file),
+                   "stdin": str(stdin) if stdin else None}
         self.proc.stdin.write(json.dumps(request) + "\n")  # type: ignore[union-attr]
         self.proc.stdin.flush()  # type: ignore[union-attr]
         line = self.proc.stdout.readline()  # type: ignore[union-attr]
@@ -111,9 +113,10 @@ def _redirect(request: dict) -> None:
         out = err
     else:
         out = os.open(request["stdout"], flags, 0o644) if request["stdout"] else null
-    for fd, target in ((0, null), (1, out), (2, err)):
+    source = os.open(request["stdin"], os.O_RDONLY) if request.get("stdin") else null
+    for fd, target in ((0, source), (1, out), (2, err)):
         os.dup2(target, fd)
-    for fd in {null, out, err}:
+    for fd in {null, source, out, err}:
         os.close(fd)
 
 

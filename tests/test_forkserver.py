@@ -1,7 +1,8 @@
 """The tests' fork server (tests/forkserver.py) as a launch's driver uses it (tests/cli.py
 ``start_runmgr``): a child appends to a log that is both its stdout and stderr, as
 ``stderr=STDOUT`` with a file opened for appending would; a signal sent to it ends it as it
-would end ``python`` itself; each start has an exit file of its own."""
+would end ``python`` itself; each start has an exit file of its own; a child may read its standard
+input from a file."""
 
 from __future__ import annotations
 
@@ -68,3 +69,23 @@ def test_a_preloaded_module_runs_as_main_as_a_new_python_runs_it(tmp_path):
         server.close()
     assert err.read_text() == ""
     assert out.read_text() == "__main__ False ['x']\n"
+
+
+def test_a_child_reads_its_standard_input_from_a_file_and_nothing_without_one(tmp_path):
+    """``watch follow -`` as the README runs it: the lines come from a file on fd 0, to its end; a
+    child given none reads /dev/null (an immediate end, never the server's own requests)."""
+    script = tmp_path / "cat.py"
+    script.write_text("import sys\nlines = sys.stdin.readlines()\nprint(len(lines), ''.join(lines), end='')\n")
+    given = tmp_path / "in.txt"
+    given.write_text("one\ntwo\n")
+    server = ForkServer([])
+    try:
+        fed = server.start([], script=str(script), cwd=str(tmp_path), env={}, stdout=tmp_path / "fed.out",
+                           stderr=tmp_path / "fed.err", stdin=given)
+        alone = server.start([], script=str(script), cwd=str(tmp_path), env={}, stdout=tmp_path / "alone.out",
+                             stderr=tmp_path / "alone.err")
+        assert fed.wait(60) == 0 and alone.wait(60) == 0
+    finally:
+        server.close()
+    assert (tmp_path / "fed.out").read_text() == "2 one\ntwo\n" and (tmp_path / "fed.err").read_text() == ""
+    assert (tmp_path / "alone.out").read_text() == "0 "

@@ -27,6 +27,9 @@ why:
   probes this machine, as written); it starts its own local Ray (on the
   session's shared one a launch whose ranks are torchrun jobs was seen to
   have an actor cancelled before it ran, under CI's load: not yet understood).
+- Commands that run beside the test (the follower and the player, ``logbook serve``) and
+  ``watch follow -`` fork from the tests' CLI fork server like the rest (tests/cli.py), their
+  output in files the test reads as they write them, standard input from a file.
 - ``runmgr simulate ettr`` simulates 2,048 devices, not 16,384 (over a minute of
   sweeps); tests/runmgr/simulate checks the simulator itself.
 - The "Running on Kubernetes" lines (docker, kind, kubectl) need a Docker
@@ -106,8 +109,9 @@ class Context:
     beside: Optional[dict] = None
     """What "Try it beside a running job" printed, once its lines ran (they share one story)."""
 
-    def runmgr(self, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-        return cli.runmgr(*args, cwd=self.cwd, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+    def runmgr(self, *args: str, env: dict | None = None, stdin: Path | None = None) -> subprocess.CompletedProcess:
+        return cli.runmgr(*args, cwd=self.cwd, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+                          stdin=stdin)
 
     def ok(self, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
         result = self.runmgr(*args, env=env)
@@ -310,14 +314,16 @@ def case_logbook_norms(ctx: Context) -> None:
 def case_logbook_serve(ctx: Context) -> None:
     import urllib.request
 
-    server = subprocess.Popen([sys.executable, "-m", "runmgr", "logbook", "serve", "--port", "0"], cwd=ctx.cwd,
-                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    log = ctx.cwd.parent / f"{ctx.cwd.name}-serve.log"
+    server = cli.start_runmgr(["logbook", "serve", "--port", "0"], ctx.cwd, {**os.environ, "PYTHONPATH": str(ROOT)},
+                              log)
     try:
-        url = next(word for word in server.stdout.readline().split() if word.startswith("http://127.0.0.1:"))
+        said = cli.lines_of(log, server, lambda line: "http://127.0.0.1:" in line)
+        url = next(word for word in said[-1].split() if word.startswith("http://127.0.0.1:"))
         with urllib.request.urlopen(url, timeout=30) as answer:
             assert RUN in answer.read().decode()
     finally:
-        server.terminate()
+        server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
 
 
@@ -390,24 +396,22 @@ LIVE_LOG = "tests/data/live/megatron_spikes_and_hang.log"
 
 def try_it_beside(ctx: Context) -> dict:
     """The section's first three lines as written: the stand-in job played into train.log, the
-    follower on it until it has called the hang (its own output says so), Ctrl-C, the logbook."""
+    follower on it until it has called the hang (its own output says so), Ctrl-C, the logbook.
+    Both commands fork from the tests' CLI fork server (tests/cli.py), their output in files."""
     if ctx.beside is not None:
         return ctx.beside
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "runmgr", "watch"]
-    follower = subprocess.Popen([*command, "follow", "train.log", "run.dir=runs/beside", "watcher.hang.step.min_s=2"],
-                                cwd=ctx.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    player = subprocess.Popen([*command, "play", LIVE_LOG, "train.log", "--speed", "300"], cwd=ctx.cwd, env=env)
-    seen: list[str] = []
+    out, errors = ctx.cwd.parent / f"{ctx.cwd.name}-follow.out", ctx.cwd.parent / f"{ctx.cwd.name}-follow.err"
+    follower = cli.start_runmgr(["watch", "follow", "train.log", "run.dir=runs/beside", "watcher.hang.step.min_s=2"],
+                                ctx.cwd, env, out, errors=errors)
+    player = cli.start_runmgr(["watch", "play", LIVE_LOG, "train.log", "--speed", "300"], ctx.cwd, env,
+                              ctx.cwd.parent / f"{ctx.cwd.name}-play.log")
     stuck = threading.Timer(300, follower.kill)  # a follower that never calls the hang: its output ends
     stuck.start()
     try:
-        for line in follower.stdout:
-            seen.append(line)
-            if "hang at step 360" in line:
-                break
+        cli.lines_of(out, follower, lambda line: "hang at step 360" in line)
         follower.send_signal(signal.SIGINT)
-        rest, errors = follower.communicate(timeout=120)
+        follower.wait(timeout=120)
         assert player.wait(timeout=120) == 0
     finally:
         stuck.cancel()
@@ -415,8 +419,8 @@ def try_it_beside(ctx: Context) -> dict:
             if process.poll() is None:
                 process.kill()
                 process.wait()
-    assert follower.returncode == 0, errors[-3000:]
-    ctx.beside = {"follow": "".join(seen) + rest, "show": ctx.ok("logbook", "show", "runs/beside").stdout}
+    assert follower.returncode == 0, errors.read_text()[-3000:]
+    ctx.beside = {"follow": out.read_text(), "show": ctx.ok("logbook", "show", "runs/beside").stdout}
     return ctx.beside
 
 
@@ -448,9 +452,7 @@ def case_score_corpus(ctx: Context) -> None:
 def case_follow_row(ctx: Context) -> None:
     log = ROOT / LIVE_LOG
     for extra in ([], ["conf=shadow", "run.dir=runs/row-follow"]):
-        followed = subprocess.run([sys.executable, "-m", "runmgr", "watch", "follow", "-", *extra],
-                                  cwd=ctx.cwd, input=log.read_text(), capture_output=True, text=True, timeout=300,
-                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
+        followed = ctx.runmgr("watch", "follow", "-", *extra, stdin=log)
         assert followed.returncode == 0, followed.stderr[-3000:]
         assert "-> rollback_skip (not acted on (shadow))" in followed.stdout
         assert "the followed stream ended" in followed.stdout

@@ -32,6 +32,7 @@ import pytest
 
 from health.config import FleetChecks
 from health.fleet import HOST_FACT, figure_name
+from tests import cli
 
 ROOT = Path(__file__).resolve().parents[3]
 FIGURES = set(FleetChecks().higher_is_better) | set(FleetChecks().lower_is_better)
@@ -57,31 +58,29 @@ def assert_readable_table(result: subprocess.CompletedProcess, count: int) -> No
     assert f"probing {count} node(s)" in result.stderr and f"[{count}/{count}]" in result.stderr
 
 
-def busy_from(marker: str, until: str, command: list[str], cwd: Path, env: dict,
+def busy_from(marker: str, until: str, args: list[str], cwd: Path, env: dict,
               loops: int = 2) -> subprocess.CompletedProcess:
-    """Run ``command``; from its first stderr line that holds ``marker`` until its first later one
-    that holds ``until`` (or its end), ``loops`` busy loops take this machine's cores. (pytest's
-    --timeout bounds a stuck command.)"""
-    stdout = cwd / "health-check.stdout"
-    err: list[str] = []
+    """Run ``runmgr *args`` (forked from the tests' CLI fork server: tests/cli.py); from its first
+    stderr line that holds ``marker`` until its first later one that holds ``until`` (or its end),
+    ``loops`` busy loops take this machine's cores. (pytest's --timeout bounds a stuck command.)"""
+    stdout, stderr = cwd / "health-check.stdout", cwd / "health-check.stderr"
     busy: list[subprocess.Popen] = []
-    with open(stdout, "w") as out:
-        child = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.PIPE, text=True)
-        try:
-            for line in child.stderr:  # the check's own progress says when it starts and ends measuring
-                err.append(line)
-                if not busy and marker in line:
-                    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(loops)]
-                elif busy and until in line:
-                    stop(busy)
-            child.wait()
-        finally:
+    child = cli.start_runmgr(args, cwd, env, stdout, errors=stderr)
+    try:
+        # The check's own progress on stderr says when it starts and ends measuring.
+        before = cli.lines_of(stderr, child, lambda line: marker in line)
+        if before and marker in before[-1]:
+            busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(loops)]
+            cli.lines_of(stderr, child, lambda line: until in line, after=len(before))
             stop(busy)
-            if child.poll() is None:
-                child.kill()
-                child.wait()
-    assert busy, "".join(err)[-3000:]  # the figures were taken under load
-    return subprocess.CompletedProcess(command, child.returncode, stdout.read_text(), "".join(err))
+        child.wait()
+    finally:
+        stop(busy)
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert busy, stderr.read_text()[-3000:]  # the figures were taken under load
+    return subprocess.CompletedProcess(["runmgr", *args], child.returncode, stdout.read_text(), stderr.read_text())
 
 
 def stop(loops: list[subprocess.Popen]) -> None:
@@ -95,8 +94,7 @@ def stop(loops: list[subprocess.Popen]) -> None:
 def test_a_newcomer_on_a_busy_machine_gets_a_readable_table_and_no_node_is_excluded_for_speed(tmp_path):
     # No arguments: the demo's config, a local Ray of three nodes; busy once every node's
     # probes answered ("[3/3]"), through its compute benchmark, until its collectives start.
-    result = busy_from("[3/3]", "collectives:", [sys.executable, "-m", "runmgr", "health-check"], tmp_path,
-                       {**os.environ, "PYTHONPATH": str(ROOT)})
+    result = busy_from("[3/3]", "collectives:", ["health-check"], tmp_path, {**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode in (0, 1), result.stderr[-3000:]  # a table, not a crash (1: some node excluded)
     report = json.loads(next((tmp_path / "runs" / ".health" / "reports").glob("*.json")).read_text())
     assert report["summary"]["nodes"] == 3

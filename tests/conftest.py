@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
+from typing import Callable
 
 import pytest
 from filelock import FileLock
@@ -54,6 +57,30 @@ def reference_losses(request, tmp_path_factory, worker_id) -> dict[int, float]:
         assert sorted(losses) == list(range(1, 41))
         kept.write_text(json.dumps(losses))  # floats as repr: read back bit for bit
         return losses
+
+
+@pytest.fixture(scope="session")
+def detectors_score(tmp_path_factory, worker_id) -> Callable[[], subprocess.CompletedProcess]:
+    """``runmgr watch score tests/data/detectors`` as the README writes it (in the repository's
+    root), run once for the whole session when first called, shared by its pytest-xdist workers
+    through a file: the README's line (tests/test_readme.py) and the detectors page's table
+    (tests/runmgr/score/test_corpus.py) read the same output, where each scored the corpus's 18
+    logs itself (about 10 CPU-seconds each)."""
+    from tests import cli
+
+    shared = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        shared = shared.parent  # every worker's base directory is in it
+    kept = shared / "detectors_score.json"
+
+    def score() -> subprocess.CompletedProcess:
+        with FileLock(str(kept) + ".lock"):
+            if not kept.exists():
+                done = cli.runmgr("watch", "score", "tests/data/detectors", cwd=Path(__file__).resolve().parents[1])
+                kept.write_text(json.dumps([done.args, done.returncode, done.stdout, done.stderr]))
+            return subprocess.CompletedProcess(*json.loads(kept.read_text()))
+
+    return score
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -27,6 +27,9 @@ why:
   probes this machine, as written); it starts its own local Ray (on the
   session's shared one a launch whose ranks are torchrun jobs was seen to
   have an actor cancelled before it ran, under CI's load: not yet understood).
+- ``watch score tests/data/detectors`` runs once a session, in the repository's root as
+  the README writes it (tests/conftest.py ``detectors_score``): tests/runmgr/score/test_corpus.py
+  compares the same output with docs/detectors.md's table, where each scored the corpus itself.
 - Commands that run beside the test (the follower and the player, ``logbook serve``) and
   ``watch follow -`` fork from the tests' CLI fork server like the rest (tests/cli.py), their
   output in files the test reads as they write them, standard input from a file.
@@ -106,6 +109,9 @@ class Context:
     text: Path
     metrics: Path
     tokenizer: Path
+    score_corpus: Callable[[], subprocess.CompletedProcess]
+    """``runmgr watch score tests/data/detectors`` run in the repository's root, as the README
+    writes it: once a session, its output shared with tests/runmgr/score/test_corpus.py."""
     beside: Optional[dict] = None
     """What "Try it beside a running job" printed, once its lines ran (they share one story)."""
 
@@ -132,7 +138,7 @@ def save_tokenizer(directory: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def ctx(tmp_path_factory) -> Context:
+def ctx(tmp_path_factory, detectors_score) -> Context:
     """The table's ``runmgr launch conf=NAME [key=value ...]``, run once: the small run."""
     cwd = tmp_path_factory.mktemp("readme")
     (cwd / "conf").symlink_to(ROOT / "conf")
@@ -140,7 +146,7 @@ def ctx(tmp_path_factory) -> Context:
     (cwd / "tests" / "data").symlink_to(ROOT / "tests" / "data")  # the logs "Try it beside a running job" plays
     (cwd / "notes.txt").write_text("A first paragraph.\n\nA second one.\n", encoding="utf-8")
     save_tokenizer(cwd / "tokenizer")
-    context = Context(cwd, cwd / "notes.txt", cwd / "metrics.jsonl", cwd / "tokenizer")
+    context = Context(cwd, cwd / "notes.txt", cwd / "metrics.jsonl", cwd / "tokenizer", detectors_score)
     launched = context.ok("launch", "conf=demo", f"run.name={RUN}", *TINY)
     assert "finished" in launched.stdout and f"logbook: runmgr logbook show runs/{RUN}" in launched.stdout
     context.metrics.write_text(context.ok("logbook", "metrics", RUN, "--json").stdout)
@@ -444,7 +450,10 @@ def case_beside_show(ctx: Context) -> None:
 
 
 def case_score_corpus(ctx: Context) -> None:
-    scored = ctx.ok("watch", "score", "tests/data/detectors").stdout
+    done = ctx.score_corpus()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stdout + done.stderr and "\x1b[" not in done.stdout
+    scored = done.stdout
     assert scored.startswith("runmgr watch score tests/data/detectors (conf=shadow): 18 logs")
     assert re.search(r"^spike_persistent +2 +2 +2 +0 ", scored, re.M) and "clean runs: 5 logs" in scored
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from runmgr.score.command import corpus_files
 from runmgr.score.labels import read_labels
-from tests import cli
 
 ROOT = Path(__file__).resolve().parents[3]
 CORPUS = ROOT / "tests" / "data" / "detectors"
@@ -42,8 +41,8 @@ def test_the_committed_corpus_is_what_its_generator_writes_and_every_label_reads
     assert sum(read_labels(path).clean for _, path in corpus_files(CORPUS)) >= 4
 
 
-def test_the_detectors_page_shows_the_table_the_score_prints_now():
-    done = cli.runmgr("watch", "score", "tests/data/detectors", cwd=ROOT)
+def test_the_detectors_page_shows_the_table_the_score_prints_now(detectors_score):
+    done = detectors_score()  # `runmgr watch score tests/data/detectors`, once a session (tests/conftest.py)
     assert done.returncode == 0, done.stderr
     printed = done.stdout.split("\nmisses, wrong decisions and false alarms:")[0].rstrip()
     (shown,) = re.findall(r"```text\n(.*?)\n```", DOC.read_text(), re.S)

@@ -28,7 +28,7 @@ from runmgr.workers.group import RayWorkerGroup
 from runmgr.workers.inbox import KeptInbox
 from runmgr.workers.megatron_group import MegatronWorkerGroup
 from runmgr.workers.megatron_nodes import MegatronNodes
-from runmgr.workers.node_agent import RayNodeAgents
+from runmgr.workers.ray_node_agents import RayNodeAgents
 from runmgr.workers.warm_agents import WarmAgentGroup
 from runmgr.workers.warm_rules import WARM_SETTLE_S
 from trainer.config import TrainerConfig

@@ -70,7 +70,7 @@ def run_warm(save: Path) -> dict:
     from runmgr.agents.warm_link import WarmRun
     from runmgr.config.schema import ClusterConfig
     from runmgr.workers.agent_group import AgentWorkerGroup
-    from runmgr.workers.node_agent import RayNodeAgents
+    from runmgr.workers.ray_node_agents import RayNodeAgents
     from tests.runmgr.agents.configs import tiny_config
     from tests.runmgr.workers.devices_cluster import RecordWhatItSees
     from trainer.plan import ResumePlan
@@ -111,7 +111,7 @@ def run_kind(kind: str, save: Path) -> dict:
 
     from runmgr.config.schema import ClusterConfig
     from runmgr.workers.agent_group import AgentWorkerGroup
-    from runmgr.workers.node_agent import RayNodeAgents
+    from runmgr.workers.ray_node_agents import RayNodeAgents
     from tests.runmgr.agents.configs import tiny_config
     from trainer.plan import ResumePlan
 

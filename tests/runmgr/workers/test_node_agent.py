@@ -20,7 +20,7 @@ from runmgr.watch.devices import DeviceDetector
 from runmgr.workers.agent_group import AgentWorkerGroup
 from runmgr.workers.devicepoll import DevicePollSettings
 from runmgr.workers.lease import DriverIdentity, process_start_ticks
-from runmgr.workers.node_agent import RayNodeAgents
+from runmgr.workers.ray_node_agents import RayNodeAgents
 from runmgr.workers.proctree import alive
 from tests.e2e.harness import pid_gone
 from tests.runmgr.agents.configs import tiny_config

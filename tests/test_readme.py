@@ -17,7 +17,7 @@ why:
   that runmgr parses the lines it would run): the demo trains 200 steps
   through every fault for minutes and tests/e2e checks what it does; running
   the suite from inside the suite would recurse.
-- ``kill -9 <a worker pid>`` is not runmgr's: tests/e2e/test_recovery.py
+- ``kill -9 <a worker pid>`` is not runmgr's: tests/faults/test_checkpoint_faults.py
   kills a worker of a live run and checks the new sub-run.
 - ``--k8s-label`` runs as written with no Kubernetes API in reach (the one
   line that says so, exit 2): pointed at a real cluster it would label its
@@ -200,7 +200,7 @@ def case_status(ctx: Context) -> None:
 
 
 def case_kill_a_worker(ctx: Context) -> None:
-    assert "def test_a_killed" in (ROOT / "tests" / "e2e" / "test_recovery.py").read_text()
+    assert "def test_a_killed" in (ROOT / "tests" / "faults" / "test_checkpoint_faults.py").read_text()
 
 
 def case_launch_again(ctx: Context) -> None:

@@ -6,16 +6,22 @@ run's own state (pauses after steps 15 and 35 that the test releases, events
 in its logbook): checkpoint 10 mirrored; the S3 server killed; training goes
 on to step 35, the logbook records the outage and the local copies wait past
 ``checkpoint.keep_last=1``; S3 started again on its folder: the copies
-complete and the logbook records the recovery; the driver killed, the local
-checkpoint folder deleted, and the same command resumes from S3's copy of
-step 30 with bit for bit the losses of an uninterrupted run; at the end every
-checkpoint is on S3 and each copy verifies against its manifest's checksums.
-A fresh machine (an empty run directory) then resumes from S3 alone.
+complete and the logbook records the recovery; the driver stopped (SIGTERM),
+the local checkpoint folder deleted, and the same command resumes from S3's
+copy of step 30 with bit for bit the losses of an uninterrupted run; at the
+end every checkpoint is on S3 and each copy verifies against its manifest's
+checksums. A fresh machine (an empty run directory) then resumes from S3
+alone.
+
+Both launches run on the session's shared Ray: nothing here kills a driver or
+reconfigures a cluster (a killed driver's workers and its own Ray are
+tests/faults/test_checkpoint_faults.py's and test_driver_lease.py's).
 """
 
 from __future__ import annotations
 
 import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -88,10 +94,10 @@ def local_steps(run_dir: Path) -> list[int]:
 def mirrored_run(server, tmp_path_factory, shared_ray) -> Path:
     """The story above, up to the end of the relaunch; the run directory."""
     run_dir = tmp_path_factory.mktemp("s3-e2e") / "mirrored"
-    extra = [*s3_settings(server), pauses_after(OUTAGE_AFTER, BACK_AFTER)]
-    # The run's driver is killed: it has a Ray of its own. Its relaunch kills nothing: the shared Ray.
-    launched = [LaunchedRun(run_dir, extra=extra, env=server.env()),
-                LaunchedRun(run_dir, extra=[*extra, f"cluster.address={shared_ray.address}"], env=server.env())]
+    # Stopped by a signal, not killed: the shared Ray for both launches (the same command each time).
+    extra = [*s3_settings(server), pauses_after(OUTAGE_AFTER, BACK_AFTER),
+             f"cluster.address={shared_ray.address}"]
+    launched = [LaunchedRun(run_dir, extra=extra, env=server.env()) for _ in range(2)]
     try:
         return _tell_the_story(*launched, server)
     finally:
@@ -114,8 +120,9 @@ def _tell_the_story(run: LaunchedRun, relaunch: LaunchedRun, server: SeaweedS3) 
     wait_for_event(run, uploaded(30), "the copies of checkpoints 20 and 30 after the outage")
     wait_for_event(run, outage(recovered=True), "the recovery in the logbook")
 
-    run.kill_driver()
-    assert all(pid_gone(w["pid"]) for w in status["workers"]), "workers outlived their driver"
+    run.proc.send_signal(signal.SIGTERM)  # the run stops as a scheduler stops it; its Ray stays
+    assert run.wait() == 128 + signal.SIGTERM, run.output()[-3000:]
+    assert all(pid_gone(w["pid"]) for w in status["workers"]), "workers outlived their stopped driver"
     run.release(BACK_AFTER, index=1)
     shutil.rmtree(run_dir / "checkpoints")  # the local checkpoint folder is gone
     assert relaunch.start().wait() == 0, relaunch.output()[-3000:]  # the same command again

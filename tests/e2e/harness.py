@@ -34,6 +34,10 @@ E2E_OVERRIDES = [
     "training.micro_batch_size=2", "training.global_batch_size=8", "data.corpus_max_bytes=400000",
 ]
 
+CRASH_DUMP_MARKS = ("Traceback", "received at time=", "PC: @", "*** SIG", "\x1b[")
+"""What a crash prints: Python's traceback, the native failure handler's dump (absl: '*** SIGTERM
+received at time=...', 'PC: @ 0x...'), and Ray's coloured log lines. A requested stop prints none."""
+
 
 def pause_label(step: int, index: int = 0) -> str:
     """The schedule label of the pause :func:`pause_after` adds (the only fault of its schedule),

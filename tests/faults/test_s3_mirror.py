@@ -6,7 +6,8 @@ run's own state (pauses after steps 15 and 35 that the test releases, events
 in its logbook): checkpoint 10 mirrored; the S3 server killed; training goes
 on to step 35, the logbook records the outage and the local copies wait past
 ``checkpoint.keep_last=1``; S3 started again on its folder: the copies
-complete and the logbook records the recovery; the driver stopped (SIGTERM),
+complete and the logbook records the recovery; the driver stopped (SIGINT,
+Ctrl-C's: a clean stop, no crash dump, the sub-run recorded as stopped),
 the local checkpoint folder deleted, and the same command resumes from S3's
 copy of step 30 with bit for bit the losses of an uninterrupted run; at the
 end every checkpoint is on S3 and each copy verifies against its manifest's
@@ -20,6 +21,7 @@ tests/faults/test_checkpoint_faults.py's and test_driver_lease.py's).
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import time
@@ -34,7 +36,8 @@ from runmgr.lineage import initial_state
 from runmgr.s3.client import S3Client
 from runmgr.s3.copies import complete_steps, download_checkpoint, transfer_config
 from runmgr.s3.mirror import S3Mirror
-from tests.e2e.harness import E2E_OVERRIDES, LaunchedRun, kept_losses, pauses_after, pid_gone
+from tests.e2e.harness import (CRASH_DUMP_MARKS, E2E_OVERRIDES, LaunchedRun, kept_losses, pauses_after, pid_gone,
+                               runmgr_text)
 from tests.seaweed import SeaweedS3, serving
 from trainer.manifest import MANIFEST_NAME, checkpoint_dir, list_checkpoints, step_of, verify_checkpoint
 
@@ -120,8 +123,12 @@ def _tell_the_story(run: LaunchedRun, relaunch: LaunchedRun, server: SeaweedS3) 
     wait_for_event(run, uploaded(30), "the copies of checkpoints 20 and 30 after the outage")
     wait_for_event(run, outage(recovered=True), "the recovery in the logbook")
 
-    run.proc.send_signal(signal.SIGTERM)  # the run stops as a scheduler stops it; its Ray stays
-    assert run.wait() == 128 + signal.SIGTERM, run.output()[-3000:]
+    run.proc.send_signal(signal.SIGINT)  # the run stops as Ctrl-C stops it; its Ray stays
+    assert run.wait() == 128 + signal.SIGINT, run.output()[-3000:]
+    stopped = run.output()  # a requested stop, not a crash (test_sigterm.py's SIGTERM on a Ray of its own)
+    assert f"stopped by signal SIGINT: sub-run 1.00 at step {BACK_AFTER}" in stopped, stopped[-3000:]
+    assert not [mark for mark in CRASH_DUMP_MARKS if mark in stopped], stopped[-3000:]
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "stopped"
     assert all(pid_gone(w["pid"]) for w in status["workers"]), "workers outlived their stopped driver"
     run.release(BACK_AFTER, index=1)
     shutil.rmtree(run_dir / "checkpoints")  # the local checkpoint folder is gone
@@ -138,6 +145,12 @@ def test_training_goes_on_through_an_s3_outage_and_every_copy_completes_when_it_
     assert back["subrun"] == "1.00" and back["seq"] > down["seq"]
     starts = [e for e in records if e["type"] == "subrun_start"]
     assert [s["subrun"] for s in starts] == ["1.00", "1.01"], "the outage restarted something"
+    ends = [(e["subrun"], e["end_state"], e["last_step"], e["reason"]) for e in records if e["type"] == "subrun_end"]
+    assert ends == [("1.00", "stopped", BACK_AFTER, "stopped by signal SIGINT"),
+                    ("1.01", "finished", 40, "trained to step 40")]
+    timeline = runmgr_text("logbook", "show", str(mirrored_run))
+    assert f"stopped at step {BACK_AFTER} — stopped by signal SIGINT" in timeline
+    assert "abandoned" not in timeline and "crash" not in timeline
     uploads = {e["data"]["step"]: e["data"] for e in records
                if e["type"] == "event" and e["kind"] == "checkpoint_uploaded"}
     recorded = {e["step"] for e in records if e["type"] == "checkpoint"}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TYPE_CHECKING, Callable, TextIO
 
 from logbook import Logbook
 from runmgr import cluster as ray_cluster
@@ -28,8 +28,6 @@ from runmgr.observers.mirror import upload_leftovers
 from runmgr.observers.retention import trainer_keeps_everything
 from runmgr.placement import resolve_device_kind
 from runmgr.resume import RemoteCheckpoints, RemoteUnavailable, find_resume_point
-from runmgr.s3.client import S3Client
-from runmgr.s3.mirror import S3Mirror
 from runmgr.chaos.build import Chaos, build_chaos
 from runmgr.diskspace import DISK_WRITE_ERRORS, DiskReserve, end_on_full_disk, is_disk_full
 from runmgr.diskspace import refusal as disk_refusal
@@ -40,10 +38,13 @@ from runmgr.stopping import StopRequest, stop_on_signals
 from runmgr.workers.placing import refuse_unplaceable
 from runmgr.wiring import (
     admitted_for_run, build_judge, build_observers, build_runner, kuberay_replacement, resumer, start_device_poll,
-    start_mirror,
+    s3_mirror, start_mirror,
 )
 from trainer.manifest import read_manifest
 from trainer.plan import ResumePlan
+
+if TYPE_CHECKING:
+    from runmgr.s3.mirror import S3Mirror
 
 Recompose = Callable[[list[str]], RunConfig]
 """The launch's config composed again with more overrides (the chaos schedule's faulty inputs)."""
@@ -167,7 +168,7 @@ def run_lineage(config: RunConfig, recompose: Recompose, book: Logbook,
     elif chaos_overrides:
         config = recompose(chaos_overrides)
     ids = SubrunIds(config.run.number, len(book.lineage()))
-    mirror = S3Mirror(S3Client(config.checkpoint.s3, config.run.name)) if config.checkpoint.s3.enabled else None
+    mirror = s3_mirror(config) if config.checkpoint.s3.enabled else None
     initial = initial_state(config, book, ids, remote=mirror)
     if initial is None:
         if mirror is not None:  # copies an earlier launch could not finish (S3 was out at its end)

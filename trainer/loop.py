@@ -32,7 +32,7 @@ from trainer.report import CheckpointReport, Heartbeat, LocalNormsReport, Report
 from trainer.rng import reseed_for_step
 from trainer.session import Session, manifest_fields, start_session
 from trainer.steps import forward_backward, micro_batches, optimizer_step
-from trainer.warm import WarmLink
+from trainer.rejoin import WarmLink
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Warm recovery on a rank: in-memory snapshots, and a process group re-formed
 with the survivors and a replacement, in the same processes.
 
-A rank given a :class:`WarmLink` keeps a snapshot of what it needs to resume
+A rank given a :class:`trainer.rejoin.WarmLink` keeps a snapshot of what it needs to resume
 (weights, optimizer, loss scaler, data position) in host memory every
 ``checkpoint.memory_interval`` steps. When a collective fails because a peer
 went away, it asks the link where the group re-forms (whoever drives the ranks
@@ -27,8 +27,7 @@ The trainer imports nothing of runmgr: the link is a protocol.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Protocol
+from typing import Any, Mapping, Optional
 
 import torch
 import torch.distributed as dist
@@ -36,8 +35,6 @@ import torch.distributed as dist
 from trainer import host_state
 from trainer.distributed import DistEnv, gather_floats
 from trainer.host_state import HostState
-from trainer.parallel.layout import Layout
-from trainer.plan import ResumePlan
 
 PEER_FAILURE_SIGNS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Read error",
                       "Timed out waiting", "gloo/transport", "ncclRemoteError", "NCCL communicator was aborted")
@@ -52,65 +49,6 @@ def is_peer_failure(error: BaseException) -> bool:
     if isinstance(error, dist.DistBackendError):
         return True
     return isinstance(error, RuntimeError) and any(sign in str(error) for sign in PEER_FAILURE_SIGNS)
-
-
-@dataclass(frozen=True)
-class Rejoin:
-    """Where the group re-forms and what this rank is in it."""
-
-    dist_env: DistEnv
-    """This rank's place in the re-formed group: same rank and world size, a new rendezvous."""
-    plan: ResumePlan
-    """The plan of the sub-run the re-formed group trains (its id goes on every report)."""
-    donors: Mapping[int, int] = field(default_factory=dict)
-    """Each replaced rank -> the rank that sends it its state (a replica of it)."""
-    at_most: Optional[int] = None
-    """The newest step the group may resume at: the last one the driver recorded (a resume
-    past it would leave steps with no metrics). None: the newest snapshot held in common."""
-
-
-class WarmLink(Protocol):
-    """How a rank that keeps warm state reaches whoever drives it."""
-
-    buddy_offset: int
-    """Under a layout whose state is not replicated, each rank's snapshot is also kept by the
-    rank this many on (modulo the world size): the driver places the ranks, and picks an
-    offset that puts every buddy on another node."""
-
-    def rejoin(self, error: BaseException, newest_snapshot: Optional[int]) -> Optional[Rejoin]:
-        """A collective failed because a peer went away: block until the driver says where the
-        group re-forms. None: the driver restarts cold; the error is raised."""
-
-    def join(self) -> Rejoin:
-        """A ready spare: block until the driver names the rank it replaces."""
-
-
-def snapshot_holders(rank: int, layout: Layout, buddy_offset: int = 1) -> tuple[int, ...]:
-    """The ranks whose memory holds ``rank``'s snapshot, itself first: every rank in plain data
-    parallel (each replica holds the whole state), else ``rank`` and its buddy, ``buddy_offset``
-    ranks on (a shard of sharded state, a tensor- or pipeline-parallel part is this rank's alone)."""
-    world = layout.world_size
-    if layout.plain:
-        return (rank, *(other for other in range(world) if other != rank))
-    buddy = buddy_of(rank, layout, buddy_offset)
-    return (rank,) if buddy is None else (rank, buddy)
-
-
-def buddy_of(rank: int, layout: Layout, buddy_offset: int = 1) -> Optional[int]:
-    """The rank that keeps a copy of ``rank``'s snapshot (None: plain data parallel, whose
-    replicas need none, or a single rank)."""
-    if layout.plain:
-        return None
-    buddy = (rank + buddy_offset) % layout.world_size
-    return None if buddy == rank else buddy
-
-
-def buddy_source(rank: int, layout: Layout, buddy_offset: int = 1) -> Optional[int]:
-    """The rank whose snapshot ``rank`` keeps a copy of (the inverse of :func:`buddy_of`)."""
-    if layout.plain:
-        return None
-    source = (rank - buddy_offset) % layout.world_size
-    return None if source == rank else source
 
 
 def copy_part(part: Any, destinations: list[torch.Tensor], sources: list[torch.Tensor]) -> None:

@@ -252,7 +252,7 @@ class RankProcesses:
 
     def answer(self, key: int, rejoin: Optional[Any]) -> bool:
         """Send the rank (or spare) ``key`` waiting in its warm link where the group re-forms (a
-        :class:`trainer.warm.Rejoin`; None: restart cold, a spare is released). False when its
+        :class:`trainer.rejoin.Rejoin`; None: restart cold, a spare is released). False when its
         process is gone (its end says how)."""
         with self._lock:
             rank = self._ranks[key]

@@ -4,7 +4,7 @@ A rank forked by its node's agent (runmgr/agents/rank_processes.py) sends its re
 pipe. Under warm recovery the pipe is two-way: when the trainer blocks in ``rejoin`` (a peer
 broke the group) or ``join`` (a spare has built its model), the link sends ``("waiting", key)``
 up the pipe, as an ordinary report item, and blocks reading the pipe for the one answer the
-agent sends down (:meth:`RankProcesses.answer`): a :class:`trainer.warm.Rejoin`, or None to
+agent sends down (:meth:`RankProcesses.answer`): a :class:`trainer.rejoin.Rejoin`, or None to
 restart cold. Nothing else ever goes down the pipe, so the rank reads only its answers.
 
 Ray-free. (The per-rank design's link, ``ActorWarmLink`` in a rank actor, was retired: warm
@@ -18,7 +18,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
-    from trainer.warm import Rejoin
+    from trainer.rejoin import Rejoin
 
 WAITING = "waiting"
 """The report kind a rank sends when it waits in its warm link (the per-rank drain's word)."""

@@ -14,16 +14,18 @@ the watcher and decided by the policy like any incident.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TYPE_CHECKING, Callable, TextIO
 
 from logbook import Logbook
 from runmgr.controller.group import GroupPoll
 from runmgr.controller.judge import Judge
 from runmgr.controller.judgement import Judgement
 from runmgr.controller.states import Launching, Running, State
-from runmgr.s3.mirror import MirrorEvent, S3Mirror
 from runmgr.watch.observations import UploadObservation
 from trainer.manifest import list_checkpoints, step_of, verify_checkpoint
+
+if TYPE_CHECKING:  # boto3 is imported only by a run that mirrors its checkpoints (lineage.py)
+    from runmgr.s3.mirror import MirrorEvent, S3Mirror
 
 
 class MirrorObserver:

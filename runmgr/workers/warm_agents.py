@@ -44,7 +44,7 @@ from runmgr.workers.warm_rules import SURVIVOR_WAIT_S, donor_of, slot_not_refill
 from trainer.config import TrainerConfig
 from trainer.distributed import DistEnv
 from trainer.plan import ResumePlan
-from trainer.warm import Rejoin, snapshot_holders
+from trainer.rejoin import Rejoin, snapshot_holders
 
 
 

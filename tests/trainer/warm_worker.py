@@ -22,7 +22,7 @@ from trainer.loop import train, train_spare
 from trainer.plan import ResumePlan
 from trainer import warm
 from trainer.parallel import engine
-from trainer.warm import Rejoin
+from trainer.rejoin import Rejoin
 
 POLL_S = 0.005
 

@@ -12,7 +12,7 @@ from trainer.recovery.hooks import NoRecovery, Recovery, RecoveryFactory
 from trainer.recovery.live import LiveRecovery
 from trainer.recovery.regroup import WarmRecovery
 from trainer.recovery.snapshot import SnapshotRecovery
-from trainer.warm import WarmLink
+from trainer.rejoin import WarmLink
 
 
 def warm_recovery(link: WarmLink, config: TrainerConfig, device: Device, plain: bool) -> WarmRecovery:

@@ -16,7 +16,7 @@ from trainer.recovery.regroup import WarmRecovery
 from trainer.recovery.state import capture, restore
 from trainer.report import StepReport
 from trainer.session import Position, Session
-from trainer.warm import Rejoin, WarmLink
+from trainer.rejoin import Rejoin, WarmLink
 
 
 class LiveRecovery(WarmRecovery):

@@ -27,7 +27,8 @@ from trainer.parallel.mesh import release_groups
 from trainer.report import StepReport
 from trainer.session import Session
 from trainer.steps import StepContext
-from trainer.warm import Rejoin, WarmLink, is_peer_failure
+from trainer.rejoin import Rejoin, WarmLink
+from trainer.warm import is_peer_failure
 
 
 class WarmRecovery(ABC):

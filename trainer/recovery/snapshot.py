@@ -19,7 +19,8 @@ from trainer.recovery.state import capture, restore
 from trainer.report import Heartbeat
 from trainer.rng import seed_everything
 from trainer.session import Session
-from trainer.warm import Rejoin, Snapshots, WarmLink, agree_on_step, buddy_of, buddy_source
+from trainer.rejoin import Rejoin, WarmLink, buddy_of, buddy_source
+from trainer.warm import Snapshots, agree_on_step
 
 
 class SnapshotRecovery(WarmRecovery):

@@ -27,7 +27,7 @@ from trainer.report import Heartbeat, Reporter
 from trainer.rng import seed_everything
 from trainer.session import Position, Session, Setup, build_stream, throughput_of
 from trainer.steps import StepContext
-from trainer.warm import WarmLink
+from trainer.rejoin import WarmLink
 
 
 @dataclass(frozen=True)

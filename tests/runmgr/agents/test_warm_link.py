@@ -15,7 +15,7 @@ from runmgr.ports import rendezvous_port
 from tests.runmgr.agents.configs import tiny_config
 from trainer.distributed import DistEnv
 from trainer.plan import ResumePlan
-from trainer.warm import Rejoin
+from trainer.rejoin import Rejoin
 
 ITERS = 8
 WORLD = 2

@@ -11,7 +11,7 @@ from runmgr.policy.ladder import decide
 from runmgr.policy.warm import WarmCover, buddy_offset, warm_verdict
 from runmgr.watch.incidents import HANG, LAUNCH_FAILURE, WORKER_DEATH, Incident
 from trainer.parallel.layout import Layout, Sharding
-from trainer.warm import snapshot_holders
+from trainer.rejoin import snapshot_holders
 
 CHECKPOINTS = (VerifiedCheckpoint(400, 400 * 64),)
 # Four ranks, two per node; each rank's snapshot is also on the other node (its data-parallel peer's).

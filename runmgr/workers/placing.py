@@ -3,7 +3,8 @@ in :mod:`runmgr.workers.group`, one per node in :mod:`runmgr.workers.megatron_gr
 
 Each actor asks for one bundle; the bundles are placed as the plan says (away
 from the nodes it avoids, on the nodes the health check admitted) or a
-:class:`ClusterError` says why they cannot be.
+:class:`ClusterError` says why they cannot be. The node agents' bundles, one per
+node, are then reserved all at once on the nodes chosen (:func:`reserve_nodes`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from runmgr.policy.capacity import slots_of
 
 FREE_NODES_SHOWN = 8
 """Nodes a placement timeout lists with their free resources (the closest to a bundle first)."""
+NODE_ID_LABEL = "ray.io/node-id"
+"""The label Ray (2.60) gives every node, its node id: a bundle's label selector on it pins the
+bundle to that node."""
 
 
 def usable_nodes(admitted_node_ids: Optional[list[str]]) -> dict[str, Mapping[str, float]]:
@@ -86,6 +90,43 @@ def release(pg: Optional[PlacementGroup]) -> None:
     """Remove a placement group, unless the head is gone (asking it would wait for Ray's 60 s)."""
     if pg is not None and not ray_cluster.head_lost():
         remove_placement_group(pg)
+
+
+def reserve_nodes(counts: Mapping[str, int], bundle: Mapping[str, float], timeout_s: float,
+                  replacing: Optional[PlacementGroup]) -> PlacementGroup:
+    """One placement group of one bundle per node (``counts``: node id -> how many ``bundle``s
+    it gets, summed into its bundle), each pinned to its node by Ray's node-id label: Ray reserves
+    all of them at once or none. It is asked for while ``replacing`` (the per-bundle group that
+    chose the nodes, None when runmgr pinned them) still holds the room, so it is already in Ray's
+    queue when ``replacing`` is released and no Python step lies between the two. A
+    :class:`ClusterError` naming the nodes whose room something else took, when it is not
+    reserved within ``timeout_s`` (Ray retries it until then)."""
+    nodes = list(counts)
+    summed = [{key: amount * counts[node] for key, amount in bundle.items()} for node in nodes]
+    pg = placement_group(summed, strategy="SPREAD", bundle_label_selector=[{NODE_ID_LABEL: node} for node in nodes])
+    release(replacing)
+    try:
+        ray_cluster.get_while_head_lives([pg.ready()], timeout_s)
+    except GetTimeoutError:
+        short = short_nodes(dict(zip(nodes, summed)))
+        release(pg)
+        raise ClusterError(
+            f"the nodes chosen for the run could not be reserved within {timeout_s:.0f} s (something else took "
+            f"their room after they were chosen): {short}; free the room, or add nodes") from None
+    return pg
+
+
+def short_nodes(wanted: Mapping[str, Mapping[str, float]]) -> str:
+    """``node (id): wants CPU 2, GPU 8; free CPU 1, GPU 0`` for each node of ``wanted`` (node id
+    -> its bundle) whose free resources cannot hold its bundle now."""
+    from ray._private.state import available_resources_per_node  # Ray's public API sums over the nodes
+
+    free = available_resources_per_node()
+    names = {row["NodeID"]: node_label(row) for row in ray.nodes()}
+    short = [f"{names.get(node, node[:12])}: wants {amounts(bundle, bundle)}; "
+             f"free {amounts(free.get(node, {}), bundle)}"
+             for node, bundle in wanted.items() if lacking(bundle, free.get(node, {})) > 0]
+    return "; ".join(short) or "each has room again now"
 
 
 def place(bundle: Mapping[str, float], count: int, what: str, strategy: str, timeout_s: float,

@@ -1,8 +1,8 @@
 """The driver's side of the node agents (runmgr/workers/node_agent.py): places a sub-run's ranks
-and spares, starts one :class:`NodeAgent` per node that got them (a Ray actor pinned to its node
-holding all their resources), and asks, stops and kills them. :class:`RayNodeAgents` is the
-:class:`runmgr.workers.agent_group.NodeAgents` the agent group and the warm part use; the agent's
-own side (forking, pushing, the lease) is node_agent.py's."""
+and spares, starts one :class:`NodeAgent` per node that got them (a Ray actor inside a bundle
+reserved on its node, holding all their resources), and asks, stops and kills them.
+:class:`RayNodeAgents` is the :class:`runmgr.workers.agent_group.NodeAgents` the agent group and
+the warm part use; the agent's own side (forking, pushing, the lease) is node_agent.py's."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from typing import Any, Optional, Sequence
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from ray.util.placement_group import PlacementGroup
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from runmgr import cluster as ray_cluster
 from runmgr.agents.cadence import beat_interval_s
@@ -27,7 +28,7 @@ from runmgr.workers.agent_group import NodePlace
 from runmgr.workers.devicepoll import DevicePollSettings
 from runmgr.workers.lease import DriverIdentity
 from runmgr.workers.node_agent import PUSH_INTERVAL_S, STOP_GRACE_S, STOP_MARGIN_S, NodeAgent
-from runmgr.workers.placing import node_of, place, release
+from runmgr.workers.placing import node_of, place, release, reserve_nodes
 
 RemoteNodeAgent = ray.remote(max_concurrency=4, max_restarts=0)(NodeAgent)
 
@@ -57,6 +58,8 @@ class RayNodeAgents:
 
     def __post_init__(self) -> None:
         self._places: list[NodePlace] = []
+        self._reservation: Optional[PlacementGroup] = None
+        """The placement group of the agents' bundles (one per node), held while they live."""
         if self.driver is None:
             self.driver = DriverIdentity.of_this_process()
 
@@ -85,14 +88,16 @@ class RayNodeAgents:
 
     def _new_places(self, world: int, avoid_nodes: Sequence[str], extra: int) -> list[NodePlace]:
         """Ray places one bundle per rank (so the cluster's strategy, the admitted and avoided
-        nodes and the refusals are the per-rank group's); then each node's agent takes the sum
-        of its ranks' bundles, pinned to that node. Ray hands an actor the devices of its one
+        nodes and the refusals are the per-rank group's); then each node's agent runs inside one
+        bundle of its node's ranks' bundles summed. Ray hands an actor the devices of its one
         bundle only, and an actor cannot span bundles: an agent in its first rank's bundle would
-        hold one rank's devices. So the per-rank placement group is released once it has said
-        which node gets which ranks, and the agents hold the same resources as actors. (Another
-        job could take the freed resources in between: the agents then wait, and the group's
-        start times out as a ClusterError, as for any placement.) A warm run's ``extra`` spares
-        get a bundle each too: their node's agent holds their room (they are forked under it)."""
+        hold one rank's devices. So the nodes' summed bundles are reserved in one placement group
+        (each pinned to its node, all at once or none: :func:`reserve_nodes`), asked for before
+        the per-rank group is released, and held for the agents' whole life (:meth:`close`
+        releases it): each agent starts in room already reserved for it (docs/scale.md, "No gap
+        between the placement and the agents", says what window is left). A warm run's ``extra``
+        spares get a bundle each too: their node's agent holds their room (they are forked under
+        it)."""
         cluster, kind = self.cluster, self.device_kind
         bundle = bundle_for(kind, cluster.cpus_per_worker, cluster.devices_per_worker)
         what = f"workers and {extra} spare(s)" if extra else "workers"
@@ -101,15 +106,16 @@ class RayNodeAgents:
         by_node: dict[str, list[int]] = defaultdict(list)
         for slot, strategy in enumerate(strategies):
             by_node[node_of(strategy)].append(slot)  # slots past the world are spares
-        release(pg)
+        self._reservation = reserve_nodes({node_id: len(slots) for node_id, slots in by_node.items()}, bundle,
+                                          self.start_timeout_s, replacing=pg)
         beats = beat_interval_s(self.push_interval_s, len(by_node), self.lease_s)
         threads = max(1, int(cluster.cpus_per_worker))  # Ray's rule for one rank actor's threads
         places = []
-        for node_id, slots in by_node.items():
+        for index, (node_id, slots) in enumerate(by_node.items()):
             options = actor_resources(kind, cluster.cpus_per_worker * len(slots),
                                       cluster.devices_per_worker * len(slots))
-            agent = RemoteNodeAgent.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-                                            **options).remote(
+            inside = PlacementGroupSchedulingStrategy(self._reservation, placement_group_bundle_index=index)
+            agent = RemoteNodeAgent.options(scheduling_strategy=inside, **options).remote(
                 node_name(node_id), self.push_interval_s, self.lease_s, self.driver, beats,
                 kind, cluster.devices_per_worker, threads, self.device_poll)
             ranks = tuple(slot for slot in slots if slot < world)
@@ -188,5 +194,7 @@ class RayNodeAgents:
         for place in self._places:
             ray.kill(place.where, no_restart=True)
         self._places = []
+        release(self._reservation)  # the agents' room, held until now
+        self._reservation = None
 
 

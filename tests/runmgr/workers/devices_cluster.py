@@ -59,12 +59,21 @@ def recorded(out: Path, count: int) -> dict[int, str]:
     return {int(path.stem): json.loads(path.read_text())["CUDA_VISIBLE_DEVICES"] for path in files}
 
 
+def reservations() -> list[dict]:
+    """The placement groups not removed: ``{"state", "bundles", "nodes"}`` each (bundles by index,
+    the node id each sits on)."""
+    from ray.util.placement_group import placement_group_table
+
+    return [{"state": pg["state"], "bundles": list(pg["bundles"].values()),
+             "nodes": list(pg["bundles_to_node_id"].values())}
+            for pg in placement_group_table().values() if pg["state"] != "REMOVED"]
+
+
 def run_warm(save: Path) -> dict:
     """A warm sub-run on the GPUs, driven as runmgr/workers/warm_agents.py drives it: 2 ranks and a
     spare forked under the one agent, rank 1 killed, the spare renamed rank 1 (``regroup``), a new
     spare forked in the slot rank 1 left (the refill), then one more asked for."""
     import ray
-    from ray.util.placement_group import placement_group_table
 
     from runmgr.agents.device_slices import NoFreeDevices
     from runmgr.agents.warm_link import WarmRun
@@ -86,7 +95,7 @@ def run_warm(save: Path) -> dict:
                               warm=lambda rank_nodes: WarmRun(1, True))
         (place,) = group.places
         held = ray.get(place.where.held.remote())
-        groups_left = [pg for pg in placement_group_table().values() if pg["state"] != "REMOVED"]
+        groups = reservations()
         (spare,) = nodes.start_spares(place, 1, 1)
         before = recorded(out, 3)
         group.kill(1)
@@ -102,12 +111,12 @@ def run_warm(save: Path) -> dict:
         group.shutdown()
         nodes.close()
     return {"ranks": {w.rank: w.pid for w in workers}, "spare_pid": adopted[0].pid, "adopted_rank": adopted[0].rank,
-            "before": before, "after": after, "refused": refused, "held": held, "groups_left": len(groups_left)}
+            "before": before, "after": after, "refused": refused, "held": held, "groups": groups,
+            "groups_after": reservations()}
 
 
 def run_kind(kind: str, save: Path) -> dict:
     import ray
-    from ray.util.placement_group import placement_group_table
 
     from runmgr.config.schema import ClusterConfig
     from runmgr.workers.agent_group import AgentWorkerGroup
@@ -125,14 +134,15 @@ def run_kind(kind: str, save: Path) -> dict:
     try:
         workers = group.start(tiny_config(save, 3, save_interval=3), ResumePlan(subrun="1.00"))
         held = [ray.get(place.where.held.remote()) for place in nodes.place(2, ())]
-        groups_left = [pg for pg in placement_group_table().values() if pg["state"] != "REMOVED"]
+        groups = reservations()
         failures, deadline = [], time.monotonic() + 120
         while len(failures) < 2 and time.monotonic() < deadline:
             failures += group.poll(0.5).failures
     finally:
         group.shutdown()
         nodes.close()
-    return {"workers": [[w.rank, w.pid] for w in workers], "held": held, "groups_left": len(groups_left),
+    return {"workers": [[w.rank, w.pid] for w in workers], "held": held, "groups": groups,
+            "groups_after": reservations(),
             "failures": [[f.rank, f.kind, f.text] for f in failures]}
 
 
@@ -151,7 +161,8 @@ def main(root: Path) -> None:
     ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.ERROR)
     try:
         # One agent (a Ray worker and its fork server) per scenario: the GPUs' is the warm one.
-        seen = {"npu": run_kind("npu", root / "npu"), "warm": run_warm(root / "warm")}
+        seen = {"npu": run_kind("npu", root / "npu"), "warm": run_warm(root / "warm"),
+                "node": ray.get_runtime_context().get_node_id()}  # the one node
         print(json.dumps(seen), flush=True)
     finally:
         ray.shutdown()

@@ -1,11 +1,12 @@
 """A node agent on accelerators (runmgr/workers/node_agent.py), on a real local Ray that
 advertises 3 GPUs and 2 NPUs it does not have (devices_cluster.py, in a process of its own): Ray
 assigns their ids and sets the visible-devices variables as on a real node. On the NPUs, the agent
-of the one node holds both ranks' bundles (a rank's CPU and one device each, summed), no placement group
-is left holding them besides, and each rank it forks sees exactly its own device in the variable
-Ray would have set for a per-rank actor (ASCEND_RT_VISIBLE_DEVICES for an Ascend NPU), the two ranks
-different ones. The ranks say what they see through the agent's real fork path and push (their
-error, before they train: the test's machine has no device).
+of the one node holds both ranks' bundles (a rank's CPU and one device each, summed) inside the
+placement group that reserves them on its node for its whole life (removed when it ends), and
+each rank it forks sees exactly its own device in the variable Ray would have set for a per-rank
+actor (ASCEND_RT_VISIBLE_DEVICES for an Ascend NPU), the two ranks different ones. The ranks say
+what they see through the agent's real fork path and push (their error, before they train: the
+test's machine has no device).
 
 Warm, on the GPUs (CUDA_VISIBLE_DEVICES; one agent per scenario, each a Ray worker and a fork
 server): the agent holds the ranks' and the spare's bundles, each rank and the spare see a device
@@ -51,9 +52,12 @@ def visible(failure_text: str) -> dict[str, str]:
 def test_each_forked_rank_sees_only_its_own_device_of_those_its_agent_holds(seen, kind, resource, variable):
     run = seen[kind]
     # One agent for the one node, holding exactly world x devices_per_worker devices (and the
-    # ranks' CPUs), and no placement group besides it: the reservation is the agents'.
-    assert run["held"] == [{resource: float(WORLD * DEVICES_PER_RANK), "CPU": WORLD * CPUS_PER_RANK}]
-    assert run["groups_left"] == 0
+    # ranks' CPUs), inside the one placement group left: its bundle on that node, held while the
+    # agent lives (no gap in which another job could take the room), removed once it ends.
+    held = {resource: float(WORLD * DEVICES_PER_RANK), "CPU": WORLD * CPUS_PER_RANK}
+    assert run["held"] == [held]
+    assert run["groups"] == [{"state": "CREATED", "bundles": [held], "nodes": [seen["node"]]}]
+    assert run["groups_after"] == []
     assert [rank for rank, _ in run["workers"]] == [0, 1] and len({pid for _, pid in run["workers"]}) == 2
     failures = sorted(run["failures"])
     assert [(rank, how) for rank, how, _ in failures] == [(0, "error"), (1, "error")]
@@ -64,8 +68,12 @@ def test_each_forked_rank_sees_only_its_own_device_of_those_its_agent_holds(seen
 
 def test_a_warm_spare_keeps_its_own_device_when_named_and_the_refill_gets_the_lost_ranks(seen):
     warm = seen["warm"]
-    # One agent for the one node, holding the 2 ranks' and the spare's GPU and CPU, no placement group besides.
-    assert warm["held"] == {"GPU": 3.0, "CPU": 3 * CPUS_PER_RANK} and warm["groups_left"] == 0
+    # One agent for the one node, holding the 2 ranks' and the spare's GPU and CPU, inside the one
+    # placement group's bundle on that node while it lives; the group is removed with the agent.
+    held = {"GPU": 3.0, "CPU": 3 * CPUS_PER_RANK}
+    assert warm["held"] == held
+    assert warm["groups"] == [{"state": "CREATED", "bundles": [held], "nodes": [seen["node"]]}]
+    assert warm["groups_after"] == []
     ranks = {int(rank): pid for rank, pid in warm["ranks"].items()}
     before = {int(pid): ids for pid, ids in warm["before"].items()}
     after = {int(pid): ids for pid, ids in warm["after"].items()}

@@ -35,3 +35,33 @@ def test_a_placement_that_times_out_says_what_each_node_has_free(local_ray):
     assert f"could not place {int(free) + 1} ranks of CPU 1 (each on one node) within 1 s; free per node: " in said
     node = local_ray.nodes()[0]
     assert f"{node['NodeManagerAddress']} ({node['NodeID'][:12]}): CPU " in said  # per node, not summed
+
+
+def test_nodes_whose_room_something_else_took_are_named_when_their_reservation_waits_out(local_ray):
+    """The agents' per-node group (reserve_nodes) waits while another holder keeps a node's room,
+    and then says which node, what it wants and what is free there, in one line; it leaves no group."""
+    from ray.util.placement_group import placement_group, placement_group_table
+
+    from runmgr.workers.placing import release, reserve_nodes
+
+    def held_groups() -> set[str]:
+        return {pg["placement_group_id"] for pg in placement_group_table().values() if pg["state"] != "REMOVED"}
+
+    node = local_ray.nodes()[0]
+    whole = {"CPU": node["Resources"]["CPU"]}
+    other = placement_group([{"CPU": 0.5}], bundle_label_selector=[{"ray.io/node-id": node["NodeID"]}])
+    try:
+        local_ray.get(other.ready(), timeout=60)
+        # The whole node can never be reserved while the other group holds half a CPU of it: the
+        # timeout's length decides nothing, 1 s is only how long the test waits.
+        before = held_groups()
+        with pytest.raises(ClusterError) as caught:
+            reserve_nodes({node["NodeID"]: 1}, whole, 1.0, replacing=None)
+        assert held_groups() == before  # the waiting group went with its refusal
+    finally:
+        release(other)
+    said = str(caught.value)
+    assert said.startswith("the nodes chosen for the run could not be reserved within 1 s (something else took "
+                           "their room after they were chosen): ")
+    assert f"{node['NodeManagerAddress']} ({node['NodeID'][:12]}): wants CPU {whole['CPU']:g}; free CPU " in said
+    assert "\n" not in said

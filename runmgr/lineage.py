@@ -241,7 +241,7 @@ def drive(config: RunConfig, book: Logbook, ids: SubrunIds, initial: Launching, 
     seen = build_observers(config, book, initial, out, metrics, mirror, chaos)
     start_mirror(mirror, config, initial.start_step)
     devices = start_device_poll(config, chaos, admitted or alive, device_kind)
-    runner = build_runner(config, trainer_config, device_kind, admitted, chaos)
+    runner = build_runner(config, trainer_config, device_kind, admitted, chaos, devices)
     judge = build_judge(config, runner, device_kind, admitted, mirror)
     controller = Controller(
         initial, trainer_config, make_group=runner.make_group, judge=judge, subrun_ids=ids,

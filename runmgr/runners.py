@@ -58,12 +58,15 @@ class Runner:
 def builtin_runner(config: RunConfig, trainer_config: TrainerConfig, device_kind: str,
                    admitted_node_ids: Optional[list[str]],
                    wrap_reporter: Callable[[], Optional[WrapReporter]] = lambda: None,
-                   device_poll: Optional[DevicePollSettings] = None) -> Runner:
+                   device_poll: Optional[DevicePollSettings] = None,
+                   on_held: Optional[Callable[[frozenset[str]], None]] = None) -> Runner:
     """The built-in trainer's ranks: forked by one agent per node (runmgr/workers/node_agent.py)
     on CPU and accelerator nodes alike; with warm spares the warm part holds the agent group, the
     spares forked under the agents too, each with devices of its own on accelerators.
     ``wrap_reporter()`` is asked again for every sub-run (chaos's pauses that have not fired
-    yet). ``device_poll``: how the agents read their nodes' devices (None: they do not)."""
+    yet). ``device_poll``: how the agents read their nodes' devices (None: they do not);
+    ``on_held``: told the Ray ids of the nodes each new placement's agents hold
+    (:class:`RayNodeAgents`), so the device poll reads the admitted nodes no agent holds."""
     run_dir = config.run_dir()
     controller = config.controller
     if not ranks_under_agents(config, device_kind):
@@ -71,7 +74,7 @@ def builtin_runner(config: RunConfig, trainer_config: TrainerConfig, device_kind
     # The agents push once per poll interval: the driver hears a step as soon as the per-rank design did.
     agents = RayNodeAgents(config.cluster, device_kind, controller.start_timeout_s, admitted_node_ids,
                            push_interval_s=controller.poll_interval_s, lease_s=controller.worker_lease_s,
-                           device_poll=device_poll)
+                           device_poll=device_poll, on_held=on_held)
     inbox = KeptInbox()
     groups: list[AgentWorkerGroup] = []
 

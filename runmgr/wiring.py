@@ -144,9 +144,10 @@ def polled_by_agents(config: RunConfig, device_kind: str) -> bool:
 
 
 def start_device_poll(config: RunConfig, chaos: Optional[Chaos], nodes: list[str], device_kind: str) -> DevicePollGroup:
-    """The mid-run device poll of ``nodes`` by one poller actor per node (and one collector beside
-    the driver): started when there is a poll (:func:`device_poll_settings`) and the ranks' node
-    agents do not read their devices themselves (:func:`polled_by_agents`)."""
+    """The mid-run device poll of the admitted ``nodes`` by one poller actor per node (and one
+    collector beside the driver) when there is a poll (:func:`device_poll_settings`): on every
+    node at once when no node agent reads its devices, otherwise only on the nodes no agent
+    of a sub-run holds, as :func:`build_runner`'s agents tell it."""
     settings = device_poll_settings(config, chaos, device_kind)
     devices = DevicePollGroup(nodes, config.health.poll_interval_s, path=settings.path if settings else None)
     if settings is not None and not polled_by_agents(config, device_kind):
@@ -154,14 +155,27 @@ def start_device_poll(config: RunConfig, chaos: Optional[Chaos], nodes: list[str
     return devices
 
 
+def agents_held(config: RunConfig, chaos: Optional[Chaos], device_kind: str,
+                devices: Optional[DevicePollGroup]) -> Optional[Callable[[frozenset[str]], None]]:
+    """Whom the node agents tell which nodes each placement holds: the device poll, so that it
+    reads the admitted nodes no agent holds (a node kept in reserve, or freed by an exclusion or a
+    resize, is read mid-run as its agent would read it); None when there is no poll."""
+    if devices is None or device_poll_settings(config, chaos, device_kind) is None:
+        return None
+    return devices.cover if polled_by_agents(config, device_kind) else None
+
+
 def build_runner(config: RunConfig, trainer_config: TrainerConfig, device_kind: str,
-                 admitted: Optional[list[str]], chaos: Optional[Chaos]) -> Runner:
-    """What differs between the trainers: the worker group, its abilities and sizes (runmgr/runners.py)."""
+                 admitted: Optional[list[str]], chaos: Optional[Chaos],
+                 devices: Optional[DevicePollGroup] = None) -> Runner:
+    """What differs between the trainers: the worker group, its abilities and sizes (runmgr/runners.py).
+    ``devices``: the lineage's device poll, told where the node agents are (:func:`agents_held`)."""
     if config.drives_megatron:
         return megatron_runner(config, device_kind, admitted)
     return builtin_runner(config, trainer_config, device_kind, admitted,
                           wrap_reporter=chaos.step_gate if chaos is not None else lambda: None,
-                          device_poll=device_poll_settings(config, chaos, device_kind))
+                          device_poll=device_poll_settings(config, chaos, device_kind),
+                          on_held=agents_held(config, chaos, device_kind, devices))
 
 
 def build_judge(config: RunConfig, runner: Runner, device_kind: str, admitted: Optional[list[str]],

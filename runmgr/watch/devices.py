@@ -5,6 +5,13 @@ check did: any uncorrectable error takes the device out; correctable errors
 only when there are too many in total or they rise fast (OPT 12.17-12.34:
 "high DRAM correctable counts"). Each (device, reason) is reported once until
 a reading of the same kind no longer shows it.
+
+A node is read by its agent or by a poller (runmgr/workers/devicepoll.py); at a
+handover both may read it for a moment, and their readings reach the detector
+by two paths, not in the order they were taken. A health or ECC reading older
+than one already taken of the same device says nothing new and is dropped, so a
+poller's last healthy reading arriving after the agent's first faulty one does
+not clear the fault and have it reported twice.
 """
 
 from __future__ import annotations
@@ -24,9 +31,12 @@ class DeviceDetector:
         self.config = config
         self._reported: set[tuple[str, int, str, str]] = set()  # node, device, reading, reason
         self._counts: dict[tuple[str, int], deque[tuple[float, int]]] = {}
+        self._newest: dict[tuple[str, int, str], float] = {}  # node, device, reading -> when last taken
 
     def update(self, obs: DeviceObservation, now: float) -> list[Incident]:
         """Feed one reading; returns an incident for each new fault reason."""
+        if obs.kind != "event" and self._stale(obs):
+            return []
         if obs.kind == "health":
             findings = self._health(obs)
         elif obs.kind == "ecc":
@@ -54,6 +64,15 @@ class DeviceDetector:
                           "uncorrectable": obs.uncorrectable, "code": obs.code, "message": obs.message},
             ))
         return incidents
+
+    def _stale(self, obs: DeviceObservation) -> bool:
+        """Whether a newer reading of the same device and kind was taken already (by another
+        reader of the node); otherwise ``obs`` is the newest."""
+        key = (obs.node, obs.device, obs.kind)
+        if obs.time < self._newest.get(key, float("-inf")):
+            return True
+        self._newest[key] = obs.time
+        return False
 
     def _health(self, obs: DeviceObservation) -> list[Finding]:
         if obs.status in self.config.fault_statuses:

@@ -5,7 +5,9 @@ detector.
 
 Ranks under node agents (runmgr/workers/node_agent.py) have no poller: each agent
 runs the same :class:`NodeDevicePoll` in a thread of its own and puts the readings
-in its NodeReport, which the driver drains anyway.
+in its NodeReport, which the driver drains anyway. The admitted nodes no agent holds
+(kept in reserve, freed by an exclusion or a resize, joined as a replacement) get a
+poller each: :meth:`DevicePollGroup.cover` follows each sub-run's placement.
 
 Push, not pull: a reading reaches the collector as soon as it is taken, and
 the driver's loop asks one actor, however many nodes there are. The pollers
@@ -19,7 +21,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import AbstractSet, Callable, Iterable, Optional, Sequence
 
 from health.probes.bounded import CommandResult, run_tool
 from runmgr.nodes import node_name
@@ -109,8 +111,24 @@ class DevicePoller:
         return self.poll.alive()
 
 
+def poller_changes(admitted: Sequence[str], held: AbstractSet[str],
+                   polled: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(the nodes to start a poller on, the nodes whose poller ends), so that exactly the
+    ``admitted`` nodes not in ``held`` (those a node agent reads) are polled; in ``admitted``'s
+    order, then ``polled``'s."""
+    wanted = [node for node in admitted if node not in held]
+    polled = list(polled)
+    return [node for node in wanted if node not in polled], [node for node in polled if node not in wanted]
+
+
 class DevicePollGroup:
-    """A :class:`DevicePoller` on every node of ``node_ids`` and their collector.
+    """A :class:`DevicePoller` on each node of ``node_ids`` (the admitted nodes) that no node
+    agent reads, and their collector (started with the first poller).
+
+    A Megatron job's nodes are all polled (:meth:`start`). The built-in trainer's node agents read
+    their own nodes: :meth:`cover` is told which nodes a sub-run's agents hold, and the pollers
+    follow, so a node is read by its agent or by a poller, not by both (but for a moment at a
+    handover, which the watcher's device detector tells apart: runmgr/watch/devices.py).
 
     Readings name the node by the start of its Ray id, as incidents do.
     """
@@ -125,42 +143,72 @@ class DevicePollGroup:
         self.tool_timeout_s = tool_timeout_s
         self.read_kernel_log = read_kernel_log
         self._collector = None
-        self._pollers: list = []
+        self._pollers: dict[str, object] = {}
+        """Node id -> its poller actor."""
+        self._held: Optional[frozenset[str]] = None
+        """The nodes their agents read (None: nothing is polled yet)."""
         self._pending = None
         """The collector's answer not yet back (taken by a later drain)."""
 
-    def start(self) -> None:
-        """Start the collector beside the driver and a poller on every node."""
-        import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    @property
+    def polled(self) -> list[str]:
+        """The node ids that have a poller now."""
+        return list(self._pollers)
 
-        here = ray.get_runtime_context().get_node_id()
-        self._collector = ray.remote(num_cpus=0, max_restarts=0)(ReadingCollector).options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True)).remote()
-        self._pollers = [self._poller_on(node_id) for node_id in self.node_ids]
-        ray.get([p.ready.remote() for p in self._pollers], timeout=START_TIMEOUT_S)
+    def start(self) -> None:
+        """Poll every node (no agent reads any): once each poller runs."""
+        started = self._follow(frozenset())
+        self._wait_ready(started)
+
+    def cover(self, held: AbstractSet[str]) -> None:
+        """Poll the nodes no agent reads: ``held`` are the Ray ids of the nodes a sub-run's agents
+        hold. Pollers on those nodes end, and each admitted node outside them gets one; a new
+        poller's readings come once it runs (the sub-run's start does not wait for it)."""
+        self._follow(frozenset(held))
 
     def add_node(self, node_id: str) -> None:
-        """Poll a node that joined the run after the start (KubeRay's replacement of an
-        excluded node's pod), once."""
-        import ray
-
+        """Take in a node that joined the run after the start (KubeRay's replacement of an
+        excluded node's pod), once; polled at once when no agent reads it."""
         if node_id in self.node_ids:
             return
         self.node_ids.append(node_id)
-        if self._collector is not None:
-            poller = self._poller_on(node_id)
-            ray.get(poller.ready.remote(), timeout=START_TIMEOUT_S)
-            self._pollers.append(poller)
+        if self._held is not None:
+            self._wait_ready(self._follow(self._held))
+
+    def _follow(self, held: frozenset[str]) -> list:
+        """Pollers on exactly the admitted nodes outside ``held``; the pollers started."""
+        self._held = held
+        start, stop = poller_changes(self.node_ids, held, self._pollers)
+        for node_id in stop:
+            self._end(self._pollers.pop(node_id))
+        started = [self._poller_on(node_id) for node_id in start]
+        self._pollers.update(zip(start, started))
+        return started
+
+    def _wait_ready(self, pollers: list) -> None:
+        import ray
+
+        if pollers:
+            ray.get([p.ready.remote() for p in pollers], timeout=START_TIMEOUT_S)
 
     def _poller_on(self, node_id: str):
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        if self._collector is None:
+            here = ray.get_runtime_context().get_node_id()
+            self._collector = ray.remote(num_cpus=0, max_restarts=0)(ReadingCollector).options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True)).remote()
         poller = ray.remote(num_cpus=0, max_restarts=0)(DevicePoller)
         return (poller.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
                 .remote(node_name(node_id), self.interval_s, self.path, self.tool_timeout_s,
                         self.read_kernel_log, self._collector))
+
+    def _end(self, poller) -> None:
+        """A poller ends (its node's agent reads it now); what it sent stays in the collector."""
+        import ray
+
+        ray.kill(poller, no_restart=True)
 
     def drain(self, wait_s: float = 0.05) -> list[DeviceObservation]:
         """The readings that arrived since the last drain, oldest first; an
@@ -181,8 +229,9 @@ class DevicePollGroup:
         return sorted(readings, key=lambda r: r.time)
 
     def stop(self) -> None:
+        """End every poller and the collector (the lineage ends)."""
         import ray
 
-        for actor in [*self._pollers, *([self._collector] if self._collector else [])]:
+        for actor in [*self._pollers.values(), *([self._collector] if self._collector else [])]:
             ray.kill(actor, no_restart=True)
-        self._pollers, self._collector, self._pending = [], None, None
+        self._pollers, self._collector, self._pending, self._held = {}, None, None, None

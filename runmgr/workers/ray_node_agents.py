@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
@@ -22,6 +22,7 @@ from runmgr.agents.rank_processes import WrapReporter
 from runmgr.agents.warm_link import WarmRun
 from runmgr.config.schema import ClusterConfig
 from runmgr.controller.group import WorkerInfo
+from runmgr.errors import ClusterError
 from runmgr.nodes import node_name
 from runmgr.placement import actor_resources, bundle_for
 from runmgr.workers.agent_group import NodePlace
@@ -55,6 +56,11 @@ class RayNodeAgents:
     from a dead one."""
     device_poll: Optional[DevicePollSettings] = None
     """How each agent reads its node's devices mid-run (None: no device poll on these nodes)."""
+    on_held: Optional[Callable[[frozenset[str]], None]] = None
+    """Told the Ray ids of the nodes a new placement's agents hold, once Ray placed the bundles and
+    reserved the nodes' room, and before those agents start (so a poller there ends before the agent reads the node), and an
+    empty set when a placement failed after the last agents ended: the device poll of the admitted
+    nodes no agent reads follows it (runmgr/wiring.py)."""
 
     def __post_init__(self) -> None:
         self._places: list[NodePlace] = []
@@ -70,8 +76,16 @@ class RayNodeAgents:
         if self._reusable(world, avoid_nodes, extra):
             return self._places
         self.close()
-        self._places = self._new_places(world, avoid_nodes, extra)
+        try:
+            self._places = self._new_places(world, avoid_nodes, extra)
+        except ClusterError:
+            self._tell_held(frozenset())  # no agent reads a node now, until a placement succeeds
+            raise
         return self._places
+
+    def _tell_held(self, nodes: frozenset[str]) -> None:
+        if self.on_held is not None:
+            self.on_held(nodes)
 
     def _reusable(self, world: int, avoid_nodes: Sequence[str], extra: int) -> bool:
         if sum(len(place.ranks) for place in self._places) != world:
@@ -108,6 +122,7 @@ class RayNodeAgents:
             by_node[node_of(strategy)].append(slot)  # slots past the world are spares
         self._reservation = reserve_nodes({node_id: len(slots) for node_id, slots in by_node.items()}, bundle,
                                           self.start_timeout_s, replacing=pg)
+        self._tell_held(frozenset(by_node))
         beats = beat_interval_s(self.push_interval_s, len(by_node), self.lease_s)
         threads = max(1, int(cluster.cpus_per_worker))  # Ray's rule for one rank actor's threads
         places = []

@@ -2,7 +2,8 @@
 device poll runs where there is an accelerator to read, or chaos scripts one, and not for
 ranks on CPU, where it would only cost a Ray worker per node and one beside the driver. The
 built-in trainer's ranks run under node agents, warm or not, on every device kind, and are read
-by their agents (the poll folded into the agent: no poller actor beside them); a Megatron job's
+by their agents (the poll folded into the agent: no poller actor beside them), while the admitted
+nodes no agent holds get a poller each, following each sub-run's placement; a Megatron job's
 node actors keep a poller on every node."""
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ import pytest
 
 from runmgr.chaos.build import Chaos
 from runmgr.config.compose import load_run_config
+from runmgr.errors import ClusterError
+from runmgr.nodes import node_name
 from runmgr.wiring import build_runner, start_device_poll
+from runmgr.workers import ray_node_agents
 from runmgr.workers.devicepoll import DevicePollGroup, DevicePollSettings
 
 WARM = ("controller.warm_spares=1", "checkpoint.memory_interval=1")
@@ -73,6 +77,8 @@ def test_a_cpu_run_starts_no_poller_and_reads_nothing(tmp_path, started):
     devices.stop()
     assert started == []
     assert agents_poll(run_config, None, "cpu") is None
+    runner = build_runner(run_config, run_config.trainer_config(), "cpu", None, None, devices)
+    assert runner.make_group().agents.on_held is None  # no poll to tell where the agents are
 
 
 def test_a_cpu_run_whose_chaos_scripts_the_device_tools_has_its_agents_poll_them(tmp_path, started):
@@ -101,3 +107,84 @@ def test_a_megatron_job_whose_chaos_scripts_the_device_tools_has_its_poller_read
     chaos = Chaos(run_config, tmp_path)
     devices = start_device_poll(run_config, chaos, ["n1"], "cuda")
     assert started == [devices] and devices.path is not None and devices.path.startswith(str(chaos.tools_dir))
+
+
+N1, N2, N3, N4 = (str(i) * 56 for i in range(1, 5))
+"""Ray node ids (hex, as Ray's scheduling wants them); a plan avoids nodes by their names."""
+
+
+class Cluster:
+    """Where Ray would put a placement's agents and pollers, recorded in order, without Ray: the
+    next placement's nodes (one rank's bundle on each), or a ClusterError for the next one."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.log: list[tuple[str, str]] = []
+        self.next: list[str] | ClusterError = []
+        monkeypatch.setattr(DevicePollGroup, "_poller_on", lambda group, node: self.record("poller", node))
+        monkeypatch.setattr(DevicePollGroup, "_end", lambda group, poller: self.record("poller ends", poller))
+        monkeypatch.setattr(DevicePollGroup, "_wait_ready", lambda group, pollers: None)
+        monkeypatch.setattr(ray_node_agents, "place", self.place)
+        monkeypatch.setattr(ray_node_agents, "node_of", lambda strategy: strategy)
+        monkeypatch.setattr(ray_node_agents, "release", lambda pg: None)
+        monkeypatch.setattr(ray_node_agents, "reserve_nodes", self.reserve)
+        monkeypatch.setattr(ray_node_agents, "RemoteNodeAgent", self)
+        monkeypatch.setattr(ray_node_agents.ray, "kill", lambda agent, no_restart: self.record("agent ends", agent))
+
+    def record(self, what: str, node: str) -> str:
+        self.log.append((what, node))
+        return node
+
+    def place(self, bundle, count, what, strategy, timeout_s, admitted, avoid):
+        if isinstance(self.next, ClusterError):
+            raise self.next
+        assert count == len(self.next) and not {node_name(node) for node in self.next} & set(avoid)
+        return None, list(self.next)
+
+    def reserve(self, counts, bundle, timeout_s, replacing):
+        self._reserved = list(counts)  # a bundle per node, in this order
+        return "reservation"
+
+    def options(self, scheduling_strategy, **resources):
+        self._node = self._reserved[scheduling_strategy.placement_group_bundle_index]
+        return self
+
+    def remote(self, *args):
+        return self.record("agent", self._node)
+
+
+def test_the_pollers_follow_the_nodes_the_agents_of_each_sub_run_hold(tmp_path, monkeypatch):
+    # The lineage's own wiring (runmgr/lineage.py drive): the device poll over the admitted nodes,
+    # told by the runner's node agents which nodes each placement holds. Scripted device tools
+    # (chaos's ECC fault) make a CPU run poll.
+    cluster = Cluster(monkeypatch)
+    run_config = config(tmp_path, chaos="opt_run12")
+    chaos = Chaos(run_config, tmp_path)
+    devices = start_device_poll(run_config, chaos, [N1, N2, N3], "cpu")
+    agents = build_runner(run_config, run_config.trainer_config(), "cpu", [N1, N2, N3], chaos,
+                          devices).make_group().agents
+    assert agents.on_held == devices.cover
+    assert cluster.log == []  # before the first placement nothing is polled (it comes within seconds)
+
+    cluster.next = [N1, N2]  # sub-run 1: the two ranks on N1 and N2; N3 is held in reserve
+    agents.place(2, ())
+    assert cluster.log == [("poller", N3), ("agent", N1), ("agent", N2)] and devices.polled == [N3]
+
+    cluster.log.clear()  # N2 excluded: sub-run 2 on N1 and N3
+    cluster.next = [N1, N3]
+    agents.place(2, (node_name(N2),))
+    # N3's poller ends before its agent starts (the node is not read twice), and the freed N2 is read.
+    assert cluster.log == [("agent ends", N1), ("agent ends", N2), ("poller ends", N3), ("poller", N2),
+                           ("agent", N1), ("agent", N3)]
+    assert devices.polled == [N2]
+
+    devices.add_node(N4)  # KubeRay's replacement for N2 joins while sub-run 2 runs: no agent holds it
+    devices.add_node(N4)
+    assert devices.polled == [N2, N4]
+
+    cluster.log.clear()  # N1 excluded too, and the next placement fails: no agent reads a node until one succeeds
+    cluster.next = ClusterError("too few nodes")
+    with pytest.raises(ClusterError):
+        agents.place(2, (node_name(N2), node_name(N1)))
+    assert cluster.log == [("agent ends", N1), ("agent ends", N3), ("poller", N1), ("poller", N3)]
+    assert sorted(devices.polled) == [N1, N2, N3, N4]
+    assert devices.node_ids == [N1, N2, N3, N4]

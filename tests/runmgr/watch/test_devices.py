@@ -48,6 +48,19 @@ def test_each_reason_is_reported_once_until_the_counters_reset():
     assert len(detector.update(ecc(180.0, uncorrectable=1), 180.0)) == 1
 
 
+def test_a_node_read_by_its_poller_and_its_agent_at_a_handover_makes_one_incident_of_one_fault():
+    # A sub-run's agent now holds a node a poller read (runmgr/workers/devicepoll.py cover): for a
+    # moment both read it, and their readings come by two paths (the agent's report, the poller's
+    # collector), not in the order they were taken.
+    detector = DeviceDetector(DeviceConfig())
+    agents_first = detector.update(ecc(10.0, uncorrectable=2), 10.5)  # the fault, read by the agent
+    pollers_last = detector.update(ecc(9.0), 10.5)  # taken before it: no fault yet
+    pollers_fault = detector.update(ecc(10.2, uncorrectable=2), 10.5)  # both read the fault
+    agents_next = detector.update(ecc(12.0, uncorrectable=2), 12.5)
+    assert len(agents_first) == 1
+    assert pollers_last == pollers_fault == agents_next == []
+
+
 @pytest.mark.parametrize("code,fatal", [(79, True), (48, True), (95, True), (94, False), (13, False),
                                         (507053, True), (507054, True)])
 def test_fatal_event_codes(code, fatal):

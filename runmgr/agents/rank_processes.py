@@ -36,7 +36,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Literal, Mapping, Optional
 
 from runmgr.agents.report import RankEnd
-from runmgr.agents.warm_link import WAITING, PipeWarmLink, SpareReleased
+from runmgr.agents.warm_link import WAITING, PackedAnswer, PipeWarmLink, SpareReleased
 from trainer.config import TrainerConfig
 from trainer.plan import ResumePlan
 from trainer.report import CheckpointReport, Heartbeat, LocalNormsReport, Reporter, StartReport, StepReport
@@ -252,15 +252,18 @@ class RankProcesses:
 
     def answer(self, key: int, rejoin: Optional[Any]) -> bool:
         """Send the rank (or spare) ``key`` waiting in its warm link where the group re-forms (a
-        :class:`trainer.rejoin.Rejoin`; None: restart cold, a spare is released). False when its
-        process is gone (its end says how)."""
+        :class:`trainer.rejoin.Rejoin`, or one the driver pickled, :class:`PackedAnswer`; None:
+        restart cold, a spare is released). False when its process is gone (its end says how)."""
         with self._lock:
             rank = self._ranks[key]
             if rank.process.exitcode is not None or rank.conn is None or rank.conn.closed:
                 return False
             rank.waiting = False
             try:
-                rank.conn.send(rejoin)
+                if isinstance(rejoin, PackedAnswer):
+                    rejoin.send(rank.conn)
+                else:
+                    rank.conn.send(rejoin)
             except OSError:  # a broken pipe, or closed by its reader: it died as it was answered
                 return False  # its end follows in ended()
         return True

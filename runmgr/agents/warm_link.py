@@ -5,7 +5,9 @@ pipe. Under warm recovery the pipe is two-way: when the trainer blocks in ``rejo
 broke the group) or ``join`` (a spare has built its model), the link sends ``("waiting", key)``
 up the pipe, as an ordinary report item, and blocks reading the pipe for the one answer the
 agent sends down (:meth:`RankProcesses.answer`): a :class:`trainer.rejoin.Rejoin`, or None to
-restart cold. Nothing else ever goes down the pipe, so the rank reads only its answers.
+restart cold. Nothing else ever goes down the pipe, so the rank reads only its answers. The
+driver sends the answers to the agent already pickled (:class:`PackedAnswer`), so that the agent
+never loads their classes (a ``Rejoin`` brings torch with it).
 
 Ray-free. (The per-rank design's link, ``ActorWarmLink`` in a rank actor, was retired: warm
 spares run under the agents only.)
@@ -13,9 +15,10 @@ spares run under the agents only.)
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 if TYPE_CHECKING:
     from trainer.rejoin import Rejoin
@@ -32,6 +35,27 @@ class WarmRun:
     """Where each rank's snapshot buddy sits, ranks on (trainer/warm.py)."""
     live: bool
     """Plain data parallel: a replica's live state serves, no snapshot is taken (trainer/live.py)."""
+
+
+@dataclass(frozen=True)
+class PackedAnswer:
+    """An answer for a rank's warm link, pickled where it was made (the driver). The agent sends
+    its bytes down the pipe as they are, and the rank's ``recv`` unpickles them, as it would the
+    answer itself. So the agent process never imports the answer's classes: a
+    :class:`trainer.rejoin.Rejoin` imports torch (trainer.distributed), which the agent has no other use for (its fork
+    server holds it for the ranks), and that import, made by the first recovery's unpickling,
+    held the recovery 7-8 s on this 2-core machine under load (tests/e2e/test_resharding_resume.py,
+    the node lost under its agent)."""
+
+    data: bytes
+
+    @classmethod
+    def of(cls, answer: Any) -> "PackedAnswer":
+        return cls(pickle.dumps(answer))
+
+    def send(self, conn: Connection) -> None:
+        """Down ``conn``: what ``conn.send(answer)`` would have sent."""
+        conn.send_bytes(self.data)
 
 
 class SpareReleased(Exception):

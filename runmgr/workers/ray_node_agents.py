@@ -19,7 +19,7 @@ from runmgr import cluster as ray_cluster
 from runmgr.agents.cadence import beat_interval_s
 from runmgr.agents.device_slices import NoFreeDevices
 from runmgr.agents.rank_processes import WrapReporter
-from runmgr.agents.warm_link import WarmRun
+from runmgr.agents.warm_link import PackedAnswer, WarmRun
 from runmgr.config.schema import ClusterConfig
 from runmgr.controller.group import WorkerInfo
 from runmgr.errors import ClusterError
@@ -151,7 +151,8 @@ class RayNodeAgents:
 
     def start_spares(self, place: NodePlace, count: int, buddy_offset: int) -> list[int]:
         """Fork ``count`` warm spares on ``place``'s node; their keys there. :class:`NoFreeDevices`
-        in the agent's words when the node has no device slice free for one."""
+        in the agent's words when the node has no device slice free for one (its ``started``: the
+        keys of those forked before it)."""
         try:
             (keys,) = ray_cluster.get_while_head_lives([place.where.start_spares.remote(count, buddy_offset)],
                                                        self.start_timeout_s)
@@ -170,8 +171,10 @@ class RayNodeAgents:
     def regroup(self, place: NodePlace, subrun: str, named: dict[int, int], answers: dict[int, Any],
                 rank_nodes: Optional[dict[int, str]]):
         """An object ref of the :class:`WorkerInfo` of the spares ``named`` on ``place``'s node,
-        once its ranks of ``answers`` were told where the group re-forms."""
-        return place.where.regroup.remote(subrun, named, answers, rank_nodes)
+        once its ranks of ``answers`` were told where the group re-forms. The answers go pickled
+        (:class:`PackedAnswer`): the agent passes them on without importing their classes."""
+        packed = {rank: PackedAnswer.of(answer) for rank, answer in answers.items()}
+        return place.where.regroup.remote(subrun, named, packed, rank_nodes)
 
     def probe(self, place: NodePlace) -> Any:
         """The lost-node probe's call to ``place``'s node, once for all its ranks (an object ref

@@ -256,7 +256,9 @@ class AgentWorkerGroup:
                                                  end.exit_code))
 
     def _check_agents(self, result: GroupPoll) -> None:
-        """An agent that died took its node's ranks with it."""
+        """An agent that died took its node's ranks with it: those it still holds. A rank a warm
+        recovery moved to a spare on another node is no longer its (the lost-node probe named the
+        node lost first, and Ray declares the node's agent dead only later)."""
         if not self._runs:
             return
         done, _ = ray.wait(list(self._runs), num_returns=len(self._runs), timeout=0)
@@ -267,7 +269,8 @@ class AgentWorkerGroup:
             except RayActorError as exc:
                 text = f"the agent of node {place.node} died: {_first_line(exc)}"
                 for rank in place.ranks:
-                    self._take_end(RankEnd(rank, "died", text, time.time()), result)
+                    if self._place_of[rank].node == place.node:
+                        self._take_end(RankEnd(rank, "died", text, time.time()), result)
 
     def _info(self, rank: int) -> Optional[WorkerInfo]:
         return self._infos[rank] if rank < len(self._infos) else None

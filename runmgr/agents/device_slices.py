@@ -21,6 +21,13 @@ from runmgr.placement import rank_device_env
 class NoFreeDevices(Exception):
     """A process to be forked on a node whose device slices are all held by live processes."""
 
+    def __init__(self, text: str, started: Sequence[int] = ()) -> None:
+        """``started``: the spares a call for several forked before this refusal (their keys),
+        which the driver's pool keeps. An attribute, so that it crosses Ray's pickling with the
+        words (an exception's ``__dict__`` is pickled with its arguments)."""
+        super().__init__(text)
+        self.started = list(started)
+
 
 class DeviceSlices:
     """The slices of one node's device ids and the live process holding each."""

@@ -32,14 +32,16 @@ class WorkerInfo:
 
 
 FailureKind = Literal["died", "error"]
-SpareEventKind = Literal["spare_ready", "spare_refilling", "spare_not_refilled", "spare_lost"]
+SpareEventKind = Literal["spare_ready", "spare_refilling", "spare_not_refilled", "spare_not_started", "spare_lost"]
 
 
 @dataclass(frozen=True)
 class SpareEvent:
     """A change in a warm group's spares, for the logbook: one is ready (waiting to be named),
     one starts to replace a spare a warm restart used, a used one cannot be replaced (no free
-    slot off the nodes the plan avoids), or one was lost (it died, or did not start in time)."""
+    slot off the nodes the plan avoids), one asked for at the sub-run's start was not started
+    (its node's agent had no free device for it: the run goes on with fewer), or one was lost
+    (it died, or did not start in time)."""
 
     kind: SpareEventKind
     text: str

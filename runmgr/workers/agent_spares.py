@@ -117,5 +117,14 @@ class AgentSparePool:
     def not_refilled(self, why: str) -> SpareEvent:
         return self._event("spare_not_refilled", why)
 
+    def not_started(self, place: NodePlace, refused: NoFreeDevices) -> SpareEvent:
+        """The spares placed on ``place``'s node that its agent did not fork (``refused``: its
+        words, and the keys of those it forked before, which the caller keeps): the run starts
+        without them, as a refill refused leaves one spare fewer."""
+        missing = place.spares - len(refused.started)
+        spares, them = ("warm spare", "it") if missing == 1 else ("warm spares", "them")
+        return self._event("spare_not_started", f"{missing} {spares} placed on node {place.node} not started: "
+                                                f"{refused}; the run goes on without {them}")
+
     def _event(self, kind: SpareEventKind, text: str, worker: Optional[WorkerInfo] = None) -> SpareEvent:
         return spare_event(kind, text, len(self.ready()), self.wanted, worker)

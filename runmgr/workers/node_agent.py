@@ -250,14 +250,20 @@ class NodeAgent:
     def start_spares(self, count: int, buddy_offset: int) -> list[int]:
         """Fork ``count`` warm spares of the current sub-run (each builds the model, then waits to
         be named); their keys. Their readiness and loss are pushed as ``spare`` items. Each takes
-        a free device slice (:meth:`_fork`: :class:`NoFreeDevices` when there is none)."""
+        a free device slice (:meth:`_fork`); when none is left, :class:`NoFreeDevices` in this
+        node's words, carrying the keys of the spares forked before it (``started``): they run,
+        and the driver must know them."""
         self.lease.renew()
         config, plan, world, master = self._spare_start
-        keys = []
+        keys: list[int] = []
         for _ in range(count):
             key = spare_key(self._spares_started)
-            self._fork(RankStart(config, plan, key, world, len(self.processes.pids()), *master,
-                                 wraps=self._wraps, spare=True, buddy_offset=buddy_offset), "a warm spare")
+            try:
+                self._fork(RankStart(config, plan, key, world, len(self.processes.pids()), *master,
+                                     wraps=self._wraps, spare=True, buddy_offset=buddy_offset), "a warm spare")
+            except NoFreeDevices as refused:
+                refused.started = keys
+                raise
             self._spares_started += 1
             keys.append(key)
         return keys

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol, Sequence
 
+from runmgr.agents.device_slices import NoFreeDevices
 from runmgr.agents.report import SpareNews
 from runmgr.agents.snapshots import HELD, HeldSnapshot, SnapshotLedger
 from runmgr.agents.warm_link import WarmRun
@@ -111,8 +112,22 @@ class WarmAgentGroup:
         workers = self.ranks.start(config, plan, extra=self.warm_spares, warm=lambda nodes: self._warm_run(config, nodes))
         for place in self.ranks.places:
             if place.spares:
-                self._pool.started(place, self.agents.start_spares(place, place.spares, self._offset))
+                self._start_spares(place)
         return workers
+
+    def _start_spares(self, place: NodePlace) -> None:
+        """The spares placed on ``place``'s node, forked by its agent. Those it refuses (no free
+        device slice: Ray gave it fewer device ids than it counted) are a ``spare_not_started``
+        event in the agent's words at the next poll, and the run starts without them: the
+        ranks are placed and forked by then, and a spare short is a warm restart less, not a
+        reason to stop (a later fault restarts cold unless a spare is ready)."""
+        try:
+            keys = self.agents.start_spares(place, place.spares, self._offset)
+        except NoFreeDevices as refused:
+            self._pool.started(place, refused.started)
+            self._events.append(self._pool.not_started(place, refused))
+            return
+        self._pool.started(place, keys)
 
     def _warm_run(self, config: TrainerConfig, rank_nodes: dict[int, str]) -> WarmRun:
         """How the ranks run warm, placed on ``rank_nodes``: buddies on other nodes where there are."""

@@ -117,6 +117,14 @@ class AgentSparePool:
     def not_refilled(self, why: str) -> SpareEvent:
         return self._event("spare_not_refilled", why)
 
+    def not_placed(self, missing: int, avoided: Collection[str]) -> SpareEvent:
+        """``missing`` spares the sub-run's placement had no room for beside the ranks, on the
+        nodes left once ``avoided`` are left out: the run starts without them."""
+        spares, them = ("warm spare", "it") if missing == 1 else ("warm spares", "them")
+        return self._event("spare_not_started", f"{missing} {spares} not placed: the nodes the run may use without "
+                                                f"{', '.join(avoided)} have no room for {them} beside the ranks; "
+                                                f"the run goes on without {them}")
+
     def not_started(self, place: NodePlace, refused: NoFreeDevices) -> SpareEvent:
         """The spares placed on ``place``'s node that its agent did not fork (``refused``: its
         words, and the keys of those it forked before, which the caller keeps): the run starts

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
@@ -29,9 +29,17 @@ from runmgr.workers.agent_group import NodePlace
 from runmgr.workers.devicepoll import DevicePollSettings
 from runmgr.workers.lease import DriverIdentity
 from runmgr.workers.node_agent import PUSH_INTERVAL_S, STOP_GRACE_S, STOP_MARGIN_S, NodeAgent
-from runmgr.workers.placing import node_of, place, release, reserve_nodes
+from runmgr.policy.capacity import slots_of
+from runmgr.workers.placing import node_of, place, release, reserve_nodes, usable_nodes
 
 RemoteNodeAgent = ray.remote(max_concurrency=4, max_restarts=0)(NodeAgent)
+
+
+def spares_with_room(bundle: Mapping[str, float], world: int, extra: int,
+                     nodes: Mapping[str, Mapping[str, float]]) -> int:
+    """How many of ``extra`` spares fit beside ``world`` ranks on ``nodes`` (name -> resources),
+    each rank and spare a ``bundle`` on one node."""
+    return max(0, min(extra, sum(slots_of(nodes, bundle).values()) - world))
 
 
 @dataclass
@@ -72,7 +80,14 @@ class RayNodeAgents:
     def place(self, world: int, avoid_nodes: Sequence[str], extra: int = 0) -> list[NodePlace]:
         """The last sub-run's agents again when they all live, hold ``world`` ranks and ``extra``
         spares and none is on an avoided node (their fork servers have the trainer imported);
-        otherwise new ones."""
+        otherwise new ones. When the plan avoids nodes (lost or left out mid-run), ``extra`` is
+        what the nodes left hold beside the ranks: a node's loss must not stop a restart that its
+        ranks fit (the warm group says which spares were not placed)."""
+        if extra and avoid_nodes:
+            bundle = bundle_for(self.device_kind, self.cluster.cpus_per_worker, self.cluster.devices_per_worker)
+            left = {node_name(node_id): resources for node_id, resources in usable_nodes(self.admitted_node_ids).items()
+                    if node_name(node_id) not in avoid_nodes}
+            extra = spares_with_room(bundle, world, extra, left)
         if self._reusable(world, avoid_nodes, extra):
             return self._places
         self.close()

@@ -110,6 +110,9 @@ class WarmAgentGroup:
     def start(self, config: TrainerConfig, plan: ResumePlan) -> list[WorkerInfo]:
         self._config = config
         workers = self.ranks.start(config, plan, extra=self.warm_spares, warm=lambda nodes: self._warm_run(config, nodes))
+        placed = sum(place.spares for place in self.ranks.places)
+        if placed < self.warm_spares:  # the nodes left after a loss hold the ranks, not every spare
+            self._events.append(self._pool.not_placed(self.warm_spares - placed, plan.avoid_nodes))
         for place in self.ranks.places:
             if place.spares:
                 self._start_spares(place)

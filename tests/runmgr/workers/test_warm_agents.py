@@ -22,6 +22,7 @@ from runmgr.workers import liveness, warm_agents
 from runmgr.workers.agent_group import NodePlace
 from runmgr.workers.agent_spares import AgentSparePool
 from runmgr.workers.liveness import PeerProbe, ProbeResult
+from runmgr.workers.ray_node_agents import spares_with_room
 from runmgr.workers.warm_agents import WarmAgentGroup
 from tests.runmgr.agents.configs import tiny_config
 from tests.runmgr.workers.probe_fakes import Call, FakeAnswers, FakeClock
@@ -349,3 +350,22 @@ def test_a_refill_never_passes_the_spares_wanted_and_a_node_with_no_free_device_
     [refilling] = pool.refill([(place_a, 1), (place_b, 2)])  # one spare wanted
     assert refilling.kind == "spare_refilling" and started == [name(NODE_A)] and len(pool.spares) == 1
     assert pool.refill([(place_b, 2)]) == []  # full
+
+
+def test_after_a_node_is_lost_a_restart_places_the_ranks_and_the_spares_the_nodes_left_have_room_for(tmp_path):
+    # The two-node e2e's nodes (tests/e2e/test_resharding_resume.py): ranks and spare of 1.75 CPUs.
+    bundle = {"CPU": 1.75}
+    assert spares_with_room(bundle, 2, 1, {"head": {"CPU": 4.0}, "other": {"CPU": 3.0}}) == 1
+    assert spares_with_room(bundle, 2, 1, {"head": {"CPU": 4.0}}) == 0  # the other node lost: the ranks only
+    assert spares_with_room(bundle, 2, 3, {"head": {"CPU": 8.0}}) == 2
+    assert spares_with_room(bundle, 4, 1, {"head": {"CPU": 4.0}}) == 0  # not even the ranks: placing says so
+    # The warm group asked for its spare; the placement on the nodes left had no room for it.
+    ranks, agents = FakeRanks(), FakeAgents()
+    ranks.places = [NodePlace(name(NODE_A), (0, 1), "agent-a"), NodePlace(name(NODE_B), (2, 3), "agent-b")]
+    group = WarmAgentGroup(ranks, agents, warm_spares=1, probe=FakeProbe(), clock=FakeClock())
+    assert len(group.start(tiny_config(tmp_path, 30, save_interval=100), ResumePlan(avoid_nodes=("cccccccccccc",)))) == 4
+    assert agents.started == []
+    poll = group.poll(0.0)
+    assert [event.kind for event in poll.spare_events] == ["spare_not_started"] and poll.ready_spares == 0
+    assert poll.spare_events[0].text == ("1 warm spare not placed: the nodes the run may use without cccccccccccc have "
+                                         "no room for it beside the ranks; the run goes on without it (0 of 1 ready)")

@@ -2,17 +2,26 @@
 (runmgr/scale/) through the real worker group, controller, judge, logbook and metrics on a
 local Ray, one world size and design at a time, each in a fresh process (its own Ray, its own
 peak memory). ``per_rank``: today's group, one actor per rank drained every poll; ``agents``:
-one agent per node pushing a summary to an inbox, one drain per poll.
+one agent per node pushing a summary to an inbox, one drain per poll; ``warm``: the agents with
+warm spares under them (runmgr/workers/warm_agents.py's WarmAgentGroup, as a launch with
+``controller.warm_spares`` builds it), one spare per 64 ranks (at least one), in the slots after
+the ranks' (spare-only nodes): a kill is recovered in place on a spare, the survivors going on.
 
     .venv/bin/python bench/scale.py [--sizes 8,64,512,2048,16384] [--step-s 6] [--steps 12]
-        [--designs per_rank,agents] [--per-rank-max 4096] [--hosts 4] [--hour]
+        [--designs per_rank,agents,warm] [--per-rank-max 4096] [--hosts 4] [--hour]
 
 Every size meets the same faults: rank 1 killed at step 3, rank 2 hung at step 7 (the learned
 hang timeout: 5 x the step). Per size it prints the
 driver's CPU (share of one core, and per simulated step), the poll period it achieved (the
 controller asks for 0.2 s), the seconds from the kill and the hang to their incidents, the
 driver's peak memory, the logbook's size (and its sub-runs: most of it is each sub-run's and
-each incident's record of every rank) and the metrics' series. The
+each incident's record of every rank) and the metrics' series. ``resume``: the seconds from the
+kill to the next sub-run running, the driver's side of the recovery (cold: the group stopped and
+every rank started again; warm: the survivors waited for, the spare named, each node answered);
+a simulated rank starts at once and a simulated rejoin moves no state, so neither a real
+restart's process starts and checkpoint load nor a real rejoin's process group and state
+transfer are in it. ``how``: how each fault was gotten past (warm: on a spare; cold: a restart
+of every rank). The
 ratio line compares the largest size with the smallest. Sizes the design cannot drive in
 ``--size-timeout`` seconds, and ``per_rank`` sizes above ``--per-rank-max``, are extrapolated
 from the largest that ran, and marked so.
@@ -34,6 +43,11 @@ FAULTS = [("kill", 1, 3), ("hang", 2, 7)]
 """A straggler needs 20 slow steps to be judged (tests/runmgr/scale/test_harness.py has one)."""
 
 
+def spares_for(ranks: int) -> int:
+    """The warm arm's spares: one per 64 ranks (eight nodes of eight), at least one."""
+    return max(1, ranks // 64)
+
+
 def one_size(ranks: int, design: str, step_s: float, steps: int, hosts: int, faults: bool = True) -> dict:
     """Runs in the child: one simulated job of ``ranks`` ranks, its figures as a dict."""
     import ray
@@ -43,18 +57,24 @@ def one_size(ranks: int, design: str, step_s: float, steps: int, hosts: int, fau
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     job = ScaleJob(ranks=ranks, design=design, hosts=hosts, step_s=step_s, train_iters=steps, save_interval=4,
+                   warm_spares=spares_for(ranks),
                    hang_min_s=step_s * 2, faults=tuple(RankFault(kind, rank, step) for kind, rank, step in FAULTS) if faults else ())
     result = run_job(job, Path(tempfile.mkdtemp(prefix=f"scale-{ranks}-")) / "run")
     ray.shutdown()
     periods = sorted(result.poll_periods)
-    first = {}
-    for kind, seconds in result.incidents:
+    first, resumed = {}, {}
+    for (kind, seconds), back in zip(result.incidents, result.resumed):
         first.setdefault(kind, seconds)
+        resumed.setdefault(kind, back)
+    how = [f"{'kill' if kind == 'worker_death' else kind}:{restart}"
+           for (kind, _), restart in zip(result.incidents, result.restarts)]
     return {"ranks": ranks, "design": design, "nodes": result.nodes, "final": result.final, "cpu_s": result.driver_cpu_s,
             "wall_s": result.wall_s, "steps": result.steps,
             "poll_median_s": statistics.median(periods) if periods else None,
             "poll_p95_s": periods[int(0.95 * (len(periods) - 1))] if periods else None,
             "death_s": first.get("worker_death"), "hang_s": first.get("hang"), "straggler": "straggler" in first,
+            "resumed_s": resumed.get("worker_death"), "how": " ".join(how), "started_ranks": result.started_ranks,
+            "spares": job.spares,
             "rss_mb": result.max_rss_mb, "logbook_bytes": result.logbook_bytes,
             "simulated_s": result.steps * step_s, "series": result.metric_series,
             "decisions": list(result.decisions), "memory": list(result.memory)}
@@ -82,15 +102,15 @@ def row(r: dict, step_s: float, marked: str = "") -> str:
     def s(x):
         return f"{x:6.2f}" if isinstance(x, (int, float)) else "     -"
     return (f"{r['ranks']:>6} {r['nodes']:>5} {r['design']:>8} {core:7.1f}% {per_step:8.3f} {s(r['poll_median_s'])} {s(r['poll_p95_s'])} "
-            f"{s(r['death_s'])} {s(r['hang_s'])} {r['rss_mb']:7.0f} {r['logbook_bytes'] / 1e3:7.0f} {subruns:>3} "
-            f"{r['series']:>6}  {r['final']}{marked}")
+            f"{s(r['death_s'])} {s(r['hang_s'])} {s(r.get('resumed_s'))} {r['rss_mb']:7.0f} {r['logbook_bytes'] / 1e3:7.0f} "
+            f"{subruns:>3} {r['series']:>6}  {r['final']}  {r.get('how', '')}{marked}")
 
 
 def extrapolated(r: dict, ranks: int) -> str:
     """``ranks`` from the largest size measured, marked so. ``per_rank``: its driver's CPU per
     poll per rank (one call per rank per poll) held, at a driver of one full core. ``agents``: its
     driver's CPU share grown in proportion to the nodes (an upper bound: part of it is fixed)."""
-    if r["design"] == "agents":
+    if r["design"] in ("agents", "warm"):
         share = r["cpu_s"] / r["wall_s"] * 100 * ranks / r["ranks"]
         return (f"{ranks:>6} {ranks // 8:>5} {r['design']:>8}  EXTRAPOLATED from {r['ranks']} ranks: at most "
                 f"{share:.1f}% of one core (the driver's share grown with the nodes)")
@@ -129,7 +149,7 @@ def designs_for(ranks: int, args: argparse.Namespace) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="8,64,512,2048,16384")
-    parser.add_argument("--designs", default="per_rank,agents")
+    parser.add_argument("--designs", default="per_rank,agents,warm")
     parser.add_argument("--per-rank-max", type=int, default=4096,
                         help="per_rank sizes above it are extrapolated, not run (it cannot keep up)")
     parser.add_argument("--step-s", type=float, default=6.0)
@@ -152,7 +172,7 @@ def main() -> int:
         return hour(args)
     print(f"per_rank: one drain call per rank per poll; agents: one agent per node pushes, one drain per poll; "
           f"{args.step_s:g} s steps, {args.steps} steps, faults {FAULTS}")
-    print("  ranks nodes   design  driver  cpu/step  poll50  poll95  death   hang  rss_MB  log_KB sub series  end")
+    print("  ranks nodes   design  driver  cpu/step  poll50  poll95  death   hang resume  rss_MB  log_KB sub series  end  how")
     results: dict[str, list[dict]] = {}
     for ranks in [int(x) for x in args.sizes.split(",")]:
         ran = {}
@@ -170,7 +190,7 @@ def main() -> int:
             done.append(r)
             ran[design] = r
             print(row(r, args.step_s), flush=True)
-        if len(ran) == 2:
+        if "per_rank" in ran and "agents" in ran:
             a, b = ran["per_rank"], ran["agents"]
             print(f"{'':>13} ratio driver CPU per_rank/agents: "
                   f"{(a['cpu_s'] / a['wall_s']) / max(1e-9, b['cpu_s'] / b['wall_s']):.1f}x", flush=True)

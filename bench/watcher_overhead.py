@@ -93,29 +93,44 @@ LAYOUTS = {"dp": (), "zero1": ("parallel.use_distributed_optimizer=true",)}
 """Both arms' layout: the demo's plain data parallel, or ZeRO-1 (whose warm state is a snapshot)."""
 STEADY_UNTIL = 10
 """The CPU window ends this many steps before the last one (the run's processes still live)."""
-ROLES = ("driver", "ranks", "spare", "ray")
+ROLES = ("driver", "ranks", "spare", "agent", "ray")
 """Who in a run's process tree spends CPU: the driver (watcher, policy, logbook), the ranks,
-a waiting spare, and Ray's own processes (raylets, GCS, agents)."""
+a waiting spare, the node agent (the Ray actor that forks and hears the ranks, and its fork
+server), and Ray's own processes (raylets, GCS, dashboard agents)."""
 
 
-def process_cpu(root: int) -> dict[int, tuple[float, str]]:
-    """CPU seconds so far and command line of ``root`` and every live process below it."""
-    return {pid: (seconds, command(pid)) for pid, seconds in tree_cpu_seconds(root).items()}
+def process_cpu(root: int) -> dict[int, tuple[float, int]]:
+    """CPU seconds so far and parent pid of ``root`` and every live process below it."""
+    return {pid: (seconds, parent(pid)) for pid, seconds in tree_cpu_seconds(root).items()}
 
 
-def command(pid: int) -> str:
+def parent(pid: int) -> int:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
-    except OSError:
-        return ""
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # gone meanwhile
+        return 0
+    return int(stat[stat.rindex(")") + 2:].split()[1])  # the command name may hold spaces
 
 
-def role(pid: int, cmdline: str, driver: int, ranks: set[int]) -> str:
-    if pid == driver:
-        return "driver"
-    if pid in ranks:
-        return "ranks"
-    return "spare" if "TrainerWorker" in cmdline else "ray"
+def roles(processes: dict[int, tuple[float, int]], driver: int, ranks: set[int]) -> dict[int, str]:
+    """Each process's role. The ranks and spares are forked from their node agent's fork server
+    (runmgr/agents/rank_processes.py), so they all carry the server's command line
+    (``multiprocessing.forkserver``) and no name of their own; the ranks are known by the pids the
+    run's status names, and a spare is any other child of the server that forked them. The server
+    and the agent above it (``ray::NodeAgent``) are the agent's."""
+    servers = {processes[pid][1] for pid in ranks if pid in processes}
+    agents = {processes[server][1] for server in servers if server in processes}
+    out = {}
+    for pid, (_, ppid) in processes.items():
+        if pid == driver:
+            out[pid] = "driver"
+        elif pid in ranks:
+            out[pid] = "ranks"
+        elif ppid in servers:
+            out[pid] = "spare"
+        else:
+            out[pid] = "agent" if pid in servers or pid in agents else "ray"
+    return out
 
 
 def steady_cpu_per_step(run: Launch, iters: int) -> dict[str, float]:
@@ -130,8 +145,8 @@ def steady_cpu_per_step(run: Launch, iters: int) -> dict[str, float]:
     after = process_cpu(run.proc.pid)
     steps = max(1, last["step"] - first["step"])
     spent = dict.fromkeys(ROLES, 0.0)
-    for pid, (seconds, cmdline) in after.items():
-        spent[role(pid, cmdline, run.proc.pid, ranks)] += seconds - before.get(pid, (0.0, ""))[0]
+    for pid, who in roles(after, run.proc.pid, ranks).items():
+        spent[who] += after[pid][0] - before.get(pid, (0.0, 0))[0]
     return {name: seconds / steps for name, seconds in spent.items()}
 
 
@@ -213,10 +228,10 @@ def account(med: dict, layout: str) -> None:
     step_ms = 1000 * med[False]["interval"]
     print("CPU per step with/without, medians: " + ", ".join(
         f"{r} {med[True][f'cpu_{r}_ms']:.2f}/{med[False][f'cpu_{r}_ms']:.2f} ms ({extra[r]:+.2f})" for r in ROLES))
-    watcher = extra["driver"] + extra["ray"]
+    watcher = extra["driver"] + extra["agent"] + extra["ray"]
     where = "no snapshot in plain data parallel" if layout == "dp" else "the snapshots: in the ranks' CPU below"
     print(f"accounted overhead per step of a {step_ms:.1f} ms step: watcher and warm state (driver "
-          f"{extra['driver']:+.2f} ms + Ray {extra['ray']:+.2f} ms, {where}) "
+          f"{extra['driver']:+.2f} ms + node agent {extra['agent']:+.2f} ms + Ray {extra['ray']:+.2f} ms, {where}) "
           f"= {watcher:+.2f} ms, {100 * watcher / step_ms:.2f}%; the ready spare waiting on this machine's "
           f"cores {extra['spare']:+.2f} ms more: {100 * (watcher + extra['spare']) / step_ms:.2f}% in all; "
           f"the ranks' own CPU {extra['ranks']:+.2f} ms ({100 * extra['ranks'] / (2 * step_ms):+.2f}% of two ranks)")

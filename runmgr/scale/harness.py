@@ -36,10 +36,12 @@ from runmgr.scale.hosts import RemoteRankHost, SimulatedRanks
 from runmgr.workers.agent_group import AgentWorkerGroup
 from runmgr.scale.ranks import JobScript, RankFault
 from runmgr.workers.group import RayWorkerGroup
+from runmgr.workers.warm_agents import WarmAgentGroup
+from runmgr.workers.warm_rules import WARM_SETTLE_S
 from trainer.plan import ResumePlan
 
 
-Design = Literal["per_rank", "agents"]
+Design = Literal["per_rank", "agents", "warm"]
 
 
 @dataclass(frozen=True)
@@ -61,13 +63,21 @@ class ScaleJob:
     make every hang in a short simulated run take a minute)."""
     design: Design = "per_rank"
     """``per_rank``: today's worker group, one actor (here, a simulated one) per rank, each drained
-    every poll; ``agents``: one agent per node pushing a summary, one drain per poll."""
+    every poll; ``agents``: one agent per node pushing a summary, one drain per poll; ``warm``:
+    the agents with ``warm_spares`` spares under them (runmgr/workers/warm_agents.py's group)."""
+    warm_spares: int = 1
+    """``warm``: ``controller.warm_spares``, in the slots after the ranks' (spare-only nodes when
+    the ranks fill theirs)."""
     push_interval_s: float = 0.5
     """``agents``: how often a node's agent pushes its report (at once when a rank ended)."""
 
     @property
+    def spares(self) -> int:
+        return self.warm_spares if self.design == "warm" else 0
+
+    @property
     def nodes(self) -> list[str]:
-        return [f"sim{i:05d}" for i in range(math.ceil(self.ranks / self.ranks_per_node))]
+        return [f"sim{i:05d}" for i in range(math.ceil((self.ranks + self.spares) / self.ranks_per_node))]
 
     def script(self) -> JobScript:
         return JobScript(world=self.ranks, step_s=self.step_s, save_interval=self.save_interval, faults=self.faults)
@@ -80,7 +90,8 @@ class ScaleJob:
             f"training.global_batch_size={self.ranks}", f"training.train_iters={self.train_iters}",
             f"checkpoint.save_interval={self.save_interval}", f"controller.poll_interval_s={self.poll_interval_s}",
             f"controller.worker_lease_s={max(10.0, 20 * self.poll_interval_s)}",  # the config's rule
-            f"watcher.hang.step.min_s={self.hang_min_s}", "training.local_norms_interval=0"])
+            f"watcher.hang.step.min_s={self.hang_min_s}", "training.local_norms_interval=0",
+            *([f"controller.warm_spares={self.spares}", "checkpoint.memory_interval=1"] if self.spares else [])])
 
 
 @dataclass
@@ -97,6 +108,10 @@ class Measures:
     steps: int = 0
     memory: list[tuple[int, float]] = field(default_factory=list)
     """(steps reported so far, the driver's resident MB) every ``MEMORY_EVERY`` steps."""
+    running: list[float] = field(default_factory=list)
+    """Wall time each sub-run began running (its ranks started, or re-formed warm)."""
+    restarts: list[str] = field(default_factory=list)
+    """``warm`` or ``cold``, per restart, in order."""
 
 
 MEMORY_EVERY = 50
@@ -119,7 +134,10 @@ class MeasuringObserver:
         self.measures = measures
 
     def on_transition(self, old: Optional[State], new: State) -> None:
-        pass
+        if isinstance(new, Running) and not isinstance(old, Running):
+            self.measures.running.append(time.time())
+        if isinstance(new, Launching) and "restart" in new.evidence:
+            self.measures.restarts.append(str(new.evidence["restart"]))
 
     def on_poll(self, state: Running, poll) -> None:
         self.measures.polls.append(time.monotonic())
@@ -151,6 +169,13 @@ class ScaleResult:
     it) to the driver's judgement; 0 for a kind no fault causes."""
     decisions: tuple[str, ...]
     """The action decided on each incident, in order."""
+    resumed: tuple[float, ...]
+    """Per incident: the seconds from its fault to the next sub-run running (the driver's side
+    of a recovery: a warm group re-formed, or a cold one's ranks started); -1 when none ran."""
+    restarts: tuple[str, ...]
+    """``warm`` or ``cold``, per restart, in order."""
+    started_ranks: int
+    """Ranks the hosts started over the run (a warm recovery starts none)."""
     max_rss_mb: float
     memory: tuple[tuple[int, float], ...]
     """(steps, resident MB) of the driver every ``MEMORY_EVERY`` steps."""
@@ -161,8 +186,13 @@ class ScaleResult:
 def run_job(job: ScaleJob, run_dir: Path) -> ScaleResult:
     """Drive ``job`` to its end through the real controller; Ray must be initialised."""
     config = job.config(run_dir)
+    # A warm run's hosts import the warm answers' module (and torch) before the run, not inside
+    # the first recovery (docs/scale.md "The warm arm": a real agent still does, today).
+    preload = ("trainer.warm",) if job.design == "warm" else ()
     hosts = [RemoteRankHost.remote(job.script()) if job.design == "per_rank"
-             else RemoteNodeAgentHost.remote(job.script(), job.push_interval_s) for _ in range(job.hosts)]
+             else RemoteNodeAgentHost.remote(job.script(), job.push_interval_s, preload) for _ in range(job.hosts)]
+    if job.design != "per_rank":
+        ray.get([host.ready.remote() for host in hosts])
     registry = CollectorRegistry()
     measures = Measures()
     with Logbook.open(run_dir) as book:
@@ -174,12 +204,17 @@ def run_job(job: ScaleJob, run_dir: Path) -> ScaleResult:
         cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
         series = sum(len(metric.samples) for metric in registry.collect())
     met = _fault_times(hosts)
-    incidents = tuple((str(j.incident.kind.value), when - met.get(_fault_kind(j.incident.kind), when))
-                      for when, j in measures.judgements)
+    faulted = [met.get(_fault_kind(j.incident.kind), when) for when, j in measures.judgements]
+    incidents = tuple((str(j.incident.kind.value), when - fault)
+                      for fault, (when, j) in zip(faulted, measures.judgements))
+    resumed = tuple(next((t - fault for t in measures.running if t > when), -1.0)
+                    for fault, (when, _) in zip(faulted, measures.judgements))
+    started = sum(ray.get([host.started_ranks.remote() for host in hosts])) if job.design != "per_rank" else 0
     return ScaleResult(
         ranks=job.ranks, nodes=len(job.nodes), design=job.design, final=type(final).__name__, driver_cpu_s=cpu, wall_s=wall,
         steps=measures.steps, poll_periods=tuple(b - a for a, b in zip(measures.polls, measures.polls[1:])),
         incidents=incidents, decisions=tuple(str(j.decision.action.value) for _, j in measures.judgements),
+        resumed=resumed, restarts=tuple(measures.restarts), started_ranks=started,
         max_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, memory=tuple(measures.memory),
         logbook_bytes=sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file()), metric_series=series)
 
@@ -188,7 +223,13 @@ def build_controller(job: ScaleJob, config: RunConfig, book: Logbook, hosts: lis
     """The controller a launch builds, with the simulated ranks in place of trainer processes."""
     nodes = job.nodes
     trainer_config = config.trainer_config()
-    if job.design == "agents":
+    if job.design == "warm":
+        warm_agents = SimulatedNodeAgents(hosts, nodes, job.ranks_per_node)
+
+        def make_group() -> WorkerGroup:  # as runmgr/runners.py builds a warm launch's group
+            return WarmAgentGroup(AgentWorkerGroup(warm_agents, job.ranks, settle_s=WARM_SETTLE_S), warm_agents,
+                                  job.spares)
+    elif job.design == "agents":
         agents = SimulatedNodeAgents(hosts, nodes, job.ranks_per_node)  # one for the lineage: keys stay unique
 
         def make_group() -> WorkerGroup:

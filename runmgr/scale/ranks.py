@@ -132,10 +132,13 @@ class SubrunSchedule:
 class RankView:
     """What one rank has said by a time, handed out once: :meth:`since` returns only what is new."""
 
-    def __init__(self, schedule: SubrunSchedule, rank: int) -> None:
+    def __init__(self, schedule: SubrunSchedule, rank: int, rejoined: bool = False) -> None:
+        """``rejoined``: the rank re-formed warm into ``schedule``'s sub-run (trainer/recovery/
+        regroup.py): it beats its steps on, with no init beat and no start report."""
         self.schedule = schedule
         self.rank = rank
-        self._said_step: Optional[int] = None  # None: not even the init beat yet
+        # None: not even the init beat yet
+        self._said_step: Optional[int] = schedule.start_step if rejoined else None
         self._reported_step = schedule.start_step
 
     def since(self, now: float) -> list[tuple[str, object]]:

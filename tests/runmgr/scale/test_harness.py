@@ -49,3 +49,31 @@ def test_a_kill_a_hang_and_a_straggler_among_many_ranks_are_judged_and_gotten_pa
     straggler = next(i for i in incidents if i["kind"] == "straggler")
     assert death["ranks"] == [1] and straggler["ranks"] == [5]
     assert "on sim00000 " in death["summary"] and "sim00000" in straggler["summary"]
+
+
+def test_a_killed_rank_is_recovered_warm_on_a_spare_under_a_simulated_agent(local_ray, tmp_path):
+    # The warm arm of bench/scale.py, small: 16 ranks on two simulated nodes and one spare on a
+    # third, through the real WarmAgentGroup, controller and policy; the simulated agents answer
+    # its calls (start_spares, waiting, regroup) as real ones do. One host: a warm recovery's
+    # answers import torch where they arrive, once per host process.
+    job = ScaleJob(ranks=16, hosts=1, design="warm", warm_spares=1, step_s=0.15, train_iters=12, save_interval=4,
+                   hang_min_s=5.0, poll_interval_s=0.5, faults=(RankFault("kill", 1, 3),))
+    result = run_job(job, tmp_path / "run")
+    assert result.final == "Finished", result
+    assert [kind for kind, _ in result.incidents] == ["worker_death"] and result.decisions == ("restart",)
+    assert result.restarts == ("warm",)
+    assert result.started_ranks == 16  # each rank started once: the survivors went on, the spare took rank 1
+    with Logbook.open(tmp_path / "run", create=False) as book:
+        lineage = book.lineage()
+        events = book.events()
+    assert [s.id for s in lineage] == ["1.00", "1.01"]
+    assert lineage[1].evidence["restart"] == "warm" and lineage[1].evidence["replaced_ranks"] == [1]
+    assert lineage[-1].end_state == "finished" and lineage[-1].last_step == 12
+    said = [e for e in events if e.get("type") == "event"]
+    started = {e["subrun"]: {w["rank"]: w["pid"] for w in e["data"]["workers"]}
+               for e in said if e["kind"] == "workers_started"}
+    before, after = started["1.00"], started["1.01"]
+    assert {rank: pid for rank, pid in after.items() if rank != 1} == {r: p for r, p in before.items() if r != 1}
+    assert after[1] != before[1]  # the spare's process, now rank 1
+    kinds = [e["kind"] for e in said]
+    assert "spare_ready" in kinds and "spare_refilling" in kinds  # the spare, and the one in rank 1's old slot

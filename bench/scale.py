@@ -171,7 +171,7 @@ def main() -> int:
     if args.hour:
         return hour(args)
     print(f"per_rank: one drain call per rank per poll; agents: one agent per node pushes, one drain per poll; "
-          f"{args.step_s:g} s steps, {args.steps} steps, faults {FAULTS}")
+          f"warm: agents and one spare per 64 ranks; {args.step_s:g} s steps, {args.steps} steps, faults {FAULTS}")
     print("  ranks nodes   design  driver  cpu/step  poll50  poll95  death   hang resume  rss_MB  log_KB sub series  end  how")
     results: dict[str, list[dict]] = {}
     for ranks in [int(x) for x in args.sizes.split(",")]:

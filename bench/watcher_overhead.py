@@ -145,8 +145,11 @@ def steady_cpu_per_step(run: Launch, iters: int) -> dict[str, float]:
     after = process_cpu(run.proc.pid)
     steps = max(1, last["step"] - first["step"])
     spent = dict.fromkeys(ROLES, 0.0)
+    count = dict.fromkeys(ROLES, 0)
     for pid, who in roles(after, run.proc.pid, ranks).items():
         spent[who] += after[pid][0] - before.get(pid, (0.0, 0))[0]
+        count[who] += 1
+    print(f"    processes by role: " + ", ".join(f"{who} {n}" for who, n in count.items()), flush=True)
     return {name: seconds / steps for name, seconds in spent.items()}
 
 

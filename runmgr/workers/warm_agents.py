@@ -187,12 +187,23 @@ class WarmAgentGroup:
 
     def warm_cover(self) -> WarmCover:
         nodes = {info.rank: node_name(info.node_id) for info in self.ranks.workers}
-        holders = {rank: tuple(dict.fromkeys(nodes[holder] for holder in self._holders(rank))) for rank in nodes}
+        holders = self._holder_nodes(nodes)
         spares: dict[str, int] = defaultdict(int)
         for spare in self._pool.ready():
             spares[spare.place.node] += 1
         known = [step for step in (self._ledger.step_of(rank) for rank in nodes) if step is not None]
         return WarmCover(max(known) if known else None, nodes, holders, dict(spares))
+
+    def _holder_nodes(self, nodes: dict[int, str]) -> dict[int, tuple[str, ...]]:
+        """The nodes that hold each rank's snapshot. In plain data parallel every replica holds
+        the whole state, so every rank's holders are every node: one tuple for all, not the
+        world's ranks walked once per rank (0.43 CPU-s a decision at 2,048 ranks; about 27 at
+        16,384 by the square: bench/scale.py's warm arm, docs/scale.md)."""
+        assert self._config is not None
+        if self._config.layout(self.ranks.world_size).plain:
+            everywhere = tuple(dict.fromkeys(nodes[rank] for rank in sorted(nodes)))
+            return dict.fromkeys(nodes, everywhere)
+        return {rank: tuple(dict.fromkeys(nodes[holder] for holder in self._holders(rank))) for rank in nodes}
 
     def _holders(self, rank: int) -> tuple[int, ...]:
         assert self._config is not None

@@ -25,7 +25,6 @@ rejoin moves no tensors, builds no process group, and the spare's model is never
 from __future__ import annotations
 
 import asyncio
-import importlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -36,7 +35,7 @@ import ray
 from runmgr.agents.report import RankEnd, SpareNews
 from runmgr.agents.snapshots import SnapshotLedger
 from runmgr.agents.summary import NodeSummariser
-from runmgr.agents.warm_link import WAITING, WarmRun
+from runmgr.agents.warm_link import WAITING, PackedAnswer, WarmRun
 from runmgr.controller.group import WorkerInfo
 from runmgr.errors import ClusterError
 from runmgr.scale.hosts import MAX_CALLS_IN_FLIGHT, Schedules, plan_start, sleep_until
@@ -84,11 +83,7 @@ class SimulatedNode:
 class NodeAgentHost:
     """The agents of some simulated nodes, in one process, pushing together."""
 
-    def __init__(self, script: JobScript, push_interval_s: float, preload: Sequence[str] = ()) -> None:
-        """``preload``: modules imported now, not in the first call whose arguments need them (a
-        warm recovery's answers are :class:`trainer.warm.Rejoin`, whose module imports torch)."""
-        for module in preload:
-            importlib.import_module(module)
+    def __init__(self, script: JobScript, push_interval_s: float) -> None:
         self.schedules = Schedules(script)
         self.push_interval_s = push_interval_s
         self._nodes: dict[str, SimulatedNode] = {}
@@ -188,11 +183,14 @@ class NodeAgentHost:
         return sorted(sim.waiting) if sim is not None else []
 
     async def regroup(self, key: str, subrun: str, named: dict[int, int], answers: dict[int, Any],
-                      rank_nodes: Optional[dict[int, str]]) -> list[WorkerInfo]:
+                      rank_nodes: Optional[dict[int, str]], at_step: Optional[int] = None) -> list[WorkerInfo]:
         """A warm recovery on this node: each spare of ``named`` (key -> rank) becomes its rank,
-        every rank of ``answers`` goes on in ``subrun`` from the step the driver names."""
+        every rank of ``answers`` goes on in ``subrun`` from ``at_step``, the step the driver names.
+        ``answers`` arrive packed (:class:`runmgr.agents.warm_link.PackedAnswer`), as a real agent
+        gets them; a real rank reads the step from its unpacked answer, so the simulation is told
+        it beside them (unpacking would import torch in the host, which a real agent never does)."""
         sim = self._nodes[key]
-        step = next(iter(answers.values())).at_most if answers else sim.schedule.start_step
+        step = at_step if at_step is not None else sim.schedule.start_step
         schedule = self.schedules.of(subrun, step, sim.final_step)
         adopted = []
         for spare, rank in named.items():
@@ -320,7 +318,9 @@ class SimulatedNodeAgents:
     def regroup(self, place: NodePlace, subrun: str, named: dict[int, int], answers: dict[int, Any],
                 rank_nodes: Optional[dict[int, str]]):
         host, key = place.where
-        return host.regroup.remote(key, subrun, named, answers, rank_nodes)
+        packed = {rank: PackedAnswer.of(answer) for rank, answer in answers.items()}  # as RayNodeAgents sends them
+        at_step = next(iter(answers.values())).at_most if answers else None
+        return host.regroup.remote(key, subrun, named, packed, rank_nodes, at_step)
 
     def probe(self, place: NodePlace) -> Any:
         host, key = place.where

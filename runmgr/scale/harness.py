@@ -36,7 +36,7 @@ from runmgr.scale.hosts import RemoteRankHost, SimulatedRanks
 from runmgr.workers.agent_group import AgentWorkerGroup
 from runmgr.scale.ranks import JobScript, RankFault
 from runmgr.workers.group import RayWorkerGroup
-from runmgr.workers.warm_agents import Rejoin, WarmAgentGroup  # Rejoin: where the group finds it
+from runmgr.workers.warm_agents import WarmAgentGroup
 from runmgr.workers.warm_rules import WARM_SETTLE_S
 from trainer.plan import ResumePlan
 
@@ -186,12 +186,8 @@ class ScaleResult:
 def run_job(job: ScaleJob, run_dir: Path) -> ScaleResult:
     """Drive ``job`` to its end through the real controller; Ray must be initialised."""
     config = job.config(run_dir)
-    # A warm run's hosts import the warm answers' module (Rejoin's: its DistEnv imports torch)
-    # before the run, not inside the first recovery (docs/scale.md "The warm arm": a real agent
-    # still does, today).
-    preload = (Rejoin.__module__,) if job.design == "warm" else ()
     hosts = [RemoteRankHost.remote(job.script()) if job.design == "per_rank"
-             else RemoteNodeAgentHost.remote(job.script(), job.push_interval_s, preload) for _ in range(job.hosts)]
+             else RemoteNodeAgentHost.remote(job.script(), job.push_interval_s) for _ in range(job.hosts)]
     if job.design != "per_rank":
         ray.get([host.ready.remote() for host in hosts])
     registry = CollectorRegistry()

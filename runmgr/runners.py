@@ -133,10 +133,14 @@ def data_parallel_sizes(trainer_config: TrainerConfig, world_size: int) -> tuple
                  if not trainer_config.problems(trainer_config.world_size_of(size)))
 
 
-def megatron_runner(config: RunConfig, device_kind: str, admitted_node_ids: Optional[list[str]]) -> Runner:
+def megatron_runner(config: RunConfig, device_kind: str, admitted_node_ids: Optional[list[str]],
+                    device_poll: Optional[DevicePollSettings] = None,
+                    on_held: Optional[Callable[[frozenset[str]], None]] = None) -> Runner:
     """One Ray actor per node running the node's torchrun of the user's script, with
     the plan's remedies as the flavor's flags. Data parallel keeps its size: the
-    job's arguments fix how it splits over the nodes."""
+    job's arguments fix how it splits over the nodes. ``device_poll``: how the node actors
+    read their nodes' devices (None: they do not); ``on_held``: told the Ray ids of the nodes
+    each new placement's node actors hold (:class:`MegatronNodes`), as the agents tell it."""
     job, args = config.megatron, effective_args(config)
 
     layout = config.trainer_config()
@@ -154,7 +158,8 @@ def megatron_runner(config: RunConfig, device_kind: str, admitted_node_ids: Opti
     groups: list[MegatronWorkerGroup] = []
     controller = config.controller
     nodes = MegatronNodes(config.cluster, device_kind, job.nproc_per_node, controller.start_timeout_s,
-                          controller.worker_lease_s, admitted_node_ids)  # kept across the lineage's sub-runs
+                          controller.worker_lease_s, admitted_node_ids,
+                          device_poll=device_poll, on_held=on_held)  # kept across the lineage's sub-runs
 
     def make_group() -> MegatronWorkerGroup:
         groups[:] = [MegatronWorkerGroup(

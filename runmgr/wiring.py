@@ -137,45 +137,48 @@ def device_poll_settings(config: RunConfig, chaos: Optional[Chaos], device_kind:
     return DevicePollSettings(config.health.poll_interval_s, path)
 
 
-def polled_by_agents(config: RunConfig, device_kind: str) -> bool:
-    """Whether the run's node agents read their nodes' devices (the built-in trainer's ranks under
-    agents), so that no poller actor runs beside them."""
-    return not config.drives_megatron and ranks_under_agents(config, device_kind)
+def polled_by_node_actors(config: RunConfig, device_kind: str) -> bool:
+    """Whether the run's ranks run under one actor per node that reads its node's devices (a
+    Megatron job's node actors; the built-in trainer's node agents), so that no poller actor
+    runs beside them: only the admitted nodes none of them holds get a poller."""
+    return config.drives_megatron or ranks_under_agents(config, device_kind)
 
 
 def start_device_poll(config: RunConfig, chaos: Optional[Chaos], nodes: list[str], device_kind: str) -> DevicePollGroup:
     """The mid-run device poll of the admitted ``nodes`` by one poller actor per node (and one
     collector beside the driver) when there is a poll (:func:`device_poll_settings`): on every
-    node at once when no node agent reads its devices, otherwise only on the nodes no agent
-    of a sub-run holds, as :func:`build_runner`'s agents tell it."""
+    node at once when no node actor reads its devices, otherwise only on the nodes no node actor
+    of a sub-run holds, as :func:`build_runner`'s node actors tell it."""
     settings = device_poll_settings(config, chaos, device_kind)
     devices = DevicePollGroup(nodes, config.health.poll_interval_s, path=settings.path if settings else None)
-    if settings is not None and not polled_by_agents(config, device_kind):
+    if settings is not None and not polled_by_node_actors(config, device_kind):
         devices.start()
     return devices
 
 
-def agents_held(config: RunConfig, chaos: Optional[Chaos], device_kind: str,
-                devices: Optional[DevicePollGroup]) -> Optional[Callable[[frozenset[str]], None]]:
-    """Whom the node agents tell which nodes each placement holds: the device poll, so that it
-    reads the admitted nodes no agent holds (a node kept in reserve, or freed by an exclusion or a
-    resize, is read mid-run as its agent would read it); None when there is no poll."""
+def node_actors_held(config: RunConfig, chaos: Optional[Chaos], device_kind: str,
+                     devices: Optional[DevicePollGroup]) -> Optional[Callable[[frozenset[str]], None]]:
+    """Whom the node actors (agents, Megatron's node actors) tell which nodes each placement
+    holds: the device poll, so that it reads the admitted nodes no node actor holds (a node kept
+    in reserve, or freed by an exclusion or a resize, is read mid-run as its node actor would
+    read it); None when there is no poll."""
     if devices is None or device_poll_settings(config, chaos, device_kind) is None:
         return None
-    return devices.cover if polled_by_agents(config, device_kind) else None
+    return devices.cover if polled_by_node_actors(config, device_kind) else None
 
 
 def build_runner(config: RunConfig, trainer_config: TrainerConfig, device_kind: str,
                  admitted: Optional[list[str]], chaos: Optional[Chaos],
                  devices: Optional[DevicePollGroup] = None) -> Runner:
     """What differs between the trainers: the worker group, its abilities and sizes (runmgr/runners.py).
-    ``devices``: the lineage's device poll, told where the node agents are (:func:`agents_held`)."""
+    ``devices``: the lineage's device poll, told where the node actors are (:func:`node_actors_held`)."""
+    device_poll = device_poll_settings(config, chaos, device_kind)
+    on_held = node_actors_held(config, chaos, device_kind, devices)
     if config.drives_megatron:
-        return megatron_runner(config, device_kind, admitted)
+        return megatron_runner(config, device_kind, admitted, device_poll=device_poll, on_held=on_held)
     return builtin_runner(config, trainer_config, device_kind, admitted,
                           wrap_reporter=chaos.step_gate if chaos is not None else lambda: None,
-                          device_poll=device_poll_settings(config, chaos, device_kind),
-                          on_held=agents_held(config, chaos, device_kind, devices))
+                          device_poll=device_poll, on_held=on_held)
 
 
 def build_judge(config: RunConfig, runner: Runner, device_kind: str, admitted: Optional[list[str]],

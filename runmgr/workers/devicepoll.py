@@ -3,11 +3,13 @@ counters every ``interval_s`` and pushes what it read to one collector actor
 beside the driver; ``drain`` takes them from there for the watcher's device
 detector.
 
-Ranks under node agents (runmgr/workers/node_agent.py) have no poller: each agent
-runs the same :class:`NodeDevicePoll` in a thread of its own and puts the readings
-in its NodeReport, which the driver drains anyway. The admitted nodes no agent holds
-(kept in reserve, freed by an exclusion or a resize, joined as a replacement) get a
-poller each: :meth:`DevicePollGroup.cover` follows each sub-run's placement.
+A node that a run's node actor holds has no poller: the built-in trainer's node agent
+(runmgr/workers/node_agent.py) and a Megatron job's node actor (runmgr/workers/megatron_node.py)
+each run the same :class:`NodeDevicePoll` in a thread of their own (:class:`HeldNodePoll`) and
+hand the readings to the driver with what it drains from them anyway (the agent's NodeReport,
+the Megatron node's drain). The admitted nodes no node actor holds (kept in reserve, freed by an
+exclusion or a resize, joined as a replacement) get a poller each: :meth:`DevicePollGroup.cover`
+follows each sub-run's placement.
 
 Push, not pull: a reading reaches the collector as soon as it is taken, and
 the driver's loop asks one actor, however many nodes there are. The pollers
@@ -43,7 +45,7 @@ def tool_runner(timeout_s: float, path: Optional[str] = None) -> Runner:
 
 @dataclass(frozen=True)
 class DevicePollSettings:
-    """How a node's devices are read mid-run (by a :class:`DevicePoller`, or by the node's agent)."""
+    """How a node's devices are read mid-run (by a :class:`DevicePoller`, or by the actor that holds the node)."""
 
     interval_s: float
     """Between the starts of two readings (``health.poll_interval_s``)."""
@@ -82,6 +84,32 @@ class NodeDevicePoll:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    def stop(self) -> None:
+        """No reading after the one under way (a process that outlives its poll: a test's)."""
+        self._stop.set()
+
+
+class HeldNodePoll:
+    """The device poll of the node a node actor holds (a built-in trainer's node agent, a
+    Megatron job's node actor), run in that actor's process: the readings wait there until the
+    actor hands them to the driver with its next report or drain. Kept between sub-runs (the
+    actor is), so a reading taken while no sub-run runs comes with the next one's first."""
+
+    def __init__(self, node: str, settings: DevicePollSettings) -> None:
+        self._readings: deque[DeviceObservation] = deque(maxlen=MAX_READINGS)
+        self.poll = NodeDevicePoll(node, settings, sink=self._readings.extend)
+
+    def take(self) -> tuple[DeviceObservation, ...]:
+        """The readings since the last take, oldest first (the poll's thread appends; a deque's
+        popleft and append are safe between threads)."""
+        taken = []
+        while self._readings:
+            taken.append(self._readings.popleft())
+        return tuple(taken)
+
+    def stop(self) -> None:
+        self.poll.stop()
+
 
 class ReadingCollector:
     """Readings of every poller until the driver takes them (a Ray actor)."""
@@ -114,7 +142,7 @@ class DevicePoller:
 def poller_changes(admitted: Sequence[str], held: AbstractSet[str],
                    polled: Iterable[str]) -> tuple[list[str], list[str]]:
     """(the nodes to start a poller on, the nodes whose poller ends), so that exactly the
-    ``admitted`` nodes not in ``held`` (those a node agent reads) are polled; in ``admitted``'s
+    ``admitted`` nodes not in ``held`` (those a node actor reads) are polled; in ``admitted``'s
     order, then ``polled``'s."""
     wanted = [node for node in admitted if node not in held]
     polled = list(polled)
@@ -123,12 +151,13 @@ def poller_changes(admitted: Sequence[str], held: AbstractSet[str],
 
 class DevicePollGroup:
     """A :class:`DevicePoller` on each node of ``node_ids`` (the admitted nodes) that no node
-    agent reads, and their collector (started with the first poller).
+    actor reads, and their collector (started with the first poller).
 
-    A Megatron job's nodes are all polled (:meth:`start`). The built-in trainer's node agents read
-    their own nodes: :meth:`cover` is told which nodes a sub-run's agents hold, and the pollers
-    follow, so a node is read by its agent or by a poller, not by both (but for a moment at a
-    handover, which the watcher's device detector tells apart: runmgr/watch/devices.py).
+    The node actors of a run (the built-in trainer's node agents, a Megatron job's node actors)
+    read their own nodes: :meth:`cover` is told which nodes a sub-run's node actors hold, and the
+    pollers follow, so a node is read by its node actor or by a poller, not by both (but for a
+    moment at a handover, which the watcher's device detector tells apart:
+    runmgr/watch/devices.py). :meth:`start` polls every node (no node actor reads any).
 
     Readings name the node by the start of its Ray id, as incidents do.
     """
@@ -146,7 +175,7 @@ class DevicePollGroup:
         self._pollers: dict[str, object] = {}
         """Node id -> its poller actor."""
         self._held: Optional[frozenset[str]] = None
-        """The nodes their agents read (None: nothing is polled yet)."""
+        """The nodes their node actors read (None: nothing is polled yet)."""
         self._pending = None
         """The collector's answer not yet back (taken by a later drain)."""
 
@@ -156,19 +185,19 @@ class DevicePollGroup:
         return list(self._pollers)
 
     def start(self) -> None:
-        """Poll every node (no agent reads any): once each poller runs."""
+        """Poll every node (no node actor reads any): once each poller runs."""
         started = self._follow(frozenset())
         self._wait_ready(started)
 
     def cover(self, held: AbstractSet[str]) -> None:
-        """Poll the nodes no agent reads: ``held`` are the Ray ids of the nodes a sub-run's agents
+        """Poll the nodes no node actor reads: ``held`` are the Ray ids of the nodes a sub-run's node actors
         hold. Pollers on those nodes end, and each admitted node outside them gets one; a new
         poller's readings come once it runs (the sub-run's start does not wait for it)."""
         self._follow(frozenset(held))
 
     def add_node(self, node_id: str) -> None:
         """Take in a node that joined the run after the start (KubeRay's replacement of an
-        excluded node's pod), once; polled at once when no agent reads it."""
+        excluded node's pod), once; polled at once when no node actor reads it."""
         if node_id in self.node_ids:
             return
         self.node_ids.append(node_id)
@@ -205,7 +234,7 @@ class DevicePollGroup:
                         self.read_kernel_log, self._collector))
 
     def _end(self, poller) -> None:
-        """A poller ends (its node's agent reads it now); what it sent stays in the collector."""
+        """A poller ends (its node's node actor reads it now); what it sent stays in the collector."""
         import ray
 
         ray.kill(poller, no_restart=True)

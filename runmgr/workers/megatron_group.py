@@ -5,7 +5,8 @@ Placed like the built-in trainer's ranks (runmgr/workers/placing.py), but a
 node actor holds all its ranks' resources; a lineage's actors serve its next
 sub-run too where they fit (runmgr/workers/megatron_nodes.py). The group never
 decides anything: it starts what ``make_commands`` builds from the plan,
-reports what the output says (runmgr/workers/megatron_output.py) and stops
+reports what the output says (runmgr/workers/megatron_output.py) and the
+readings of the nodes' devices that the node actors drain with it, and stops
 every process of every node on shutdown.
 """
 
@@ -73,7 +74,7 @@ class MegatronWorkerGroup:
         (None: steps report 0 tokens); ``stop_grace_s``: SIGTERM to SIGKILL on shutdown;
         ``settle_s``: after a failed node, how long a poll waits for the other nodes' ends;
         ``nodes``: the lineage's node actors, kept across its sub-runs (None: the group's own,
-        ended at its shutdown)."""
+        ended at its shutdown, which read no device)."""
         self.cluster = cluster
         self.nproc_per_node = nproc_per_node
         self.make_commands = make_commands
@@ -186,12 +187,14 @@ class MegatronWorkerGroup:
                                                      f"{str(exc).strip()[:500]}", self._info(rank), time.time()))
                 continue
             lines += [(at, node, text) for at, text in drained["lines"]]
+            result.devices.extend(drained["devices"])  # a node's devices belong to no sub-run
             if drained["exit"] is not None:
                 ended.append((node, drained))
         assert self._translator is not None
         lines.sort(key=lambda line: line[0])
         self._translator.lines([(at, text) for at, _, text in lines], result)
         result.output += [OutputLine(node, text) for _, node, text in lines]
+        result.devices.sort(key=lambda reading: reading.time)
         for node, drained in ended:
             self._ended(node, drained, result)
 

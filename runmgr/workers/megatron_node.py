@@ -7,7 +7,10 @@ its torchrun along). A reader thread keeps every line with its arrival time.
 Like a rank of the built-in trainer (runmgr/workers/actor.py), the node runs
 only while its driver lives: each drain renews the lease, and a node whose
 driver is gone stops its processes and ends itself, so a crashed driver
-leaves no process behind.
+leaves no process behind. Given a device poll, it reads its node's devices
+itself, as a built-in trainer's node agent does (runmgr/workers/devicepoll.py's
+:class:`HeldNodePoll`, in a thread), and each drain returns the readings: no
+poller actor runs beside it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from runmgr.config.argv import flag_value
 from runmgr.ports import rendezvous_port
 from runmgr.stacks import dump_pid, find_py_spy
 from runmgr.workers import proctree
+from runmgr.workers.devicepoll import DevicePollSettings, HeldNodePoll
 from runmgr.workers.lease import DriverIdentity, DriverLease, SelfStop, ray_job_alive
 
 MAX_BUFFERED_LINES = 200_000
@@ -95,9 +99,12 @@ class MegatronNode:
 
     def __init__(self, node_rank: int, lease_s: float, driver: Optional[DriverIdentity] = None,
                  exit: Callable[[int], None] = os._exit,
-                 job_alive: Callable[[], Optional[bool]] = ray_job_alive) -> None:
+                 job_alive: Callable[[], Optional[bool]] = ray_job_alive,
+                 device_poll: Optional[DevicePollSettings] = None, node: str = "") -> None:
         """``driver``: who drives this node (None: the lease alone decides); ``exit``: how
-        the process ends once its driver is gone (after its processes are stopped)."""
+        the process ends once its driver is gone (after its processes are stopped);
+        ``device_poll``: how this node's devices are read (None: they are not), the readings
+        named ``node`` (the start of its Ray id) and returned by :meth:`drain`."""
         self.node_rank = node_rank
         self.lease = DriverLease(lease_s, driver, job_alive=job_alive)
         self._exit = exit
@@ -111,6 +118,8 @@ class MegatronNode:
         self._groups: set[int] = set()
         self._tracker: Optional[tuple[Path, int]] = None
         threading.Thread(target=self.self_stop.watch, name="driver-lease", daemon=True).start()
+        self._device_poll = HeldNodePoll(node, device_poll) if device_poll is not None else None
+        """This node's device readings, kept until a drain takes them (between sub-runs too)."""
 
     def reset(self) -> None:
         """Ready for the next sub-run's command (the last one was stopped): its lines, exit code,
@@ -233,8 +242,8 @@ class MegatronNode:
         return dict(self._rank_pids)
 
     def drain(self, wait_s: float) -> dict:
-        """New lines (arrival time, text); once the command ended, its exit code, the
-        tracker lines appended since the start and the output's tail (kept even when
+        """New lines (arrival time, text) and device readings; once the command ended, its exit
+        code, the tracker lines appended since the start and the output's tail (kept even when
         the buffer dropped lines). Waits up to ``wait_s`` for the end."""
         self.lease.renew()
         with self._cond:
@@ -242,9 +251,11 @@ class MegatronNode:
             lines = list(self._lines)
             self._lines.clear()
             code = self._exit_code
+        devices = self._device_poll.take() if self._device_poll is not None else ()
         if code is None:
-            return {"lines": lines, "exit": None, "tracker": [], "tail": []}
-        return {"lines": lines, "exit": code, "tracker": self.tracker_lines(), "tail": self.tail()}
+            return {"lines": lines, "devices": devices, "exit": None, "tracker": [], "tail": []}
+        return {"lines": lines, "devices": devices, "exit": code, "tracker": self.tracker_lines(),
+                "tail": self.tail()}
 
     def tail(self) -> list[str]:
         with self._cond:

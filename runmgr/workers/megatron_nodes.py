@@ -6,11 +6,15 @@ the last sub-run serve the next one when it wants as many nodes and none of them
 the plan avoids; otherwise they are ended and new ones placed. Between sub-runs an actor runs
 no command (the group stopped it) and is reset before the next one starts: a command of the
 last sub-run never reports into the next.
+
+Given a device poll, each actor reads its node's devices (runmgr/workers/megatron_node.py), and
+``on_held`` is told which nodes a placement's actors hold before they start, so that the device
+poll's pollers run only on the admitted nodes no node actor holds (runmgr/wiring.py).
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
@@ -20,9 +24,10 @@ from runmgr.config.schema import ClusterConfig
 from runmgr.errors import ClusterError
 from runmgr.nodes import node_name
 from runmgr.placement import actor_resources, bundle_for
+from runmgr.workers.devicepoll import DevicePollSettings
 from runmgr.workers.lease import DriverIdentity
 from runmgr.workers.megatron_node import RemoteMegatronNode
-from runmgr.workers.placing import place, release
+from runmgr.workers.placing import node_of, place, release
 
 
 class MegatronNodes:
@@ -30,9 +35,15 @@ class MegatronNodes:
 
     def __init__(self, cluster: ClusterConfig, device_kind: str, nproc_per_node: int, start_timeout_s: float,
                  lease_s: float, admitted_node_ids: Optional[list[str]] = None,
-                 driver: Optional[DriverIdentity] = None) -> None:
+                 driver: Optional[DriverIdentity] = None, device_poll: Optional[DevicePollSettings] = None,
+                 on_held: Optional[Callable[[frozenset[str]], None]] = None) -> None:
         """``lease_s``: how long a node runs without hearing from its driver (each reset and
-        drain renews it); ``driver``: who drives the nodes (this process unless given)."""
+        drain renews it); ``driver``: who drives the nodes (this process unless given);
+        ``device_poll``: how each actor reads its node's devices (None: they do not);
+        ``on_held``: told the Ray ids of the nodes a new placement's actors hold, before they
+        start (so a poller there ends before the actor reads the node), and an empty set when a
+        placement failed after the last actors ended (as the node agents tell it:
+        runmgr/workers/ray_node_agents.py)."""
         self.cluster = cluster
         self.device_kind = device_kind
         self.nproc_per_node = nproc_per_node
@@ -40,6 +51,8 @@ class MegatronNodes:
         self.lease_s = lease_s
         self.admitted_node_ids = admitted_node_ids
         self.driver = driver or DriverIdentity.of_this_process()
+        self.device_poll = device_poll
+        self.on_held = on_held
         self.placed = 0
         """How many actors were placed in all (kept ones are counted once)."""
         self._pg = None
@@ -52,8 +65,16 @@ class MegatronNodes:
         if self._actors and (len(self._actors) != nnodes or self._on_avoided(avoid) or not self._reset()):
             self.close()
         if not self._actors:
-            self._place(nnodes, avoid)
+            try:
+                self._place(nnodes, avoid)
+            except ClusterError:
+                self._tell_held(frozenset())  # no node actor reads a node now, until a placement succeeds
+                raise
         return list(self._actors), list(self._described)
+
+    def _tell_held(self, nodes: frozenset[str]) -> None:
+        if self.on_held is not None:
+            self.on_held(nodes)
 
     def _on_avoided(self, avoid: tuple[str, ...]) -> bool:
         return any(node_name(where["node_id"]) in avoid for where in self._described)
@@ -73,9 +94,12 @@ class MegatronNodes:
         self._pg, strategies = place(bundle_for(self.device_kind, cpus, devices), nnodes, "nodes",
                                      self.cluster.placement_strategy, self.start_timeout_s,
                                      self.admitted_node_ids, avoid)
+        node_ids = [node_of(strategy) for strategy in strategies]
+        self._tell_held(frozenset(node_ids))
         self._actors = [RemoteMegatronNode.options(**actor_resources(self.device_kind, cpus, devices),
-                                                   scheduling_strategy=strategy).remote(node, self.lease_s, self.driver)
-                        for node, strategy in enumerate(strategies)]
+                                                   scheduling_strategy=strategy).remote(
+                            node, self.lease_s, self.driver, device_poll=self.device_poll, node=node_name(node_id))
+                        for node, (strategy, node_id) in enumerate(zip(strategies, node_ids))]
         self.placed += nnodes
         try:
             self._described = ray_cluster.get_while_head_lives([a.describe.remote() for a in self._actors],

@@ -34,7 +34,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import deque
 from dataclasses import replace
 from typing import Any, Optional, Sequence
 
@@ -53,7 +52,7 @@ from runmgr.controller.group import WorkerInfo
 from runmgr.placement import accelerator_resource
 from runmgr.ports import rendezvous_port
 from runmgr.stacks import dump_pid, find_py_spy, worker_header
-from runmgr.workers.devicepoll import MAX_READINGS, DevicePollSettings, NodeDevicePoll
+from runmgr.workers.devicepoll import DevicePollSettings, HeldNodePoll
 from runmgr.workers.lease import (
     CheckDriverBeforeCommit, DriverIdentity, DriverLease, SelfStop, ray_job_alive, stopped_itself,
 )
@@ -120,10 +119,8 @@ class NodeAgent:
         self._where = ("", "")
         """This node's id and address."""
         threading.Thread(target=self.self_stop.watch, name="driver-lease", daemon=True).start()
-        self._readings: deque = deque(maxlen=MAX_READINGS)
-        """Device readings not pushed yet: kept between sub-runs, for the next one's first report."""
-        self._device_poll = (NodeDevicePoll(node, device_poll, sink=self._readings.extend)
-                             if device_poll is not None else None)
+        self._device_poll = HeldNodePoll(node, device_poll) if device_poll is not None else None
+        """This node's device readings, kept until a report takes them (between sub-runs too)."""
 
     def rendezvous(self) -> tuple[str, int]:
         """This node's address and a free TCP port on it for the ranks' process groups."""
@@ -223,7 +220,7 @@ class NodeAgent:
                     summary.add("spare", SpareNews(self.node, end.rank, "lost", end.pid or 0, end.text, *self._where))
                 else:
                     summary.end(end)
-            devices = self._take_readings()
+            devices = self._device_poll.take() if self._device_poll is not None else ()
             due = cadence.due(summary.has_news or bool(devices), summary.has_beat, time.monotonic())
             report = summary.report(time.time()) if due == "report" else None
             if due == "keepalive" or (report is None and devices):
@@ -233,14 +230,6 @@ class NodeAgent:
             if report is not None:
                 cadence.pushed(time.monotonic())
                 self.lease.renew(self._push(inbox, [report]))
-
-    def _take_readings(self) -> tuple:
-        """The device readings since the last take (the poll's thread appends; a deque's
-        popleft and append are safe between threads)."""
-        taken = []
-        while self._readings:
-            taken.append(self._readings.popleft())
-        return tuple(taken)
 
     def _spare_said(self, summary: NodeSummariser, key: int, items: list[tuple[str, object]]) -> None:
         """A spare's reports before it is named say nothing to the driver but that it is ready."""

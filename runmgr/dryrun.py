@@ -261,14 +261,16 @@ def _ray_view(resources: dict, table: list, source: str) -> ClusterView:
 
 def placement_unit(config: RunConfig, device_kind: str) -> tuple[dict[str, float], int, str]:
     """What must fit on one node, how many of them, and how a message names one: a rank's
-    bundle for the built-in trainer; a Megatron node's (``nproc_per_node`` ranks under one
-    torchrun) for a Megatron job."""
+    bundle for the built-in trainer (its warm spares take one each too: the first sub-run places
+    them with the ranks); a Megatron node's (``nproc_per_node`` ranks under one torchrun) for a
+    Megatron job."""
     c = config.cluster
     if config.drives_megatron:
         ranks = config.megatron.nproc_per_node
         return (node_bundle(device_kind, c.cpus_per_worker, c.devices_per_worker, ranks), c.num_workers // ranks,
                 f"node of megatron.nproc_per_node={ranks} ranks")
-    return bundle_for(device_kind, c.cpus_per_worker, c.devices_per_worker), c.num_workers, "rank"
+    return (bundle_for(device_kind, c.cpus_per_worker, c.devices_per_worker),
+            c.num_workers + config.controller.warm_spares, "rank")
 
 
 def build_plan(config: RunConfig, view: ClusterView) -> RunPlan:
@@ -337,7 +339,10 @@ def node_shortfall(config: RunConfig, nodes: dict[str, dict[str, float]], device
         return None
     needs = amounts(bundle, bundle)
     if held:
-        return (f"the nodes hold {held} of the {count} {what.split(' of ')[0]}s the run needs ({needs} each, on one "
+        spares = 0 if config.drives_megatron else config.controller.warm_spares
+        whole = f"ranks and warm spares ({config.cluster.num_workers} + {spares})" if spares else \
+            f"{what.split(' of ')[0]}s"
+        return (f"the nodes hold {held} of the {count} {whole} the run needs ({needs} each, on one "
                 f"node); {_advice(config, bundle, nodes, local)}")
     closest = closest_node(bundle, nodes)
     return (f"no node can hold one {what} ({needs} on one node{_per_rank(config)}): the closest, {closest}, has "
@@ -370,6 +375,8 @@ def _advice(config: RunConfig, bundle: dict[str, float], nodes: dict[str, dict[s
     if local and c.local_nodes > 1:
         options.append("set cluster.local_nodes=1 (one local node advertises every rank's CPUs)")
     options.append("lower cluster.cpus_per_worker / cluster.devices_per_worker")
+    if not config.drives_megatron and config.controller.warm_spares:
+        options.append("fewer controller.warm_spares")
     if not local:
         options.append(f"add nodes that have {amounts(bundle, bundle)}")
     return ", or ".join(options)

@@ -136,6 +136,18 @@ def test_bundles_that_fit_are_no_shortfall_and_too_few_are_counted(tmp_path):
     assert node_shortfall(eights, REMOTE, "cuda").startswith("the nodes hold 1 of the 2 nodes the run needs")
 
 
+def test_warm_spares_need_room_beside_the_ranks_from_the_first_sub_run(tmp_path):
+    """The first sub-run places the spares with the ranks (a bundle each): a cluster that holds the
+    ranks but not their spares is refused before the placement, not after its timeout."""
+    spared = ["cluster.num_workers=2", "cluster.devices_per_worker=4", "cluster.cpus_per_worker=4",
+              "checkpoint.memory_interval=1"]
+    assert node_shortfall(remote_job(tmp_path, *spared, "controller.warm_spares=1"), REMOTE, "cuda") is None
+    line = node_shortfall(remote_job(tmp_path, *spared, "controller.warm_spares=2"), REMOTE, "cuda")
+    assert line == ("the nodes hold 3 of the 4 ranks and warm spares (2 + 2) the run needs (CPU 4, GPU 4 each, on "
+                    "one node); lower cluster.cpus_per_worker / cluster.devices_per_worker, or fewer "
+                    "controller.warm_spares, or add nodes that have CPU 4, GPU 4")
+
+
 def test_the_local_cluster_is_seen_node_by_node_from_the_config(tmp_path, monkeypatch):
     from runmgr.dryrun import inspect_cluster
 

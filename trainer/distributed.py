@@ -9,40 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import Iterator, Mapping, Optional
+from typing import Iterator
 
 import torch
 import torch.distributed as dist
 
+from trainer.dist_env import DistEnv
+
 _LOOPBACK = ("127.0.0.1", "localhost")
-
-
-@dataclass(frozen=True)
-class DistEnv:
-    """Who this process is among the ranks and where they meet."""
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-    """Rank on this node: picks the device."""
-    master_addr: str = "127.0.0.1"
-    master_port: int = 29500
-    """TCP port of the rendezvous store on master_addr (unused by a single process)."""
-
-    @classmethod
-    def from_environ(cls, environ: Optional[Mapping[str, str]] = None) -> "DistEnv":
-        """From torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
-        MASTER_PORT); a single process when they are absent."""
-        env = os.environ if environ is None else environ
-        return cls(
-            rank=int(env.get("RANK", 0)),
-            world_size=int(env.get("WORLD_SIZE", 1)),
-            local_rank=int(env.get("LOCAL_RANK", 0)),
-            master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
-            master_port=int(env.get("MASTER_PORT", 29500)),
-        )
 
 
 @contextlib.contextmanager

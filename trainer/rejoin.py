@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Protocol
 
-from trainer.distributed import DistEnv
+from trainer.dist_env import DistEnv
 from trainer.parallel.layout import Layout
 from trainer.plan import ResumePlan
 

@@ -43,7 +43,7 @@ from runmgr.workers.agent_spares import AgentSpare, AgentSparePool
 from runmgr.workers.liveness import PeerProbe, ProbeUnit
 from runmgr.workers.warm_rules import SURVIVOR_WAIT_S, donor_of, slot_not_refilled, survivors_not_waiting
 from trainer.config import TrainerConfig
-from trainer.distributed import DistEnv
+from trainer.dist_env import DistEnv
 from trainer.plan import ResumePlan
 from trainer.rejoin import Rejoin, snapshot_holders
 

@@ -42,13 +42,22 @@ class Notification:
     def text(self) -> str:
         return f"runmgr: run {self.run} ({self.subrun}) {HEADLINES[self.kind]}: {self.summary}"
 
+    def key(self) -> str:
+        """The same for every sending of one event: a recommendation's names its logbook entry, so a
+        resend after a follower's restart carries the key of the first sending."""
+        if self.about_seq is not None:
+            return f"{self.run}/entry-{self.about_seq}"
+        return f"{self.run}/{self.subrun}/{self.kind}/{self.time:.6f}"
+
     def payload(self, style: str) -> dict:
-        """``generic``: the whole event as data, with its ``text``; ``slack``: ``{"text": ...}``."""
+        """``generic``: the whole event as data, with its ``text`` and its ``id`` (:meth:`key`: a
+        receiver that deduplicates by it, as a pager's dedup key does, shows an event sent twice
+        once); ``slack``: ``{"text": ...}``."""
         if style == NotifyFormat.slack:
             return {"text": self.text()}
         told = asdict(self)
         del told["about_seq"]  # the logbook's bookkeeping, not the person's
-        return {"text": self.text(), **told}
+        return {"id": self.key(), "text": self.text(), **told}
 
 
 Outcome = Callable[[Notification, Webhook, Optional[str], int], None]

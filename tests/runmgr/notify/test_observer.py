@@ -62,3 +62,21 @@ def test_a_shadow_recommendation_is_told_when_its_kind_is_chosen(tmp_path, recei
     observer.close()
     (body,) = receiver.bodies
     assert body["kind"] == "recommendation" and body["summary"].startswith("not acted on (shadow)")
+
+
+def test_a_restarted_follower_resends_only_the_untold_recommendation_under_its_first_id(tmp_path, receiver,
+                                                                                      monkeypatch):
+    observer, book = observer_of(tmp_path, receiver, monkeypatch)
+    told_seq = book.record_event("1.00", "recommendation", "runmgr would rollback_skip",
+                                 {"action": "rollback_skip", "incident_kind": "loss_spike", "step": 30})
+    observer.on_recommendation("1.00", SPIKE, "runmgr would rollback_skip", about_seq=told_seq)
+    observer.close()  # delivered and recorded
+    untold_seq = book.record_event("1.00", "recommendation", "runmgr would lower_lr",
+                                   {"action": "lower_lr", "incident_kind": "loss_spike", "step": 60})
+    # The follower was killed here, before it sent the second; the one that takes over reads the logbook.
+    restarted = NotifyObserver(observer.config, book)
+    assert restarted.resend_untold(book.events()) == 1
+    restarted.close()
+    first, resent = receiver.bodies
+    assert first["id"] == f"demo/entry-{told_seq}" and resent["id"] == f"demo/entry-{untold_seq}"
+    assert resent["decision"]["action"] == "lower_lr" and "resent" in resent["details"]

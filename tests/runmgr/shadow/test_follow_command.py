@@ -38,6 +38,14 @@ def told(receiver) -> list[tuple[str, str]]:
     return [(body["kind"], body["decision"]["action"]) for body in receiver.bodies]
 
 
+def told_once_each(receiver) -> list[tuple[str, str]]:
+    """What a receiver that deduplicates by ``id`` (as a pager does) shows, in order of arrival."""
+    shown: dict[str, tuple[str, str]] = {}
+    for body in receiver.bodies:
+        shown.setdefault(body["id"], (body["kind"], body["decision"]["action"]))
+    return list(shown.values())
+
+
 def write(log: Path, iterations: range, spikes=SPIKES) -> float:
     """The job's lines for ``iterations``; when the last was written."""
     with log.open("a") as handle:
@@ -110,9 +118,13 @@ def test_a_live_log_s_spike_is_recommended_as_it_is_written_and_a_restarted_foll
         assert [row["step"] for row in book.all_metrics()] == list(range(1, 131))
     shown = cli.runmgr("logbook", "show", str(run_dir))
     assert shown.returncode == 0 and "not acted on (shadow)" in shown.stdout, shown.stdout + shown.stderr
-    # A person was told of each recommendation once, the restart notwithstanding; the URL is nowhere.
-    assert told(receiver) == [("recommendation", "rollback_skip"), ("recommendation", "lower_lr"),
-                              ("recommendation", "dump_and_restart")]
+    # A person was told of each recommendation once, the restart notwithstanding: delivery is at
+    # least once, so the one POST the kill may have caught between its answer and its record is sent
+    # again, under the same id (one sender thread: no more than one is ever in that gap).
+    assert told_once_each(receiver) == [("recommendation", "rollback_skip"), ("recommendation", "lower_lr"),
+                                        ("recommendation", "dump_and_restart")]
+    assert len(receiver.bodies) <= 4, told(receiver)
+    # The URL is nowhere.
     assert receiver.url not in (tmp_path / "follower.log").read_text() + str(recorded(run_dir, "event"))
 
 

@@ -1,9 +1,10 @@
 """Shared runs of the parallel-layout tests: one tiny model and data, trained
 on 4 real CPU ranks (gloo on 127.0.0.1) under each layout, compared with the
-plain data-parallel run of the same config (computed once per session)."""
+plain data-parallel run of the same config (computed once per session, shared by the xdist workers)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Optional
 
@@ -107,7 +108,24 @@ def resume_layout(launch_layout):
 
 
 @pytest.fixture(scope="session")
-def data_parallel_run(launch_layout):
-    """The reference: plain data parallel on 4 ranks; its results by rank."""
-    ranks = launch_layout({})
-    return {"ranks": ranks, "results": ranks.wait(timeout=600)}
+def data_parallel_run(launch_layout, tmp_path_factory, worker_id):
+    """The reference: plain data parallel on 4 ranks; its results by rank, and its ranks' events
+    and checkpoints (``ranks``: read from the directory they wrote). One run for the whole session,
+    shared by its pytest-xdist workers through a file as tests/conftest.py's ``reference_losses``
+    is (the first to need it runs it): each worker that ran a layout module ran it again, 4 ranks
+    for 25 steps (about 5 CPU-seconds) up to three times a suite."""
+    from filelock import FileLock
+
+    from tests.trainer.conftest import Ranks
+
+    shared = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        shared = shared.parent  # every worker's base directory is in it
+    kept = shared / "data_parallel_run.json"
+    with FileLock(str(kept) + ".lock"):
+        if not kept.exists():
+            ranks = launch_layout({})
+            results = ranks.wait(timeout=600)
+            kept.write_text(json.dumps({"out": str(ranks.out), "results": results}))  # floats as repr
+        saved = json.loads(kept.read_text())
+    return {"ranks": Ranks([], Path(saved["out"])), "results": saved["results"]}

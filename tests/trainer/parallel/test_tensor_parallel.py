@@ -8,7 +8,8 @@ loss difference from data parallel was 2.1e-05 and of the gradient norm
 up to the order of float sums, since a row-parallel layer adds its halves in
 another order; later steps amplify those last bits in the norm more than in
 the loss). The asserted tolerances leave a few times that. OPT tied with
-sequence parallel, 10 steps: 1.2e-07 (loss), 6.3e-07 (gradient norm).
+sequence parallel, 10 steps: 1.2e-07 (loss), 6.3e-07 (gradient norm); checked over the first 5
+of them since issue 28 (its two launches of 4 ranks, 5 steps fewer each).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.slow  # several ranks training for minutes: run first u
 TP2 = {"tensor_model_parallel_size": 2}
 LOSS_RTOL = 2e-3
 NORM_RTOL = 1e-1
-OPT_STEPS = 10
+OPT_STEPS = 5
 OPT = {"family": "opt", "untie_embeddings_and_output_weights": False, "hidden_dropout": 0.0,
        "attention_dropout": 0.0}
 

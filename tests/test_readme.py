@@ -24,7 +24,11 @@ why:
   nodes. tests/runmgr/healthcheck/test_k8s.py runs it against a local fake.
 - ``torchrun ... conf=demo`` trains 4 steps instead of 200; so does the
   ``trainer.kind=megatron`` launch, on one local Ray node and without probes (the small run's launch
-  probes this machine, as written); it starts its own local Ray (on the
+  probes this machine, as written), with the line's ``megatron.script=PATH megatron.args=[...]``: a
+  user's script, the stand-in ``pretrain_gpt.py`` of tests/e2e/standin (Megatron's lines, no torch
+  in its ranks: two imports of torch and the trainer fewer, about 15 CPU-seconds; the built-in
+  trainer as a Megatron job, no script and no args, is tests/e2e/test_megatron_job.py's launch); it
+  starts its own local Ray (on the
   session's shared one a launch whose ranks are torchrun jobs was seen to
   have an actor cancelled before it ran, under CI's load: not yet understood).
 - ``watch score tests/data/detectors`` runs once a session, in the repository's root as
@@ -68,6 +72,8 @@ TINY = ["chaos=none", f"training.train_iters={TRAIN_ITERS}", "cluster.local_node
 MEGATRON_ITERS = 4
 MEGATRON_TINY = ["chaos=none", f"training.train_iters={MEGATRON_ITERS}", "checkpoint.save_interval=2",
                  "health.skip=true", "cluster.local_nodes=1"]
+STANDIN = ROOT / "tests" / "e2e" / "standin" / "pretrain_gpt.py"
+"""The user's script of the Megatron launch: a stand-in that prints Megatron's lines (tests/e2e/standin)."""
 """The Megatron launch's: its torchrun job to step 4 on one local Ray node (one torchrun of both
 ranks: tests/e2e runs one per node), the probes skipped (the small run's launch probed this
 machine)."""
@@ -355,11 +361,15 @@ def case_torchrun(ctx: Context) -> None:
 
 def case_launch_megatron(ctx: Context) -> None:
     run = f"{RUN}-megatron"
-    launched = ctx.ok("launch", "conf=demo", "trainer.kind=megatron", f"run.name={run}", *MEGATRON_TINY)
+    args = ["--save", str(ctx.cwd / "runs" / f"{run}-ckpt"), "--train-iters", str(MEGATRON_ITERS), "--lr", "1e-3",
+            "--min-lr", "1e-4", "--global-batch-size", "8", "--micro-batch-size", "4", "--save-interval", "2",
+            "--log-interval", "1"]
+    launched = ctx.ok("launch", "conf=demo", "trainer.kind=megatron", f"megatron.script={STANDIN}",
+                      "megatron.args=[" + ",".join(args) + "]", f"run.name={run}", *MEGATRON_TINY)
     assert f"sub-run 1.00 reached step {MEGATRON_ITERS}" in launched.stdout
     events = [json.loads(line) for line in ctx.ok("logbook", "events", run, "--json").stdout.splitlines()]
     commands = [e["data"]["argv"] for e in events if e["type"] == "event" and e["kind"] == "command"]
-    assert commands and all("torch.distributed.run" in argv and "trainer" in argv for argv in commands)
+    assert commands and all("torch.distributed.run" in argv and str(STANDIN) in argv for argv in commands)
 
 
 def case_torchrun_megatron_dialect(ctx: Context) -> None:

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 STANDIN = Path(__file__).parent / "standin" / "pretrain_gpt.py"
 SCHEDULE = ROOT / "conf" / "chaos" / "opt_run12_megatron.yaml"
-BATCH, ITERS, LR, MIN_LR = 16, 200, 3.0e-3, 3.0e-4
+BATCH, ITERS, LR, MIN_LR, SAVE_INTERVAL = 16, 200, 3.0e-3, 3.0e-4, 20
 # The recurring instability 25 iterations earlier than the schedule's 160: the ECC exclusion is over by
 # then here too (the sub-run after it starts from checkpoint 100, or 120 on a loaded machine). Its spikes at 135 and 163
 # are rolled back to 120 (skipping 130-159) and to 140 (skipping 158-187): the run ends 13 iterations
@@ -43,6 +43,17 @@ def split_schedule() -> tuple[list[dict], str]:
     return process, ",".join(f"{w.start}-{w.end}" for w in windows)
 
 
+def slowed_iterations(process: list[dict]) -> str:
+    """The iterations the slowed rank can run slowed, as the stand-in's ``STANDIN_BUSY_ITERS``: from
+    the slow_rank's step to the save the failed checkpoint write breaks, which ends that sub-run
+    (the slowing ends with its processes). Only there must the straggler report tell a rank whose
+    CPU is cut from its peers; elsewhere the ranks sleep their iteration time (about 30 CPU-seconds
+    of two ranks' busy compute through the whole lineage, spent for nothing)."""
+    (slow,) = [f for f in process if f["kind"] == "slow_rank"]
+    (broken,) = [f for f in process if f["kind"] == "checkpoint_fail"]
+    return f"{slow['at_step']}-{-(-broken['at_step'] // SAVE_INTERVAL) * SAVE_INTERVAL}"
+
+
 def hydra_list(faults: list[dict]) -> str:
     return "[" + ", ".join("{" + ", ".join(f"{k}: {v}" for k, v in f.items()) + "}" for f in faults) + "]"
 
@@ -53,11 +64,12 @@ def standin_run(tmp_path_factory) -> dict:
     process, bad = split_schedule()
     args = ["--save", str(root / "ckpt"), "--train-iters", str(ITERS), "--global-batch-size", str(BATCH),
             "--micro-batch-size", "4", "--lr", str(LR), "--min-lr", str(MIN_LR), "--lr-warmup-iters", "20",
-            "--save-interval", "20", "--log-interval", "1", "--log-straggler"]
+            "--save-interval", str(SAVE_INTERVAL), "--log-interval", "1", "--log-straggler"]
     base = ["chaos=opt_run12_megatron", f"chaos.faults={hydra_list(process)}", "watcher=demo", "policy=demo",
             "cluster.local_nodes=3", "cluster.num_workers=2", "health.skip=true", "trainer.kind=megatron",
             f"megatron.script={STANDIN}", "megatron.args=[" + ",".join(args) + "]",
-            "megatron.env.STANDIN_ITER_S=0.05", f"megatron.env.STANDIN_BAD_SAMPLES={bad}"]
+            "megatron.env.STANDIN_ITER_S=0.05", f"megatron.env.STANDIN_BAD_SAMPLES={bad}",
+            f"megatron.env.STANDIN_BUSY_ITERS={slowed_iterations(process)}"]
     run = LaunchedRun(root / "opt_run12", base=base).start()
     code = run.wait(timeout=900)
     events = runmgr_json_lines("logbook", "events", str(run.run_dir), "--json")

@@ -18,7 +18,9 @@ How it behaves is set through its environment (``megatron.env``), never
 through flags, so that its command line stays Megatron's:
 
 - ``STANDIN_ITER_S``: seconds per iteration (0.05: CPU spent with ``--log-straggler``, whose
-  report measures it, else a sleep); ``STANDIN_SKIP_ITER_S``:
+  report measures it, else a sleep); ``STANDIN_BUSY_ITERS``: ``a-b``: with ``--log-straggler``, only
+  iterations a to b (inclusive) spend it as CPU, the others sleep as long (unset: all of them; a
+  rank slowed outside the window is then not told from its peers); ``STANDIN_SKIP_ITER_S``:
   per skipped iteration (the same); ``STANDIN_SAVE_S``: per save (0);
   ``STANDIN_INIT_S``: start-up before anything is printed (0).
 - ``STANDIN_BAD_SAMPLES``: ``a-b,c-d``: sample positions [a, b) of the data
@@ -297,9 +299,22 @@ def compute(seconds: float, busy: bool) -> None:
         pass
 
 
+def computes_busy(args: argparse.Namespace, iteration: int) -> bool:
+    """Whether ``iteration``'s compute is CPU spent: with ``--log-straggler``, inside
+    ``STANDIN_BUSY_ITERS`` when it is set. A job that is only slowed in a known window (a test's
+    schedule) spends the CPU where the straggler report must tell a slowed rank, and sleeps as
+    long elsewhere: the same iteration times on an idle machine, without burning a core per rank
+    for the whole run."""
+    window = os.environ.get("STANDIN_BUSY_ITERS")
+    if not args.log_straggler or not window:
+        return args.log_straggler
+    first, last = (int(x) for x in window.split("-"))
+    return first <= iteration <= last
+
+
 def one_iteration(args: argparse.Namespace, state: State, lr_scale: float, group: Collectives) -> None:
     started = time.time()
-    compute(env_float("STANDIN_ITER_S", 0.05), busy=args.log_straggler)
+    compute(env_float("STANDIN_ITER_S", 0.05), busy=computes_busy(args, state.iteration))
     compute_s = time.time() - started
     group.all_reduce(1.0)  # the gradient all-reduce: a lost or stopped peer stalls or breaks it
     times = group.all_gather(compute_s) if args.log_straggler else []

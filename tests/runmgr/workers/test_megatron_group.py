@@ -43,12 +43,12 @@ def started(local_ray, args, **kwargs):
     return group, workers
 
 
-def judged(failure, workers):
+def judged(failure, workers, subrun: str = PLAN.subrun):
     """The incident and the decision the driver's judge makes of ``failure`` (default
     watcher and policy, a verified checkpoint at step 20, two spare-less nodes)."""
     judge = Judge(WatcherConfig(), PolicyConfig(), lambda max_step: [VerifiedCheckpoint(20, 160)])
     judge.start_subrun(workers)
-    [judgement] = judge.judge(PLAN.subrun, GroupPoll(failures=[failure]), [], failure.time, 25)
+    [judgement] = judge.judge(subrun, GroupPoll(failures=[failure]), [], failure.time, 25)
     return judgement.incident, judgement.decision
 
 
@@ -70,53 +70,11 @@ def failure_of(mode: str, gate: Path, *args: str):
     return failure, workers, seen
 
 
-def only_failure(group):
-    seen = poll_until(group, lambda s: s.all("failures"))
+def only_failure(group, seen=None):
+    seen = poll_until(group, lambda s: s.all("failures"), seen)
     failures = seen.all("failures")
     assert len(failures) == 1, failures
     return failures[0], seen
-
-
-def test_a_job_that_trains_and_ends_reports_its_steps_its_checkpoint_and_its_end(local_ray, gate, tmp_path):
-    save = tmp_path / "save"
-    group, workers = started(local_ray, ["--mode", "ok", "--gate", str(gate), "--save", str(save)],
-                             checkpoint_dir=save, seq_length=16)
-    try:
-        assert [w.rank for w in workers] == [0, 1]
-        for worker in workers:  # each rank's own process, the one chaos kills
-            assert proctree.environment(worker.pid)["RANK"] == str(worker.rank)
-        (gate / "release").touch()
-        seen = poll_until(group, lambda s: set(s.all("finished_ranks")) == {0, 1})
-    finally:
-        group.shutdown()
-    assert not seen.all("failures")
-    steps = seen.all("steps")
-    assert [s.step for s in steps] == [1, 2, 3]
-    assert [s.loss for s in steps] == pytest.approx([4.9, 4.8, 4.7])
-    assert {(s.subrun, s.tokens, s.consumed_samples) for s in steps[:1]} == {("3.01", 8 * 16, 8)}
-    assert all(s.compute_times == () and not s.skipped and not math.isnan(s.grad_norm) for s in steps)
-    observations = seen.all("observations")
-    assert [o.step for o in observations if isinstance(o, StepObservation)] == [1, 2, 3]
-    assert {o.subrun for o in observations} == {"3.01"}  # the plan's id, not the parser's own numbering
-    assert [o.step for o in observations if isinstance(o, CheckpointObservation)] == [2]
-    [checkpoint] = seen.all("checkpoints")
-    assert (checkpoint.step, checkpoint.path, checkpoint.subrun) == (2, str(save / "iter_0000002"), "3.01")
-    beats = {(b.rank, b.phase, b.step) for b in seen.all("heartbeats")}
-    assert {(0, "init", 0), (1, "init", 0), (0, "step", 3), (1, "step", 3)} <= beats
-    commands = seen.polls[0].commands
-    assert [c["node_rank"] for c in commands] == [0] and "--nproc-per-node" in commands[0]["argv"]
-    assert all(not poll.commands for poll in seen.polls[1:])
-
-
-def test_megatrons_resume_to_disambiguate_exit_is_one_failure_with_its_code_and_message(local_ray, gate):
-    failure, workers, _ = failure_of("rerun", gate)
-    incident, decision = judged(failure, workers)
-    assert (incident.kind, incident.evidence["category"], decision.action) == ("worker_death", "rerun", "restart")
-    assert decision.restart_point == "newest_at_restart"  # the checkpoint Megatron saved before exiting
-    assert failure.rank in (0, 1) and failure.kind == "error"
-    assert failure.text.startswith(f"rank {failure.rank} exited with code 16")
-    assert "Please resume the job from the checkpoint to rerun the last iteration" in failure.text
-    assert "Root Cause (first observed failure)" in failure.text
 
 
 def test_a_failed_validation_blames_the_rank_the_tracker_file_names(local_ray, gate, tmp_path):
@@ -168,19 +126,8 @@ def test_a_nan_megatron_raised_is_a_divergence_for_the_ladder_not_a_bug(local_ra
     assert decision.action == "rollback_skip" and decision.skip_ranges  # the iteration's batch is skipped
 
 
-def test_a_rank_killed_by_its_pid_is_that_ranks_failure(local_ray, gate):
-    group, workers = started(local_ray, ["--mode", "forever", "--gate", str(gate)])
-    try:
-        poll_until(group, lambda s: s.all("steps"))  # it trains: the kill lands in a running job
-        os.kill(workers[1].pid, signal.SIGKILL)
-        failure, _ = only_failure(group)
-    finally:
-        group.shutdown()
-    assert failure.rank == 1 and failure.worker == workers[1]
-    assert failure.text.startswith("rank 1 exited with code -9")
-
-
-def test_shutdown_leaves_no_process_of_any_node(local_ray, gate, tmp_path):
+def test_a_rank_killed_by_its_pid_is_that_ranks_failure_and_shutdown_leaves_no_process_of_any_node(
+        local_ray, gate, tmp_path):
     group, workers = started(local_ray, ["--mode", "forever", "--gate", str(gate)], nodes=2, nproc=1)
     try:
         poll_until(group, lambda s: all((gate / f"pids-{rank}").exists() for rank in (0, 1)))
@@ -190,8 +137,14 @@ def test_shutdown_leaves_no_process_of_any_node(local_ray, gate, tmp_path):
         stacks = group.dump_stacks(tmp_path / "stacks")
         assert [p.name for p in stacks] == ["rank0.txt", "rank1.txt"]
         assert stacks[1].read_text().startswith(f"rank 1  pid {workers[1].pid}  node rank 1")
+        seen = poll_until(group, lambda s: s.all("steps"))  # it trains: the kill lands in a running job
+        os.kill(workers[1].pid, signal.SIGKILL)
+        failure, _ = only_failure(group, seen)
     finally:
         group.shutdown()
+    assert failure.rank == 1 and failure.worker == workers[1]
+    assert failure.text.startswith("rank 1 exited with code -9")
+    # Every process of both nodes, the killed rank's orphaned grandchild among them, is gone.
     everything = [*torchruns, *ranks_and_grandchildren]
     assert len(set(everything)) == 6
     assert [pid for pid in everything if proctree.alive(pid)] == []
@@ -225,24 +178,31 @@ def test_a_survivors_echo_that_ends_first_waits_in_its_poll_for_the_killed_rank_
     assert "SIGKILL" in incident.description and decision.action == "restart"
 
 
-def test_the_node_actors_of_one_sub_run_serve_the_next_and_none_of_its_output_reaches_it(local_ray, gate, tmp_path):
+def test_a_job_that_trains_and_ends_then_a_rerun_exit_in_the_same_node_actor_hears_only_its_own_command(
+        local_ray, gate, tmp_path):
     """A lineage's node actors are kept (runmgr/workers/megatron_nodes.py): the next sub-run of
     as many nodes runs in the same actor processes and hears only its own command; a sub-run
-    of another size gets new ones."""
+    of another size gets new ones. Its first sub-run is a job that trains and ends (its steps,
+    its checkpoint, its end), its second one that exits as Megatron's resume to disambiguate."""
     kept = kept_nodes(nproc=2)
     try:
-        (gate / "release").touch()
-        first = make_group(["--mode", "ok", "--gate", str(gate), "--save", str(tmp_path / "save")], kept=kept)
-        first.start(TrainerConfig(), PLAN)
+        save = tmp_path / "save"
+        first = make_group(["--mode", "ok", "--gate", str(gate), "--save", str(save)], kept=kept,
+                           checkpoint_dir=save, seq_length=16)
+        workers = first.start(TrainerConfig(), PLAN)
         try:
+            assert [w.rank for w in workers] == [0, 1]
+            for worker in workers:  # each rank's own process, the one chaos kills
+                assert proctree.environment(worker.pid)["RANK"] == str(worker.rank)
+            (gate / "release").touch()
             ended = poll_until(first, lambda s: set(s.all("finished_ranks")) == {0, 1})
         finally:
             first.shutdown()
-        assert [step.step for step in ended.all("steps")] == [1, 2, 3]
+        a_job_that_trained_and_ended(ended, save)
         actor_pid = kept.for_subrun(1, ())[1][0]["pid"]
 
         second = make_group(["--mode", "rerun", "--gate", str(gate)], kept=kept)
-        second.start(TrainerConfig(), ResumePlan(subrun="3.02"))
+        workers = second.start(TrainerConfig(), ResumePlan(subrun="3.02"))
         try:
             failure, seen = only_failure(second)
         finally:
@@ -250,6 +210,7 @@ def test_the_node_actors_of_one_sub_run_serve_the_next_and_none_of_its_output_re
         assert kept.placed == 1 and kept.for_subrun(1, ())[1][0]["pid"] == actor_pid  # the same actor process
         assert not seen.all("steps") and not seen.all("finished_ranks")  # nothing of the first command
         assert failure.exit_code == 16 and "lm loss" not in failure.text  # none of the first command's lines
+        megatrons_resume_to_disambiguate_exit(failure, workers)
 
         wider = make_group(["--mode", "ok", "--gate", str(gate), "--save", str(tmp_path / "save2")], nodes=2,
                            nproc=2, kept=kept)
@@ -261,3 +222,35 @@ def test_the_node_actors_of_one_sub_run_serve_the_next_and_none_of_its_output_re
         assert kept.placed == 3  # two new nodes: the sub-run wanted two, not one
     finally:
         kept.close()
+
+
+def a_job_that_trained_and_ended(seen, save: Path) -> None:
+    """What the group reported of a job that trains 3 iterations, saves at 2 and ends."""
+    assert not seen.all("failures")
+    steps = seen.all("steps")
+    assert [s.step for s in steps] == [1, 2, 3]
+    assert [s.loss for s in steps] == pytest.approx([4.9, 4.8, 4.7])
+    assert {(s.subrun, s.tokens, s.consumed_samples) for s in steps[:1]} == {("3.01", 8 * 16, 8)}
+    assert all(s.compute_times == () and not s.skipped and not math.isnan(s.grad_norm) for s in steps)
+    observations = seen.all("observations")
+    assert [o.step for o in observations if isinstance(o, StepObservation)] == [1, 2, 3]
+    assert {o.subrun for o in observations} == {"3.01"}  # the plan's id, not the parser's own numbering
+    assert [o.step for o in observations if isinstance(o, CheckpointObservation)] == [2]
+    [checkpoint] = seen.all("checkpoints")
+    assert (checkpoint.step, checkpoint.path, checkpoint.subrun) == (2, str(save / "iter_0000002"), "3.01")
+    beats = {(b.rank, b.phase, b.step) for b in seen.all("heartbeats")}
+    assert {(0, "init", 0), (1, "init", 0), (0, "step", 3), (1, "step", 3)} <= beats
+    commands = seen.polls[0].commands
+    assert [c["node_rank"] for c in commands] == [0] and "--nproc-per-node" in commands[0]["argv"]
+    assert all(not poll.commands for poll in seen.polls[1:])
+
+
+def megatrons_resume_to_disambiguate_exit(failure, workers) -> None:
+    """Megatron's exit 16 is one failure with its code and message, a restart from the checkpoint it saved."""
+    incident, decision = judged(failure, workers, "3.02")
+    assert (incident.kind, incident.evidence["category"], decision.action) == ("worker_death", "rerun", "restart")
+    assert decision.restart_point == "newest_at_restart"  # the checkpoint Megatron saved before exiting
+    assert failure.rank in (0, 1) and failure.kind == "error"
+    assert failure.text.startswith(f"rank {failure.rank} exited with code 16")
+    assert "Please resume the job from the checkpoint to rerun the last iteration" in failure.text
+    assert "Root Cause (first observed failure)" in failure.text

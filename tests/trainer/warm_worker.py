@@ -67,8 +67,10 @@ class FileLink:
 INSIDE_SNAPSHOT = "inside_snapshot"
 """A kill halfway through copying a snapshot: after the model's tensors, before AdamW's."""
 AT_RANDOM = "random"
-"""A kill ``delay_s`` (drawn by the test) after the step begins: wherever in the step, or in
-the snapshot after it, that lands."""
+"""A kill a ``share`` (drawn by the test, 0-1) of the step before's time (its step and snapshot,
+from one step beat to the next) after the step begins: wherever in the step, or in the snapshot
+after it, that lands. A share of the run's own pace, not a fixed delay, so that a faster model or
+machine does not carry the kill steps further on."""
 IN_REDUCE = "reduce"
 """A kill as the step's gradient all-reduce begins (plain data parallel): after the step's
 gather of the losses, so that the survivors' last collective of the step is the one that fails."""
@@ -78,14 +80,18 @@ class KillingReporter(FileReporter):
     """Kills this process at the heartbeat of ``phase`` for ``step`` or, for
     :data:`INSIDE_SNAPSHOT`, in the middle of that step's snapshot copy, for
     :data:`IN_REDUCE`, as that step's gradients are averaged, for :data:`AT_RANDOM`,
-    a drawn delay after that step begins."""
+    a drawn share of the step before's time after that step begins."""
 
     def __init__(self, path: Path, kill: dict | None) -> None:
         super().__init__(path)
         self.kill = kill
+        self.step_beats: list[float] = []
+        """When the last two steps began (monotonic)."""
 
     def heartbeat(self, beat) -> None:
         super().heartbeat(beat)
+        if beat.phase == "step":
+            self.step_beats = [*self.step_beats[-1:], time.monotonic()]
         if not self.kill or beat.step != self.kill["step"]:
             return
         if beat.phase == self.kill["phase"]:
@@ -95,7 +101,8 @@ class KillingReporter(FileReporter):
         if beat.phase == "step" and self.kill["phase"] == IN_REDUCE:
             kill_in_the_reduce()
         if beat.phase == "step" and self.kill["phase"] == AT_RANDOM:
-            threading.Timer(self.kill["delay_s"], os.kill, (os.getpid(), signal.SIGKILL)).start()
+            before = self.step_beats[-1] - self.step_beats[0]  # the step before's, and its snapshot's
+            threading.Timer(self.kill["share"] * before, os.kill, (os.getpid(), signal.SIGKILL)).start()
 
 
 def kill_inside_the_copy() -> None:

@@ -85,6 +85,8 @@ class Sizes:
     warmup_steps: int
     intervals: tuple[int, ...] = (1, 10, 100)
     link_bytes: int = 1 << 30
+    health: tuple[str, ...] = ()
+    """Overrides of the health check's probes (the GPU's check runs them as a user's would)."""
 
 
 GPU = Sizes(
@@ -107,7 +109,11 @@ DRY = Sizes(
             (40, "{kind: garbage_data, at_step: 40, steps: 12}")),
     big_model=["model.num_layers=1", "model.hidden_size=64", "model.ffn_hidden_size=172", "model.seq_length=64",
                "model.max_position_embeddings=64"],
-    micro_batches=(2, 4), measured_steps=3, warmup_steps=1, link_bytes=16 << 20)
+    micro_batches=(2, 4), measured_steps=3, warmup_steps=1, link_bytes=16 << 20,
+    # The dry run's verdict is that the check runs and admits the node, not its figures: small
+    # probes, as the health check's own tests use where a figure's size is not the point.
+    health=("health.compute.matmul_size=256", "health.compute.bandwidth_mb=8", "health.compute.repeats=1",
+            "health.storage.probe_mb=1", "health.storage.latency_ops=2"))
 
 
 @dataclass
@@ -135,16 +141,22 @@ class Context:
                               capture_output=True, timeout=max(30.0, min(timeout, self.deadline - time.monotonic())))
 
     @staticmethod
-    def logbook(*args: str) -> subprocess.CompletedProcess:
-        """``runmgr logbook ARGS`` run in this process (its output captured): the same command
-        and output as a new ``python -m runmgr`` would give, without a Python's start-up and the
-        CLI's imports for each of the check's ten reads of its runs' logbooks."""
+    def in_process(*args: str) -> subprocess.CompletedProcess:
+        """``runmgr ARGS`` run in this process (its output captured): the same command and output
+        as a new ``python -m runmgr`` would give, without a Python's start-up and the CLI's
+        imports. Only for commands that start nothing and join no Ray: the logbook's reads (ten
+        a check) and ``launch --dry-run``'s plan."""
         from runmgr.cli import main as runmgr_main
 
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = runmgr_main(["logbook", *args])
-        return subprocess.CompletedProcess(["runmgr", "logbook", *args], code, out.getvalue(), err.getvalue())
+            code = runmgr_main(list(args))
+        return subprocess.CompletedProcess(["runmgr", *args], code, out.getvalue(), err.getvalue())
+
+    @classmethod
+    def logbook(cls, *args: str) -> subprocess.CompletedProcess:
+        """``runmgr logbook ARGS``, in this process."""
+        return cls.in_process("logbook", *args)
 
     def run_dir(self, name: str) -> Path:
         """A fresh run directory: a run left there by an earlier check would be resumed."""
@@ -211,7 +223,7 @@ def device_overrides(sizes: Sizes) -> list[str]:
 
 def stage_health(ctx: Context) -> dict:
     result = ctx.runmgr("health-check", f"device={ctx.sizes.device}", f"cluster.address={ctx.ray_address}",
-                        f"run.dir={ctx.out / 'runs' / 'health'}", "--json")
+                        f"run.dir={ctx.out / 'runs' / 'health'}", *ctx.sizes.health, "--json")
     (ctx.out / "health.json").write_text(result.stdout)
     if not result.stdout.lstrip().startswith("{"):
         return {"status": "failed", "notes": [f"health-check exit {result.returncode}: {result.stderr.strip()[-500:]}"]}
@@ -359,7 +371,7 @@ def free_device_memory() -> None:
 
 
 def dry_run_estimate(ctx: Context, micro_batch: int) -> Optional[str]:
-    shown = ctx.runmgr("launch", "--dry-run", "conf=demo", f"device={ctx.sizes.device}", "cluster.num_workers=1",
+    shown = ctx.in_process("launch", "--dry-run", "conf=demo", f"device={ctx.sizes.device}", "cluster.num_workers=1",
                        *ctx.sizes.big_model, f"training.micro_batch_size={micro_batch}",
                        f"training.global_batch_size={micro_batch}", *precision(ctx.sizes))
     return next((line.strip() for line in shown.stdout.splitlines() if line.strip().startswith("memory/device")), None)

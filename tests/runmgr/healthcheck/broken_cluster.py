@@ -1,19 +1,23 @@
-"""A six-node Ray cluster on this machine with four broken nodes, for
+"""A four-node Ray cluster on this machine with two broken nodes, for
 test_multinode.py. Run as its own process (``python broken_cluster.py DIR``)
 so that the Ray it starts and stops never touches the test process's own Ray.
 
 Prints one JSON line (address, node id per role, the HPFS mount spec), then
 keeps the cluster up until its stdin closes (the test ended, or died).
 
-Roles: ``head`` and ``spare`` are healthy; ``device``'s npu-smi reports a
-double-bit ECC error; ``slow``'s raylet and every worker it starts are capped
-to a twentieth of a CPU by a cgroup; ``mount``'s HPFS directory is missing;
-``torch``'s package metadata says torch 2.12.0.
+Roles: ``head`` and ``spare`` are healthy; ``slow``'s raylet and every worker
+it starts are capped to a twentieth of a CPU by a cgroup; ``broken`` carries
+the three faults a node finds in itself: its npu-smi reports a double-bit ECC
+error, its HPFS directory is missing, and its package metadata says torch
+2.12.0. Each of them excludes a node by itself (a report's ``excluded`` lists
+failures only, warnings apart), so one node carries all three: two raylets
+fewer than a node per fault (each a raylet with its agents, and a probe worker
+that imports torch).
 
 Each node stands for a machine of its own (RUNMGR_HOST_ID, see
 runmgr/healthcheck/node_task.host_id): nodes that share one host are never
 excluded for speed against each other, and the capped node plays a slow
-machine among six.
+machine among four.
 """
 
 from __future__ import annotations
@@ -56,14 +60,14 @@ def node_environments(root: Path) -> dict[str, dict[str, str]]:
     healthy = FakeAscend(root / "ascend-ok")
     faulty = FakeAscend(root / "ascend-ecc")
     faulty.set_ecc(1, single=3, double=2)
-    roles = {"head": {}, "device": {"PATH": faulty.path}, "slow": {}, "mount": {},
-             "torch": {"PYTHONPATH": str(old_torch_metadata(root / "old-site"))}, "spare": {}}
+    roles = {"head": {}, "broken": {"PATH": faulty.path, "PYTHONPATH": str(old_torch_metadata(root / "old-site"))},
+             "slow": {}, "spare": {}}
     for role, env in roles.items():  # each node its own directory on the "HPFS" ...
         env.setdefault("PATH", healthy.path)
         env["HPFS_SHARE"] = role
         env[HOST_ID_ENV] = f"machine-{role}"
         (root / "hpfs" / role).mkdir(parents=True)
-    (root / "hpfs" / "mount").rmdir()  # ... and one node's is gone
+    (root / "hpfs" / "broken").rmdir()  # ... and the broken node's is gone
     return roles
 
 
@@ -85,7 +89,7 @@ def main(root: Path) -> None:
                 nodes[role] = cluster.add_node(num_cpus=1)
         with throttle.CpuThrottle(f"runmgr-test-{os.getpid()}", SLOW_FRACTION) as cap:
             cap.add_tree(nodes["slow"].all_processes["raylet"][0].process.pid)
-            # One disk and two cores for six nodes: no throughput floor for the "HPFS".
+            # One disk and two cores for four nodes: no throughput floor for the "HPFS".
             spec = (f"[{{path: '{root}/hpfs/$HPFS_SHARE', min_free_gb: 0, min_write_mbps: 0, "
                     "min_read_mbps: 0, max_latency_ms: 10000}]")
             print(json.dumps({"address": cluster.address, "mount_spec": spec,

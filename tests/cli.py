@@ -26,7 +26,7 @@ CLI_PRELOAD = [
     # (trainer/device.py); its OpenMP reads OMP_NUM_THREADS at load, which no command sets. Not
     # Ray: its constants read RAY_* variables at import, which tests set (a child imports it).
     "torch", "trainer.device", "runmgr.cli", "runmgr.config.compose", "runmgr.rundir", "runmgr.launch", "trainer.data", "trainer.data.prepare",
-    "runmgr.status", "logbook.cli", "logbook.markdown", "runmgr.replay", "runmgr.logbook_samples",
+    "runmgr.config.compose:schema_tree", "runmgr.status", "logbook.cli", "logbook.markdown", "runmgr.replay", "runmgr.logbook_samples",
     "runmgr.healthcheck.command", "runmgr.lint.command", "runmgr.precision.command", "runmgr.simulate.ettr",
     # What Hydra imports on its first compose, and its plugin scan (once per process).
     "importlib.metadata", "email.parser", "omegaconf._impl", "antlr4.LL1Analyzer",

@@ -7,8 +7,8 @@ quoted in its prose. Each has a case below; a line without one fails
 cannot skip this test.
 
 Placeholders take small values: ``NAME`` is ``demo``, ``RUN`` a 30-step
-demo run without chaos on one local Ray node (``[key=value ...]`` are those
-tiny overrides: the table's launch line *is* that run), ``FILE`` / ``P`` a
+demo run without chaos on the session's shared Ray (``[key=value ...]`` are those
+tiny overrides and ``cluster.address=``: the table's launch line *is* that run), ``FILE`` / ``P`` a
 text file and a prefix, or the run's exported metrics for ``watch replay``.
 Optional ``[...]`` parts are run with and without. Decided otherwise, and
 why:
@@ -22,6 +22,12 @@ why:
 - ``--k8s-label`` runs as written with no Kubernetes API in reach (the one
   line that says so, exit 2): pointed at a real cluster it would label its
   nodes. tests/runmgr/healthcheck/test_k8s.py runs it against a local fake.
+- ``health-check`` probes the session's shared Ray (``cluster.address=``, as the small run
+  does): a Ray of its own adds nothing the probes see; a health check that starts its own local
+  Ray is tests/runmgr/healthcheck/test_command.py's (one node) and test_shared_host.py's.
+- ``torchrun ...`` is torchrun's own entry point (``python -m torch.distributed.run``, what the
+  ``torchrun`` script calls) forked from the tests' CLI fork server, so that its launcher
+  imports no torch of its own; its two ranks are the new processes it starts, as written.
 - ``torchrun ... conf=demo`` trains 4 steps instead of 200; so does the
   ``trainer.kind=megatron`` launch, on one local Ray node and without probes (the small run's launch
   probes this machine, as written), with the line's ``megatron.script=PATH megatron.args=[...]``: a
@@ -68,7 +74,9 @@ README = ROOT / "README.md"
 RUN = "readme"
 TRAIN_ITERS = 30
 TINY = ["chaos=none", f"training.train_iters={TRAIN_ITERS}", "cluster.local_nodes=1", "checkpoint.save_interval=10"]
-"""The ``[key=value ...]`` of the small run: no faults, 30 steps, one local Ray node."""
+"""The ``[key=value ...]`` of the small run: no faults, 30 steps, one Ray node (the launch and
+the health check add ``cluster.address=`` the session's shared Ray: they neither kill nor
+reconfigure it)."""
 MEGATRON_ITERS = 4
 MEGATRON_TINY = ["chaos=none", f"training.train_iters={MEGATRON_ITERS}", "checkpoint.save_interval=2",
                  "health.skip=true", "cluster.local_nodes=1"]
@@ -118,6 +126,8 @@ class Context:
     score_corpus: Callable[[], subprocess.CompletedProcess]
     """``runmgr watch score tests/data/detectors`` run in the repository's root, as the README
     writes it: once a session, its output shared with tests/runmgr/score/test_corpus.py."""
+    cluster: str = ""
+    """``cluster.address=`` the session's shared Ray, which the small run and the health check join."""
     beside: Optional[dict] = None
     """What "Try it beside a running job" printed, once its lines ran (they share one story)."""
 
@@ -144,7 +154,7 @@ def save_tokenizer(directory: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def ctx(tmp_path_factory, detectors_score) -> Context:
+def ctx(tmp_path_factory, detectors_score, shared_ray) -> Context:
     """The table's ``runmgr launch conf=NAME [key=value ...]``, run once: the small run."""
     cwd = tmp_path_factory.mktemp("readme")
     (cwd / "conf").symlink_to(ROOT / "conf")
@@ -152,8 +162,9 @@ def ctx(tmp_path_factory, detectors_score) -> Context:
     (cwd / "tests" / "data").symlink_to(ROOT / "tests" / "data")  # the logs "Try it beside a running job" plays
     (cwd / "notes.txt").write_text("A first paragraph.\n\nA second one.\n", encoding="utf-8")
     save_tokenizer(cwd / "tokenizer")
-    context = Context(cwd, cwd / "notes.txt", cwd / "metrics.jsonl", cwd / "tokenizer", detectors_score)
-    launched = context.ok("launch", "conf=demo", f"run.name={RUN}", *TINY)
+    context = Context(cwd, cwd / "notes.txt", cwd / "metrics.jsonl", cwd / "tokenizer", detectors_score,
+                      f"cluster.address={shared_ray.address}")
+    launched = context.ok("launch", "conf=demo", f"run.name={RUN}", *TINY, context.cluster)
     assert "finished" in launched.stdout and f"logbook: runmgr logbook show runs/{RUN}" in launched.stdout
     context.metrics.write_text(context.ok("logbook", "metrics", RUN, "--json").stdout)
     return context
@@ -210,7 +221,7 @@ def case_kill_a_worker(ctx: Context) -> None:
 
 
 def case_launch_again(ctx: Context) -> None:
-    again = ctx.ok("launch", "conf=demo", f"run.name={RUN}", *TINY)  # the fixture ran it once
+    again = ctx.ok("launch", "conf=demo", f"run.name={RUN}", *TINY, ctx.cluster)  # the fixture ran it once
     assert f"run {RUN} already finished at step {TRAIN_ITERS}" in again.stdout
 
 
@@ -231,7 +242,7 @@ def case_lint(ctx: Context) -> None:
 
 
 def case_health_check(ctx: Context) -> None:
-    checked = ctx.runmgr("health-check", "--json", "cluster.local_nodes=1")
+    checked = ctx.runmgr("health-check", "--json", ctx.cluster)
     assert checked.returncode in (0, 1), checked.stderr[-3000:]  # 1: a node excluded
     assert json.loads(checked.stdout)["summary"]["nodes"] == 1
     no_api = {"KUBECONFIG": str(ctx.cwd / "no-kubeconfig"), "KUBERNETES_SERVICE_HOST": ""}
@@ -351,11 +362,16 @@ def case_version(ctx: Context) -> None:
     assert ctx.ok("--version").stdout.startswith("runmgr ")
 
 
+def torchrun(ctx: Context, *args: str) -> subprocess.CompletedProcess:
+    """``torchrun ARGS``: the entry point the ``torchrun`` script calls, forked from the CLI fork
+    server (torch imported once); the ranks it starts are new processes."""
+    assert "torch.distributed.run" in (Path(sys.executable).parent / "torchrun").read_text()
+    return cli.runmgr(*args, module="torch.distributed.run", cwd=ctx.cwd, timeout=600,
+                      env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
 def case_torchrun(ctx: Context) -> None:
-    torchrun = Path(sys.executable).parent / "torchrun"
-    result = subprocess.run([str(torchrun), "--nproc_per_node=2", "-m", "trainer", "conf=demo",
-                             "training.train_iters=4"], cwd=ctx.cwd, capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = torchrun(ctx, "--nproc_per_node=2", "-m", "trainer", "conf=demo", "training.train_iters=4")
     assert result.returncode == 0, result.stderr[-3000:]
 
 
@@ -373,14 +389,11 @@ def case_launch_megatron(ctx: Context) -> None:
 
 
 def case_torchrun_megatron_dialect(ctx: Context) -> None:
-    torchrun = Path(sys.executable).parent / "torchrun"
-    result = subprocess.run([str(torchrun), "--nproc_per_node=2", "-m", "trainer", "--num-layers", "1",
-                             "--hidden-size", "32", "--num-attention-heads", "2", "--seq-length", "32",
-                             "--max-position-embeddings", "32", "--normalization", "RMSNorm", "--swiglu",
-                             "--position-embedding-type", "rope", "--disable-bias-linear", "--micro-batch-size", "2",
-                             "--global-batch-size", "4", "--lr", "1e-3", "--train-iters", "3", "--log-interval", "1"],
-                            cwd=ctx.cwd, capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = torchrun(ctx, "--nproc_per_node=2", "-m", "trainer", "--num-layers", "1", "--hidden-size", "32",
+                      "--num-attention-heads", "2", "--seq-length", "32", "--max-position-embeddings", "32",
+                      "--normalization", "RMSNorm", "--swiglu", "--position-embedding-type", "rope",
+                      "--disable-bias-linear", "--micro-batch-size", "2", "--global-batch-size", "4", "--lr", "1e-3",
+                      "--train-iters", "3", "--log-interval", "1")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "iteration        3/       3 | consumed samples:           12 |" in result.stdout
 

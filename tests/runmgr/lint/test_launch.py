@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,24 +19,14 @@ from trainer.data.indexed import IndexedDatasetWriter
 
 ROOT = Path(__file__).resolve().parents[3]
 SMALL = ["model.seq_length=32", "model.max_position_embeddings=32", "data.corpus_max_bytes=200000"]
-NO_RAY = """
-import sys
-import runmgr.cluster
-
-def refuse(*args, **kwargs):
-    print("ray started", file=sys.stderr)
-    sys.exit(99)
-
-runmgr.cluster.connect = runmgr.cluster.preflight = refuse
-from runmgr.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
+NO_RAY = Path(__file__).with_name("no_ray.py")
 """``runmgr`` with Ray's start and preflight replaced by a refusal: a launch that reaches them says so."""
 
 
 def runmgr_without_ray(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", NO_RAY, *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    """Forked from the session's CLI fork server (tests/cli.py), not a new Python: about a
+    CPU-second of start-up and imports a case."""
+    return cli.runmgr(*args, script=NO_RAY, cwd=ROOT, timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)))
 
 
 @pytest.fixture(scope="module")

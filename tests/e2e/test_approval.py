@@ -21,6 +21,7 @@ import pytest
 from runmgr.config.compose import load_run_config
 from tests import cli
 from tests.e2e.harness import ROOT, LaunchedRun, runmgr_json_lines
+from tests.e2e.test_closed_loop import incident_of, next_subrun_start
 from tests.webhook import Receiver
 
 pytestmark = pytest.mark.slow
@@ -73,14 +74,6 @@ def held_run(tmp_path_factory) -> dict:
 
 def injections(events: list[dict], kind: str) -> list[dict]:
     return [e for e in events if e["type"] == "event" and e["kind"] == "chaos" and e["data"]["kind"] == kind]
-
-
-def incident_of(events: list[dict], decision: dict) -> dict:
-    return next(e for e in events if e["type"] == "incident" and e["id"] == decision["incident_id"])
-
-
-def next_subrun_start(events: list[dict], decision: dict) -> dict:
-    return next(e for e in events if e["type"] == "subrun_start" and e["seq"] > decision["seq"])
 
 
 def test_a_held_rollback_is_told_approved_from_the_cli_and_carried_out(held_run):

@@ -39,13 +39,18 @@ def shared_ray():
 
 
 @pytest.fixture(scope="session")
-def reference_losses(request, tmp_path_factory, worker_id) -> dict[int, float]:
+def session_shared_dir(tmp_path_factory, worker_id) -> Path:
+    """A directory every pytest-xdist worker of the session sees (their base directories' parent):
+    what one worker computes once for the session is kept there, under a FileLock, for the others."""
+    base = tmp_path_factory.getbasetemp()
+    return base if worker_id == "master" else base.parent
+
+
+@pytest.fixture(scope="session")
+def reference_losses(request, tmp_path_factory, session_shared_dir) -> dict[int, float]:
     """Per-step losses of an uninterrupted run of the e2e config: one run for the whole session,
     shared by its pytest-xdist workers through a file (the first to need it runs it)."""
-    shared = tmp_path_factory.getbasetemp()
-    if worker_id != "master":
-        shared = shared.parent  # every worker's base directory is in it
-    kept = shared / "reference_losses.json"
+    kept = session_shared_dir / "reference_losses.json"
     with FileLock(str(kept) + ".lock"):
         if kept.exists():
             return {int(step): loss for step, loss in json.loads(kept.read_text()).items()}
@@ -55,23 +60,20 @@ def reference_losses(request, tmp_path_factory, worker_id) -> dict[int, float]:
         assert run.wait() == 0, run.output()[-3000:]
         losses = kept_losses(run.run_dir)
         assert sorted(losses) == list(range(1, 41))
-        (shared / "reference_run.txt").write_text(str(run.run_dir))  # before the losses: they mark it done
+        (session_shared_dir / "reference_run.txt").write_text(str(run.run_dir))  # before the losses: they mark it done
         kept.write_text(json.dumps(losses))  # floats as repr: read back bit for bit
         return losses
 
 
 @pytest.fixture(scope="session")
-def reference_run(reference_losses, tmp_path_factory, worker_id) -> Path:
+def reference_run(reference_losses, session_shared_dir) -> Path:
     """The run directory of :func:`reference_losses`'s run (whichever worker made it): a test that
     needs an unbroken run of the e2e config reads this one instead of launching its own (issue 28)."""
-    shared = tmp_path_factory.getbasetemp()
-    if worker_id != "master":
-        shared = shared.parent
-    return Path((shared / "reference_run.txt").read_text())
+    return Path((session_shared_dir / "reference_run.txt").read_text())
 
 
 @pytest.fixture(scope="session")
-def detectors_score(tmp_path_factory, worker_id) -> Callable[[], subprocess.CompletedProcess]:
+def detectors_score(session_shared_dir) -> Callable[[], subprocess.CompletedProcess]:
     """``runmgr watch score tests/data/detectors`` as the README writes it (in the repository's
     root), run once for the whole session when first called, shared by its pytest-xdist workers
     through a file: the README's line (tests/test_readme.py) and the detectors page's table
@@ -79,10 +81,7 @@ def detectors_score(tmp_path_factory, worker_id) -> Callable[[], subprocess.Comp
     logs itself (about 10 CPU-seconds each)."""
     from tests import cli
 
-    shared = tmp_path_factory.getbasetemp()
-    if worker_id != "master":
-        shared = shared.parent  # every worker's base directory is in it
-    kept = shared / "detectors_score.json"
+    kept = session_shared_dir / "detectors_score.json"
 
     def score() -> subprocess.CompletedProcess:
         with FileLock(str(kept) + ".lock"):

@@ -108,7 +108,7 @@ def resume_layout(launch_layout):
 
 
 @pytest.fixture(scope="session")
-def data_parallel_run(launch_layout, tmp_path_factory, worker_id):
+def data_parallel_run(launch_layout, session_shared_dir):
     """The reference: plain data parallel on 4 ranks; its results by rank, and its ranks' events
     and checkpoints (``ranks``: read from the directory they wrote). One run for the whole session,
     shared by its pytest-xdist workers through a file as tests/conftest.py's ``reference_losses``
@@ -118,10 +118,7 @@ def data_parallel_run(launch_layout, tmp_path_factory, worker_id):
 
     from tests.trainer.conftest import Ranks
 
-    shared = tmp_path_factory.getbasetemp()
-    if worker_id != "master":
-        shared = shared.parent  # every worker's base directory is in it
-    kept = shared / "data_parallel_run.json"
+    kept = session_shared_dir / "data_parallel_run.json"
     with FileLock(str(kept) + ".lock"):
         if not kept.exists():
             ranks = launch_layout({})

@@ -640,7 +640,10 @@ def start_ray(address: Optional[str]) -> tuple[str, Callable[[], None]]:
         return address, lambda: None
     import ray
 
+    from runmgr.cluster import keep_local_ray_offline
+
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    keep_local_ray_offline(os.environ)
     context = ray.init(address="local", include_dashboard=False, log_to_driver=False)
     return context.address_info["gcs_address"], ray.shutdown
 

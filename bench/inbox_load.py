@@ -130,7 +130,9 @@ def main() -> int:
     import ray
 
     from runmgr.agents.cadence import beat_interval_s
+    from runmgr.cluster import keep_local_ray_offline
 
+    keep_local_ray_offline(os.environ)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     rows = []
     try:

@@ -108,10 +108,12 @@ def fit(out_dir: Path, overrides: list[str]) -> None:
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
+    from runmgr.cluster import keep_local_ray_offline
     from runmgr.config.compose import load_run_config
 
     run_config = load_run_config("demo", [*DEMO_QUIET, f"run.dir={out_dir / 'unused'}", *overrides])
     config = run_config.trainer_config()
+    keep_local_ray_offline(os.environ)
     ray.init(address="local", num_cpus=max(os.cpu_count() or 1, run_config.world_size),
              include_dashboard=False, log_to_driver=False)
     trainer = TorchTrainer(

@@ -53,8 +53,10 @@ def one_size(ranks: int, design: str, step_s: float, steps: int, hosts: int, fau
     import ray
 
     from runmgr.scale.harness import ScaleJob, run_job
+    from runmgr.cluster import keep_local_ray_offline
     from runmgr.scale.ranks import RankFault
 
+    keep_local_ray_offline(os.environ)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     job = ScaleJob(ranks=ranks, design=design, hosts=hosts, step_s=step_s, train_iters=steps, save_interval=4,
                    warm_spares=spares_for(ranks),

@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, MutableMapping, Optional, TypeVar
 
 from runmgr.config.schema import ClusterConfig
 from runmgr.errors import ClusterError, RayStartTimeoutError
@@ -50,6 +50,17 @@ LOCAL_HEAD_PROCESSES = {"include_dashboard": False, "no_monitor": True, "include
 local cluster has nothing to scale) and the log monitor (the driver takes no worker output,
 ``log_to_driver=False``; each worker still writes its own log files). About 1.5 CPU-seconds and
 2-3 s of a start on a 2-core machine."""
+LOCAL_RAY_ENVIRONMENT = {
+    # Ray's usage statistics go to usage-stats.ray.io unless disabled: a local run talks to this
+    # machine only.
+    "RAY_USAGE_STATS_ENABLED": "0",
+    # Disabled, a head not started by ray.init (ray.cluster_utils, as LocalCluster's) still sends
+    # one "disabled" report to this address: a scheme that requests refuses before any lookup or
+    # connection, so that report is never sent.
+    "RAY_USAGE_STATS_REPORT_URL": "unsent://runmgr-local-ray/",
+}
+"""What a local Ray's processes (the children of the process that starts it) find in their
+environment, unless its user set Ray's usage statistics on (``RAY_USAGE_STATS_ENABLED=1``)."""
 DRIVER_INIT_KWARGS = {"logging_level": logging.ERROR, "log_to_driver": False}
 """ray.init's settings for the driver, whichever cluster it joins or starts."""
 RAY_MESSAGES_FILE = "ray_messages.log"
@@ -95,6 +106,15 @@ def local_node_cpus(cluster: ClusterConfig) -> int:
     return max(1, int(cluster.cpus_per_worker + 0.999))
 
 
+def keep_local_ray_offline(environ: MutableMapping[str, str]) -> None:
+    """:data:`LOCAL_RAY_ENVIRONMENT` into ``environ`` (the starting process's, which Ray's daemons
+    inherit), each variable unless already set; nothing if its user turned usage statistics on."""
+    if environ.get("RAY_USAGE_STATS_ENABLED") == "1":
+        return
+    for name, value in LOCAL_RAY_ENVIRONMENT.items():
+        environ.setdefault(name, value)
+
+
 def local_ray_cpus(cluster: ClusterConfig) -> int:
     """CPUs the local Ray that :func:`connect` starts (cluster.address null)
     advertises in all: known before it starts, so a launch can be refused
@@ -116,6 +136,7 @@ class LocalCluster:
         """``head_cpus``: what the head advertises (one rank's CPUs unless given)."""
         from ray.cluster_utils import Cluster
 
+        keep_local_ray_offline(os.environ)
         node_args = {"num_cpus": local_node_cpus(cluster)}
         # A copy: Ray writes into the dict it is given (the spilling directory of that start's session).
         head_args = {**node_args, **LOCAL_HEAD_PROCESSES, "_system_config": dict(LOCAL_RAY_SYSTEM_CONFIG)}

@@ -5,6 +5,7 @@ that tests/runmgr/test_ray_start_timeout.py's retry starts: no Ray of its own.)"
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -51,22 +52,42 @@ try:
     while time.monotonic() < deadline and not (log.is_file() and "(raylet)" in log.read_text()):
         time.sleep(0.2)  # Ray's listener thread delivers the message when it comes
 finally:
+    print("session", local.local_head.get_session_dir_path())
     ray_cluster.disconnect(local)
 from ray._private import worker as ray_worker
 print("restored" if not isinstance(ray_worker.print_to_stdstream, ray_cluster.RayMessageLog) else "still ours")
 """
 
 
-def test_a_dead_worker_message_goes_to_the_log_without_colour(tmp_path):
-    # A process of its own: the test process may already hold a Ray (other tests' fixture).
+def test_a_dead_worker_message_goes_to_the_log_without_colour_and_the_local_ray_reports_its_usage_nowhere(
+        tmp_path):
+    # A process of its own: the test process may already hold a Ray (other tests' fixture). Its
+    # environment without Ray's usage variables, which an earlier local Ray in this process set.
     log = tmp_path / ray_cluster.RAY_MESSAGES_FILE
+    env = {name: value for name, value in os.environ.items() if name not in ray_cluster.LOCAL_RAY_ENVIRONMENT}
     result = subprocess.run([sys.executable, "-c", DEAD_WORKER_SCRIPT, str(log), str(MESSAGE_DEADLINE_S)],
-                            capture_output=True, text=True, cwd=ROOT, timeout=MESSAGE_DEADLINE_S + 120)
+                            capture_output=True, text=True, cwd=ROOT, env=env, timeout=MESSAGE_DEADLINE_S + 120)
     assert result.returncode == 0, result.stderr[-3000:]
     text = log.read_text()
     assert "(raylet)" in text and "\x1b[" not in text
     assert "(raylet)" not in result.stdout + result.stderr and "\x1b[" not in result.stdout
     assert result.stdout.strip().splitlines()[-1] == "restored"  # Ray's own printer again
+    # Ray's usage statistics off in the Ray a run starts, and its report server named nowhere.
+    session = Path(next(line.split(" ", 1)[1] for line in result.stdout.splitlines() if line.startswith("session ")))
+    logs = {path.name: path.read_text(errors="replace") for path in (session / "logs").glob("*") if path.is_file()}
+    assert "Usage reporting is disabled." in logs["dashboard.log"]
+    assert not [name for name, text in logs.items() if "usage-stats.ray.io" in text]
+
+
+@pytest.mark.parametrize("user, kept", [({}, ray_cluster.LOCAL_RAY_ENVIRONMENT),
+                                        ({"RAY_USAGE_STATS_ENABLED": "1"}, {"RAY_USAGE_STATS_ENABLED": "1"}),
+                                        ({"RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:9/"},
+                                         {"RAY_USAGE_STATS_ENABLED": "0",
+                                          "RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:9/"})])
+def test_a_local_ray_s_usage_statistics_are_off_unless_its_user_turned_them_on(user, kept):
+    environ = {"PATH": "/usr/bin", **user}
+    ray_cluster.keep_local_ray_offline(environ)
+    assert environ == {"PATH": "/usr/bin", **kept}
 
 def test_a_local_ray_that_does_not_start_in_ray_s_time_is_one_line_and_its_processes_are_stopped(monkeypatch):
     """Ray waits a hard-coded 30 s for its raylet and raises a bare Exception (seen at load ~15);

@@ -28,7 +28,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from runmgr.cluster import LOCAL_HEAD_PROCESSES, LOCAL_RAY_SYSTEM_CONFIG
+from runmgr.cluster import LOCAL_HEAD_PROCESSES, LOCAL_RAY_SYSTEM_CONFIG, keep_local_ray_offline
 from runmgr.healthcheck.node_task import HOST_ID_ENV
 from tests import throttle
 from tests.runmgr.healthcheck.fake_ascend import FakeAscend
@@ -79,6 +79,7 @@ def main(root: Path) -> None:
     with environment(roles["head"]):
         # The head a run's own local Ray has (runmgr.cluster.LocalCluster): no autoscaler monitor,
         # no log monitor; the health check reads its probes' results, not their workers' logs.
+        keep_local_ray_offline(os.environ)  # tests talk to this machine only
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, **LOCAL_HEAD_PROCESSES,
                                                                  "_system_config": dict(LOCAL_RAY_SYSTEM_CONFIG)})
     ray._common.utils.reset_ray_address()  # no other ray.init() on this machine may join it

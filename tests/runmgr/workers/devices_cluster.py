@@ -150,10 +150,11 @@ def main(root: Path) -> None:
     import ray
     from ray.cluster_utils import Cluster
 
-    from runmgr.cluster import LOCAL_HEAD_PROCESSES, LOCAL_RAY_SYSTEM_CONFIG
+    from runmgr.cluster import LOCAL_HEAD_PROCESSES, LOCAL_RAY_SYSTEM_CONFIG, keep_local_ray_offline
 
     # The head a run's own local Ray has (runmgr.cluster.LocalCluster: no autoscaler monitor, no
     # log monitor), advertising devices it does not have.
+    keep_local_ray_offline(os.environ)  # tests talk to this machine only
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 2, "num_gpus": DEVICES["GPU"], "resources": {"NPU": DEVICES["NPU"]}, **LOCAL_HEAD_PROCESSES,
         "_system_config": dict(LOCAL_RAY_SYSTEM_CONFIG)})

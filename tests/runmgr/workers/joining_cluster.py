@@ -107,11 +107,12 @@ def main(root: Path) -> None:
     from ray.cluster_utils import Cluster
 
     from health.config import MountSpec
-    from runmgr.cluster import LOCAL_HEAD_PROCESSES, LOCAL_RAY_SYSTEM_CONFIG
+    from runmgr.cluster import LOCAL_HEAD_PROCESSES, LOCAL_RAY_SYSTEM_CONFIG, keep_local_ray_offline
     from runmgr.nodes import node_name
 
     # The head a run's own local Ray has (runmgr.cluster.LocalCluster): no autoscaler
     # monitor, no log monitor, no idle workers started ahead of tasks; nothing here needs them.
+    keep_local_ray_offline(os.environ)  # tests talk to this machine only
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, **LOCAL_HEAD_PROCESSES, "_system_config": dict(LOCAL_RAY_SYSTEM_CONFIG)})
     ray._common.utils.reset_ray_address()

@@ -26,8 +26,10 @@ leaves the stages done):
 
 ``--dry-run`` runs every stage's code path on CPU with tiny sizes (gloo, fp32, the stand-in
 Megatron script of tests/e2e/standin), so that CI keeps the script working between the rare
-times a GPU is lent (tests/bench/test_accelerator_check.py). Every launch joins one Ray:
-``--ray-address``'s, else one this script starts and ends.
+times a GPU is lent (tests/bench/test_accelerator_check.py); its ``runmgr`` commands are forked
+from a fork server this script forks at its start (:class:`ForkedCommands`), where a GPU's check
+starts each as a new ``python -m runmgr``. Every launch joins one Ray: ``--ray-address``'s, else
+one this script starts and ends.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -129,6 +132,9 @@ class Context:
     deadline: float
     best: dict = field(default_factory=dict)
     """The throughput stage's micro-batch, for the warm-state stage."""
+    forks: Optional["ForkedCommands"] = None
+    """The dry run's: its ``runmgr`` commands forked instead of each a new Python. None: a new
+    ``python -m runmgr`` each, as on a GPU."""
 
     @staticmethod
     def environment() -> dict[str, str]:
@@ -137,8 +143,19 @@ class Context:
         return {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled"}
 
     def runmgr(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "runmgr", *args], cwd=ROOT, env=self.environment(), text=True,
-                              capture_output=True, timeout=max(30.0, min(timeout, self.deadline - time.monotonic())))
+        timeout = max(30.0, min(timeout, self.deadline - time.monotonic()))
+        if self.forks is None:
+            return subprocess.run([sys.executable, "-m", "runmgr", *args], cwd=ROOT, env=self.environment(),
+                                  text=True, capture_output=True, timeout=timeout)
+        out, err = self.forks.output()
+        child = self.forks.start(list(args), self.environment(), stdout=out, stderr=err)
+        try:
+            code = child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            raise
+        return subprocess.CompletedProcess(["runmgr", *args], code, out.read_text(), err.read_text())
 
     @staticmethod
     def in_process(*args: str) -> subprocess.CompletedProcess:
@@ -177,11 +194,14 @@ class Context:
         """A launch in the background; ``conduct(run_dir, status)`` is called on each new status.json
         until the driver exits (it releases pauses, kills a rank); the exit code."""
         run_dir = self.run_dir(name)
+        command = ["launch", "conf=demo", f"run.dir={run_dir}", f"run.name={name}",
+                   f"cluster.address={self.ray_address}", *device_overrides(self.sizes), "health.skip=true", *overrides]
         with open(self.out / f"{name}.log", "w") as log:
-            driver = subprocess.Popen([sys.executable, "-m", "runmgr", "launch", "conf=demo", f"run.dir={run_dir}",
-                                       f"run.name={name}", f"cluster.address={self.ray_address}",
-                                       *device_overrides(self.sizes), "health.skip=true", *overrides],
-                                      cwd=ROOT, env=self.environment(), stdout=log, stderr=subprocess.STDOUT)
+            if self.forks is None:
+                driver = subprocess.Popen([sys.executable, "-m", "runmgr", *command], cwd=ROOT, env=self.environment(),
+                                          stdout=log, stderr=subprocess.STDOUT)
+            else:  # its output and errors into the log, as above
+                driver = self.forks.start(command, self.environment(), stdout=Path(log.name), stderr=Path(log.name))
             try:
                 while driver.poll() is None:
                     if time.monotonic() > self.deadline + 120:
@@ -207,6 +227,39 @@ class Context:
     def events(self, run_dir: Path) -> list[dict]:
         shown = self.logbook("events", str(run_dir), "--json")
         return [json.loads(line) for line in shown.stdout.splitlines() if line.startswith("{")]
+
+
+class ForkedCommands:
+    """The dry run's ``runmgr`` commands (its health check and four launches' drivers), each a
+    process of its own forked from a fork server (tests/forkserver.py) that this process forked
+    at its start, instead of a new Python: no interpreter start and no imports again (about 2
+    CPU-seconds and as many seconds of wall a command; more in the suite, where this process is
+    itself forked from the tests' CLI fork server, which imported runmgr's CLI). A command's
+    output, exit code and signals are a new Python's (the fork server's doc). A GPU's check
+    starts each as a new ``python -m runmgr``, its process having initialised CUDA by then."""
+
+    def __init__(self) -> None:
+        from tests.cli import CLI_PRELOAD
+        from tests.forkserver import ForkServer
+
+        self.scratch = Path(tempfile.mkdtemp(prefix="accelerator-check-"))
+        self.server = ForkServer.forked(CLI_PRELOAD)  # what the server imports, the tests' CLI server does
+        self.started = 0
+
+    def output(self) -> tuple[Path, Path]:
+        """Files for the next command's stdout and stderr."""
+        return self.scratch / f"{self.started + 1}.stdout", self.scratch / f"{self.started + 1}.stderr"
+
+    def start(self, args: list[str], env: dict, stdout: Path, stderr: Path):
+        """``python -m runmgr ARGS`` (a process with ``poll``, ``wait``, ``kill`` and ``returncode``
+        as a Popen's); ``stdout`` may be ``stderr``: one file, as ``stderr=STDOUT`` makes it."""
+        self.started += 1
+        return self.server.start(args, module="runmgr", cwd=str(ROOT), env=env, stdout=stdout, stderr=stderr,
+                                 exit_file=self.scratch / f"{self.started}.exit")
+
+    def close(self) -> None:
+        self.server.close()  # it kills a command still running
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def precision(sizes: Sizes) -> list[str]:
@@ -657,6 +710,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--budget-s", type=float, default=480.0, help="no stage starts after this many seconds")
     parser.add_argument("--stages", default=",".join(name for name, _ in STAGES), help="a comma-separated subset")
     args = parser.parse_args(argv)
+    # Forked before this process imports Ray, starts a thread or runs a torch op (the server's rule).
+    forks = ForkedCommands() if args.dry_run else None
+    try:
+        return check(args, forks)
+    finally:
+        if forks is not None:
+            forks.close()
+
+
+def check(args: argparse.Namespace, forks: Optional[ForkedCommands]) -> int:
     gpus = gpu_count()
     if not args.dry_run and gpus == 0:
         print("accelerator_check: no CUDA device here (torch.cuda.is_available() is False): run it on a GPU host, "
@@ -671,7 +734,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     started = time.monotonic()
     address, stop_ray = start_ray(args.ray_address)
     ctx = Context(args.out.resolve(), DRY if args.dry_run else GPU, args.dry_run, address, args.megatron_lm, gpus,
-                  started + args.budget_s)
+                  started + args.budget_s, forks=forks)
     report = {"dry_run": args.dry_run, "device": ctx.sizes.device, "gpus": gpus, "host": os.uname().nodename,
               "started": time.strftime("%Y-%m-%d %H:%M:%S"), "stages": {}}
     try:

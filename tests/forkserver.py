@@ -79,6 +79,16 @@ class ForkServer:
         self.proc = subprocess.Popen([sys.executable, __file__, *preload], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env, text=True)
 
+    @classmethod
+    def forked(cls, preload: list[str]) -> "ForkServer":
+        """A server forked from this process instead of a new Python: what this process imported
+        is not imported again (bench/accelerator_check.py's dry run, itself forked from the tests'
+        CLI fork server), ``preload`` is imported in the server. Call it while this process has
+        started no thread and run no torch op, as the server's own start (the module's doc)."""
+        server = cls.__new__(cls)
+        server.proc = _ForkedServerProcess(preload)
+        return server
+
     def start(self, args: list[str], *, module: Optional[str] = None, script: Optional[str] = None,
               cwd: str, env: dict, stderr: Path, stdout: Optional[Path] = None, append: bool = False,
               exit_file: Optional[Path] = None, stdin: Optional[Path] = None) -> ForkedProcess:
@@ -100,6 +110,50 @@ class ForkServer:
     def close(self) -> None:
         self.proc.stdin.close()  # type: ignore[union-attr]  # it kills the children still running
         self.proc.wait(timeout=60)
+
+
+class _ForkedServerProcess:
+    """What :class:`ForkServer` uses of its server's ``Popen`` (``stdin``, ``stdout``, ``wait``),
+    for a server forked from this process: :func:`serve` on a pair of pipes."""
+
+    def __init__(self, preload: list[str]) -> None:
+        requests, requests_w = os.pipe()
+        replies_r, replies = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.pid = os.fork()
+        if self.pid == 0:  # the server: requests on its stdin, replies on its stdout
+            code = 0
+            try:
+                os.dup2(requests, 0)
+                os.dup2(replies, 1)
+                for fd in (requests, requests_w, replies_r, replies):
+                    os.close(fd)
+                # Streams of its own on fds 1 and 2, as a new Python's (its children write through
+                # them too): this process's may be another's (pytest's capture), not the fds.
+                sys.stdout = open(1, "w", closefd=False)
+                sys.stderr = open(2, "w", buffering=1, closefd=False)
+                serve(preload)
+            except BaseException:  # noqa: BLE001 - said on stderr; the client sees the pipe close
+                import traceback
+
+                traceback.print_exc()
+                code = 1
+            os._exit(code)
+        os.close(requests)
+        os.close(replies)
+        self.stdin = os.fdopen(requests_w, "w")
+        self.stdout = os.fdopen(replies_r, "r")
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                return os.waitstatus_to_exitcode(status)
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)  # type: ignore[arg-type]
+            time.sleep(0.02)
 
 
 # ---- the server ----------------------------------------------------------------------------------

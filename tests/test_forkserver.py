@@ -89,3 +89,21 @@ def test_a_child_reads_its_standard_input_from_a_file_and_nothing_without_one(tm
         server.close()
     assert (tmp_path / "fed.out").read_text() == "2 one\ntwo\n" and (tmp_path / "fed.err").read_text() == ""
     assert (tmp_path / "alone.out").read_text() == "0 "
+
+
+def test_a_server_forked_from_this_process_runs_children_as_the_other_does(tmp_path):
+    """``ForkServer.forked`` (bench/accelerator_check.py's dry run): no new Python; a child has its
+    own environment, output files and exit code, and the server ends when closed."""
+    script = tmp_path / "child.py"
+    script.write_text("import os, sys\nprint('out', os.environ['WHO'])\nprint('err', file=sys.stderr)\n"
+                      "sys.exit(int(sys.argv[1]))\n")
+    out, err = tmp_path / "out", tmp_path / "err"
+    server = ForkServer.forked(["json"])
+    try:
+        child = server.start(["3"], script=str(script), cwd=str(tmp_path), env={"WHO": "child"}, stdout=out,
+                             stderr=err)
+        assert child.wait(60) == 3
+        assert child.pid != os.getpid() and "WHO" not in os.environ
+    finally:
+        server.close()
+    assert out.read_text() == "out child\n" and err.read_text() == "err\n"

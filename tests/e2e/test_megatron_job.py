@@ -19,11 +19,11 @@ from tests.e2e.test_closed_loop import decisions_after, incident_of, injections,
 pytestmark = pytest.mark.slow
 
 GLOBAL_BATCH = 16  # the demo's training.global_batch_size, spelled --global-batch-size in the commands
-TRAIN_ITERS = 80
-# Garbage from iteration 45 for 12 (more than the demo watcher's 10-step grace: a persistent spike).
-# The demo policy rolls back to a checkpoint at least 10 steps before the onset (30, saved every 10)
-# and skips from 5 iterations before the onset to 25 after it (40-70); the run trains 71-80 after it.
-GARBAGE = "chaos.faults=[{kind: garbage_data, at_step: 45, steps: 12}]"
+TRAIN_ITERS = 60
+# Garbage from iteration 25 for 12 (more than the demo watcher's 10-step grace: a persistent spike).
+# The demo policy rolls back to a checkpoint at least 10 steps before the onset (10, saved every 10)
+# and skips from 5 iterations before the onset to 25 after it (20-50); the run trains 51-60 after it.
+GARBAGE = "chaos.faults=[{kind: garbage_data, at_step: 25, steps: 12}]"
 
 
 @pytest.fixture(scope="module")

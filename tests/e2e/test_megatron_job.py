@@ -29,10 +29,12 @@ GARBAGE = "chaos.faults=[{kind: garbage_data, at_step: 25, steps: 12}]"
 @pytest.fixture(scope="module")
 def garbage_run(tmp_path_factory, shared_ray) -> dict:
     """The built-in trainer as a Megatron-LM job on the session's Ray (the remedy restarts the ranks,
-    never the cluster): one node of two ranks, one torchrun (a job across nodes, one torchrun
-    each, is tests/e2e/test_megatron_standin_chaos.py's)."""
+    never the cluster): one node of one rank, one torchrun (nothing here depends on the ranks'
+    number: each rank is a new Python importing torch and the trainer, about 3.3 CPU-seconds a
+    sub-run; two ranks of the built-in trainer under torchrun are tests/trainer/test_megatron_dialect.py's
+    and the README's, a job across nodes, one torchrun each, tests/e2e/test_megatron_standin_chaos.py's)."""
     base = ["chaos=garbage_data", GARBAGE, "watcher=demo", "policy=demo", "health.skip=true",
-            "cluster.num_workers=2", "megatron.nproc_per_node=2", f"cluster.address={shared_ray.address}",
+            "cluster.num_workers=1", "megatron.nproc_per_node=1", f"cluster.address={shared_ray.address}",
             "trainer.kind=megatron",
             f"training.train_iters={TRAIN_ITERS}", "checkpoint.save_interval=10"]
     run = LaunchedRun(tmp_path_factory.mktemp("megatron") / "garbage", base=base).start()

@@ -201,10 +201,10 @@ def test_a_job_that_trains_and_ends_then_a_rerun_exit_in_the_same_node_actor_hea
         megatrons_resume_to_disambiguate_exit(failure, workers)
 
         wider = make_group(["--mode", "forever", "--gate", str(gate)], nodes=2, nproc=2, kept=kept)
-        workers = wider.start(TrainerConfig(), ResumePlan(subrun="3.03"))
-        assert kept.placed == 3  # two new nodes: the sub-run wanted two, not one
+        workers = wider.start(TrainerConfig(), ResumePlan(subrun="3.03"))  # shut down by the check below
         a_rank_killed_by_its_pid_is_that_ranks_failure_and_shutdown_leaves_no_process_of_any_node(
             wider, workers, gate, tmp_path)
+        assert kept.placed == 3  # two new nodes: the sub-run wanted two, not one
     finally:
         kept.close()
 

@@ -35,7 +35,9 @@ class DeviceTools:
         self.directory.mkdir(parents=True, exist_ok=True)
         source = Path(npu_smi_tool.__file__).read_text()
         tool = self.directory / TOOL_NAME
-        _write_atomically(tool, f"#!{sys.executable}\n{source}")
+        # -S: no site, no site-packages (the tool is standard library only). The device poll runs it
+        # twice a poll on every node, and the venv's site (its .pth files) was three quarters of its CPU.
+        _write_atomically(tool, f"#!{sys.executable} -S\n{source}")
         tool.chmod(0o755)
         if not self.state_path.exists():
             _write_atomically(self.state_path, json.dumps({"faults": []}))

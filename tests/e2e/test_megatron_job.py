@@ -19,20 +19,22 @@ from tests.e2e.test_closed_loop import decisions_after, incident_of, injections,
 pytestmark = pytest.mark.slow
 
 GLOBAL_BATCH = 16  # the demo's training.global_batch_size, spelled --global-batch-size in the commands
-TRAIN_ITERS = 80
-# Garbage from iteration 45 for 12 (more than the demo watcher's 10-step grace: a persistent spike).
-# The demo policy rolls back to a checkpoint at least 10 steps before the onset (30, saved every 10)
-# and skips from 5 iterations before the onset to 25 after it (40-70); the run trains 71-80 after it.
-GARBAGE = "chaos.faults=[{kind: garbage_data, at_step: 45, steps: 12}]"
+TRAIN_ITERS = 60
+# Garbage from iteration 25 for 12 (more than the demo watcher's 10-step grace: a persistent spike).
+# The demo policy rolls back to a checkpoint at least 10 steps before the onset (10, saved every 10)
+# and skips from 5 iterations before the onset to 25 after it (20-50); the run trains 51-60 after it.
+GARBAGE = "chaos.faults=[{kind: garbage_data, at_step: 25, steps: 12}]"
 
 
 @pytest.fixture(scope="module")
 def garbage_run(tmp_path_factory, shared_ray) -> dict:
     """The built-in trainer as a Megatron-LM job on the session's Ray (the remedy restarts the ranks,
-    never the cluster): one node of two ranks, one torchrun (a job across nodes, one torchrun
-    each, is tests/e2e/test_megatron_standin_chaos.py's)."""
+    never the cluster): one node of one rank, one torchrun (nothing here depends on the ranks'
+    number: each rank is a new Python importing torch and the trainer, about 3.3 CPU-seconds a
+    sub-run; two ranks of the built-in trainer under torchrun are tests/trainer/test_megatron_dialect.py's
+    and the README's, a job across nodes, one torchrun each, tests/e2e/test_megatron_standin_chaos.py's)."""
     base = ["chaos=garbage_data", GARBAGE, "watcher=demo", "policy=demo", "health.skip=true",
-            "cluster.num_workers=2", "megatron.nproc_per_node=2", f"cluster.address={shared_ray.address}",
+            "cluster.num_workers=1", "megatron.nproc_per_node=1", f"cluster.address={shared_ray.address}",
             "trainer.kind=megatron",
             f"training.train_iters={TRAIN_ITERS}", "checkpoint.save_interval=10"]
     run = LaunchedRun(tmp_path_factory.mktemp("megatron") / "garbage", base=base).start()

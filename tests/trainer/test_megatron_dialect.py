@@ -14,6 +14,7 @@ from typing import Optional
 
 import pytest
 
+from tests import cli
 from tests.forkserver import ForkServer
 from tests.trainer.conftest import free_port
 from trainer import exitcodes
@@ -65,16 +66,21 @@ class Run:
 
 
 def dialect(args: list[str], cwd: Path, ranks: Optional[int] = None, forkserver: Optional[ForkServer] = None) -> Run:
-    """``python -m trainer ARGS``, under torchrun with ``ranks`` ranks when given; else, given the
-    rank fork server, forked from it as ``python -m trainer`` (torch already imported there:
-    about 2 CPU-seconds a run less; tests/forkserver.py)."""
+    """``python -m trainer ARGS``, under torchrun with ``ranks`` ranks when given (torchrun's launcher
+    forked from the CLI fork server, its ranks new processes); else, given the rank fork server,
+    forked from it as ``python -m trainer`` (torch already imported there: about 2 CPU-seconds a run
+    less; tests/forkserver.py)."""
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     if ranks is None and forkserver is not None:
         return forked(forkserver, args, cwd, env)
-    launcher = [] if ranks is None else ["-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
-                                         "--master-addr", "127.0.0.1", "--master-port", str(free_port())]
-    done = subprocess.run([sys.executable, *launcher, "-m", "trainer", *args], capture_output=True, text=True,
-                          timeout=240, env=env, cwd=cwd)
+    if ranks is not None:  # torchrun's own entry point forked from the CLI fork server (tests/cli.py: its
+        # launcher imports no torch of its own, about 1.4 CPU-seconds a run); its ranks are new processes
+        done = cli.runmgr("--nproc-per-node", str(ranks), "--master-addr", "127.0.0.1", "--master-port",
+                          str(free_port()), "-m", "trainer", *args, module="torch.distributed.run", cwd=cwd,
+                          env=env, timeout=240)
+    else:
+        done = subprocess.run([sys.executable, "-m", "trainer", *args], capture_output=True, text=True,
+                              timeout=240, env=env, cwd=cwd)
     return Run(done.returncode, done.stdout, done.stderr)
 
 

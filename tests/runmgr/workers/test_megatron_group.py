@@ -37,6 +37,16 @@ def gate(tmp_path: Path) -> Path:
     return where
 
 
+@pytest.fixture(scope="module")
+def one_node(local_ray):
+    """One node actor of two ranks that the module's one-node failures take in turn, as a lineage's
+    runner keeps its node actors across sub-runs (each job hears only its own command: the kept
+    lineage's test checks it): a Ray worker's start each, not four."""
+    kept = kept_nodes(nproc=2)
+    yield kept
+    kept.close()
+
+
 def started(local_ray, args, **kwargs):
     group = make_group(args, **kwargs)
     workers = group.start(TrainerConfig(), PLAN)
@@ -60,9 +70,10 @@ def judged_poll(poll, workers):
     return judgement.incident, judgement.decision
 
 
-def failure_of(mode: str, gate: Path, *args: str):
-    """The one failure a job of the fake script in ``mode`` ends with, its ranks, and what was seen."""
-    group, workers = started(None, ["--mode", mode, "--gate", str(gate), *args])
+def failure_of(mode: str, gate: Path, kept, *args: str):
+    """The one failure a job of the fake script in ``mode`` ends with (one node of two ranks, on the
+    ``kept`` node actor), its ranks, and what was seen."""
+    group, workers = started(None, ["--mode", mode, "--gate", str(gate), *args], kept=kept)
     try:
         failure, seen = only_failure(group)
     finally:
@@ -77,11 +88,11 @@ def only_failure(group, seen=None):
     return failures[0], seen
 
 
-def test_a_failed_validation_blames_the_rank_the_tracker_file_names(local_ray, gate, tmp_path):
+def test_a_failed_validation_blames_the_rank_the_tracker_file_names(one_node, gate, tmp_path):
     tracker = tmp_path / "rejected.txt"
     tracker.write_text("ts=2026-08-01 node=old device=0 jobID=N/A rank=0 iteration=2 status=initial_run "
                        "result=nan message='an earlier sub-run'\n")
-    failure, workers, _ = failure_of("validation", gate, "--result-rejected-tracker-filename", str(tracker))
+    failure, workers, _ = failure_of("validation", gate, one_node, "--result-rejected-tracker-filename", str(tracker))
     # Rank 0 exited first (torchrun's root cause); the tracker line of this sub-run names rank 1.
     assert failure.rank == 1 and failure.worker == workers[1]
     assert failure.text.startswith("rank 1 exited with code 17")
@@ -92,8 +103,8 @@ def test_a_failed_validation_blames_the_rank_the_tracker_file_names(local_ray, g
     assert "an earlier sub-run" not in failure.text
 
 
-def test_an_nccl_watchdog_abort_is_the_aborting_ranks_failure_with_its_text(local_ray, gate):
-    failure, workers, _ = failure_of("watchdog", gate)
+def test_an_nccl_watchdog_abort_is_the_aborting_ranks_failure_with_its_text(one_node, gate):
+    failure, workers, _ = failure_of("watchdog", gate, one_node)
     incident, decision = judged(failure, workers)
     assert (incident.kind, incident.evidence["category"], decision.action) == ("worker_death", "network", "restart")
     assert failure.rank == 1
@@ -103,8 +114,8 @@ def test_an_nccl_watchdog_abort_is_the_aborting_ranks_failure_with_its_text(loca
     assert "raise ChildFailedError" not in failure.text  # torchrun's own traceback says nothing more
 
 
-def test_an_hccl_heartbeat_lost_exit_carries_the_hccl_text(local_ray, gate):
-    failure, workers, _ = failure_of("hccl", gate)
+def test_an_hccl_heartbeat_lost_exit_carries_the_hccl_text(one_node, gate):
+    failure, workers, _ = failure_of("hccl", gate, one_node)
     incident, decision = judged(failure, workers)
     assert (incident.kind, incident.evidence["category"], decision.action) == ("worker_death", "network", "restart")
     assert failure.rank == 1
@@ -112,8 +123,8 @@ def test_an_hccl_heartbeat_lost_exit_carries_the_hccl_text(local_ray, gate):
     assert "EI0002" in failure.text and "[Heartbeat Lost Occurred]" in failure.text
 
 
-def test_a_nan_megatron_raised_is_a_divergence_for_the_ladder_not_a_bug(local_ray, gate):
-    failure, workers, seen = failure_of("nan", gate)
+def test_a_nan_megatron_raised_is_a_divergence_for_the_ladder_not_a_bug(one_node, gate):
+    failure, workers, seen = failure_of("nan", gate, one_node)
     assert failure.rank == 1 and "Unexpected result nan" in failure.text
     judge = Judge(WatcherConfig(), PolicyConfig(), lambda max_step: [VerifiedCheckpoint(0, 0)])
     judge.start_subrun(workers)
@@ -124,30 +135,6 @@ def test_a_nan_megatron_raised_is_a_divergence_for_the_ladder_not_a_bug(local_ra
     assert (incident.kind, incident.onset_step, incident.onset_sample, incident.samples_per_step) == ("nonfinite", 4,
                                                                                                      24, 8)
     assert decision.action == "rollback_skip" and decision.skip_ranges  # the iteration's batch is skipped
-
-
-def test_a_rank_killed_by_its_pid_is_that_ranks_failure_and_shutdown_leaves_no_process_of_any_node(
-        local_ray, gate, tmp_path):
-    group, workers = started(local_ray, ["--mode", "forever", "--gate", str(gate)], nodes=2, nproc=1)
-    try:
-        poll_until(group, lambda s: all((gate / f"pids-{rank}").exists() for rank in (0, 1)))
-        ranks_and_grandchildren = [int(p) for rank in (0, 1) for p in (gate / f"pids-{rank}").read_text().split()]
-        assert [w.pid for w in workers] == ranks_and_grandchildren[::2]
-        torchruns = [proctree.parent_of(w.pid) for w in workers]
-        stacks = group.dump_stacks(tmp_path / "stacks")
-        assert [p.name for p in stacks] == ["rank0.txt", "rank1.txt"]
-        assert stacks[1].read_text().startswith(f"rank 1  pid {workers[1].pid}  node rank 1")
-        seen = poll_until(group, lambda s: s.all("steps"))  # it trains: the kill lands in a running job
-        os.kill(workers[1].pid, signal.SIGKILL)
-        failure, _ = only_failure(group, seen)
-    finally:
-        group.shutdown()
-    assert failure.rank == 1 and failure.worker == workers[1]
-    assert failure.text.startswith("rank 1 exited with code -9")
-    # Every process of both nodes, the killed rank's orphaned grandchild among them, is gone.
-    everything = [*torchruns, *ranks_and_grandchildren]
-    assert len(set(everything)) == 6
-    assert [pid for pid in everything if proctree.alive(pid)] == []
 
 
 def test_a_survivors_echo_that_ends_first_waits_in_its_poll_for_the_killed_rank_it_echoes(local_ray, gate):
@@ -183,7 +170,8 @@ def test_a_job_that_trains_and_ends_then_a_rerun_exit_in_the_same_node_actor_hea
     """A lineage's node actors are kept (runmgr/workers/megatron_nodes.py): the next sub-run of
     as many nodes runs in the same actor processes and hears only its own command; a sub-run
     of another size gets new ones. Its first sub-run is a job that trains and ends (its steps,
-    its checkpoint, its end), its second one that exits as Megatron's resume to disambiguate."""
+    its checkpoint, its end), its second one that exits as Megatron's resume to disambiguate,
+    its third (two nodes of two ranks) one whose rank is killed by its pid, then shut down."""
     kept = kept_nodes(nproc=2)
     try:
         save = tmp_path / "save"
@@ -212,16 +200,40 @@ def test_a_job_that_trains_and_ends_then_a_rerun_exit_in_the_same_node_actor_hea
         assert failure.exit_code == 16 and "lm loss" not in failure.text  # none of the first command's lines
         megatrons_resume_to_disambiguate_exit(failure, workers)
 
-        wider = make_group(["--mode", "ok", "--gate", str(gate), "--save", str(tmp_path / "save2")], nodes=2,
-                           nproc=2, kept=kept)
-        wider.start(TrainerConfig(), ResumePlan(subrun="3.03"))
-        try:
-            poll_until(wider, lambda s: set(s.all("finished_ranks")) == {0, 1, 2, 3})
-        finally:
-            wider.shutdown()
+        wider = make_group(["--mode", "forever", "--gate", str(gate)], nodes=2, nproc=2, kept=kept)
+        workers = wider.start(TrainerConfig(), ResumePlan(subrun="3.03"))  # shut down by the check below
+        a_rank_killed_by_its_pid_is_that_ranks_failure_and_shutdown_leaves_no_process_of_any_node(
+            wider, workers, gate, tmp_path)
         assert kept.placed == 3  # two new nodes: the sub-run wanted two, not one
     finally:
         kept.close()
+
+
+def a_rank_killed_by_its_pid_is_that_ranks_failure_and_shutdown_leaves_no_process_of_any_node(
+        group, workers, gate: Path, tmp_path: Path) -> None:
+    """A job of two nodes of two ranks that trains until node 1's last rank is killed by its pid
+    (after every rank's stacks were dumped): the failure names that rank, its worker, exit -9; the
+    group's shutdown leaves no process of either node, the killed rank's orphaned grandchild among them."""
+    ranks = range(len(workers))
+    try:
+        poll_until(group, lambda s: all((gate / f"pids-{rank}").exists() for rank in ranks))
+        ranks_and_grandchildren = [int(p) for rank in ranks for p in (gate / f"pids-{rank}").read_text().split()]
+        assert [w.pid for w in workers] == ranks_and_grandchildren[::2]
+        torchruns = [proctree.parent_of(w.pid) for w in workers]
+        stacks = group.dump_stacks(tmp_path / "stacks")
+        assert [p.name for p in stacks] == ["rank0.txt", "rank1.txt", "rank2.txt", "rank3.txt"]
+        assert stacks[3].read_text().startswith(f"rank 3  pid {workers[3].pid}  node rank 1")
+        seen = poll_until(group, lambda s: s.all("steps"))  # it trains: the kill lands in a running job
+        os.kill(workers[3].pid, signal.SIGKILL)
+        failure, _ = only_failure(group, seen)
+    finally:
+        group.shutdown()
+    assert failure.rank == 3 and failure.worker == workers[3]
+    assert failure.text.startswith("rank 3 exited with code -9")
+    # Every process of both nodes (two torchruns, four ranks, their four grandchildren) is gone.
+    everything = [*torchruns, *ranks_and_grandchildren]
+    assert len(set(everything)) == 10
+    assert [pid for pid in everything if proctree.alive(pid)] == []
 
 
 def a_job_that_trained_and_ended(seen, save: Path) -> None:

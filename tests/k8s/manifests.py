@@ -33,7 +33,10 @@ def render_dir(directory: Path) -> tuple[dict, ...]:
     result = subprocess.run([kubectl(), "kustomize", str(directory)], capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, f"kubectl kustomize {directory}: {result.stderr.strip()}"
-    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
+    # libyaml's safe loader, where PyYAML has it: the same documents, parsed about ten times faster
+    # (the pure-Python parser was most of tests/k8s/test_components.py's time).
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return tuple(doc for doc in yaml.load_all(result.stdout, Loader=loader) if doc)
 
 
 @functools.lru_cache(maxsize=None)

@@ -17,6 +17,7 @@ import os
 import re
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -438,6 +439,27 @@ def head_lost() -> bool:
     return _connection is not None and _connection.head is not None and _connection.head.lost() is not None
 
 
+RAY_SHUTDOWN_WAIT_S = 30.0
+"""How long :func:`shutdown_ray` lets ``ray.shutdown()`` take before it ends a local Ray's processes."""
+
+
+def shutdown_ray(stop_local: Optional[Callable[[], None]] = None, wait_s: float = RAY_SHUTDOWN_WAIT_S) -> bool:
+    """``ray.shutdown()``, bounded; whether it returned. Ray's shutdown can block for ever in its
+    GCS error subscriber's close, a gRPC call without a deadline (seen once in a suite at stop 57:
+    a session fixture's shutdown waited on its idle local GCS; ray-project/ray#44836 and #45044 are
+    hangs of the same subscriber). After ``wait_s``, ``stop_local`` (a local Ray's processes ended,
+    which fails that call) and as long again; a Ray joined by address is left to its own."""
+    import ray
+
+    shutting = threading.Thread(target=ray.shutdown, name="ray-shutdown", daemon=True)
+    shutting.start()
+    shutting.join(wait_s)
+    if shutting.is_alive() and stop_local is not None:
+        stop_local()
+        shutting.join(wait_s)
+    return not shutting.is_alive()
+
+
 def disconnect(connection: RayConnection | None = None) -> None:
     """Shut Ray down for this process; no process of a local Ray is left behind."""
     import ray
@@ -451,7 +473,7 @@ def disconnect(connection: RayConnection | None = None) -> None:
         # that ray.shutdown() does not wait on them.
         connection.reaper.reap()
     if ray.is_initialized():
-        ray.shutdown()
+        shutdown_ray(connection.reaper.reap if connection is not None and connection.reaper is not None else None)
     if connection is not None and connection.local_nodes is not None:
         connection.local_nodes.shutdown()
     if connection is not None and connection.reaper is not None:

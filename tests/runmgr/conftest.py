@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runmgr.cluster import DRIVER_INIT_KWARGS, LocalCluster, start_local
+from runmgr.cluster import DRIVER_INIT_KWARGS, LocalCluster, shutdown_ray, start_local
 from runmgr.config.schema import ClusterConfig
 
 from tests.runmgr.healthcheck.fake_ascend import FakeAscend
@@ -38,5 +38,5 @@ def local_ray():
         ray.init(address=local.address, **DRIVER_INIT_KWARGS)
         yield ray
     finally:
-        ray.shutdown()
+        shutdown_ray(local.reaper.reap)  # bounded: Ray's shutdown once waited for ever here
         local.shutdown()

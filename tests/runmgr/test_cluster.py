@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,26 @@ def test_a_local_ray_that_does_not_start_in_ray_s_time_is_one_line_and_its_proce
     monkeypatch.setattr(ray, "init", other)
     with pytest.raises(RuntimeError, match="something else"):
         ray_cluster.connect(ClusterConfig(num_workers=1))
+
+
+def test_a_ray_shutdown_that_blocks_ends_the_local_ray_and_is_waited_for_again(monkeypatch):
+    """As Ray's did once in a suite (its GCS subscriber's close, a call without a deadline): the
+    local Ray's processes are ended, which ends that call, and the shutdown then returns."""
+    ended = threading.Event()
+    monkeypatch.setattr(ray, "shutdown", lambda: ended.wait(60))
+    assert ray_cluster.shutdown_ray(ended.set, wait_s=0.2)
+    assert ended.is_set()
+
+
+def test_a_ray_shutdown_that_returns_ends_nothing(monkeypatch):
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    assert ray_cluster.shutdown_ray(lambda: pytest.fail("a Ray whose shutdown returned was ended"), wait_s=60)
+
+
+def test_a_joined_ray_whose_shutdown_blocks_is_left_to_its_own(monkeypatch):
+    released = threading.Event()
+    monkeypatch.setattr(ray, "shutdown", lambda: released.wait(60))
+    try:
+        assert not ray_cluster.shutdown_ray(None, wait_s=0.2)  # said, and the driver goes on
+    finally:
+        released.set()

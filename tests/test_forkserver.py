@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from tests.forkserver import ForkServer
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_children_append_to_one_log_and_a_signal_ends_one_as_it_ends_python(tmp_path):
@@ -91,19 +96,31 @@ def test_a_child_reads_its_standard_input_from_a_file_and_nothing_without_one(tm
     assert (tmp_path / "alone.out").read_text() == "0 "
 
 
+FORKED_SERVER = """
+import os, sys
+from pathlib import Path
+from tests.forkserver import ForkServer
+
+tmp = Path(sys.argv[1])
+server = ForkServer.forked(["json"])  # at the start of a fresh process, as the dry run forks it
+try:
+    child = server.start(["3"], script=str(tmp / "child.py"), cwd=str(tmp), env={"WHO": "child"},
+                         stdout=tmp / "out", stderr=tmp / "err")
+    print("exit", child.wait(60), "own pid", child.pid != os.getpid(), "own env", "WHO" not in os.environ)
+finally:
+    server.close()
+"""
+
+
 def test_a_server_forked_from_this_process_runs_children_as_the_other_does(tmp_path):
     """``ForkServer.forked`` (bench/accelerator_check.py's dry run): no new Python; a child has its
-    own environment, output files and exit code, and the server ends when closed."""
-    script = tmp_path / "child.py"
-    script.write_text("import os, sys\nprint('out', os.environ['WHO'])\nprint('err', file=sys.stderr)\n"
-                      "sys.exit(int(sys.argv[1]))\n")
-    out, err = tmp_path / "out", tmp_path / "err"
-    server = ForkServer.forked(["json"])
-    try:
-        child = server.start(["3"], script=str(script), cwd=str(tmp_path), env={"WHO": "child"}, stdout=out,
-                             stderr=err)
-        assert child.wait(60) == 3
-        assert child.pid != os.getpid() and "WHO" not in os.environ
-    finally:
-        server.close()
-    assert out.read_text() == "out child\n" and err.read_text() == "err\n"
+    own environment, output files and exit code, and the server ends when closed. In a fresh
+    process of its own, as the dry run forks it: a pytest worker has threads (xdist's, a Ray
+    driver's) whose locks a fork may copy held, and once a forked server's child never ran."""
+    (tmp_path / "child.py").write_text("import os, sys\nprint('out', os.environ['WHO'])\n"
+                                       "print('err', file=sys.stderr)\nsys.exit(int(sys.argv[1]))\n")
+    done = subprocess.run([sys.executable, "-c", FORKED_SERVER, str(tmp_path)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["exit 3 own pid True own env True"]
+    assert (tmp_path / "out").read_text() == "out child\n" and (tmp_path / "err").read_text() == "err\n"

@@ -445,9 +445,10 @@ RAY_SHUTDOWN_WAIT_S = 30.0
 
 def shutdown_ray(stop_local: Optional[Callable[[], None]] = None, wait_s: float = RAY_SHUTDOWN_WAIT_S) -> bool:
     """``ray.shutdown()``, bounded; whether it returned. Ray's shutdown can block for ever in its
-    GCS error subscriber's close, a gRPC call without a deadline (seen once in a suite at stop 57:
-    a session fixture's shutdown waited on its idle local GCS; ray-project/ray#44836 and #45044 are
-    hangs of the same subscriber). After ``wait_s``, ``stop_local`` (a local Ray's processes ended,
+    GCS error subscriber's close, a gRPC call without a deadline (seen once in a suite at stop 57: a
+    session fixture's shutdown waited on its idle local GCS, in a pytest worker that a test had
+    forked, a copy of its Ray driver that then ended on its own; ray-project/ray#44836 and #45044
+    are hangs of the same subscriber). After ``wait_s``, ``stop_local`` (a local Ray's processes ended,
     which fails that call) and as long again; a Ray joined by address is left to its own."""
     import ray
 

@@ -149,12 +149,7 @@ class Context:
                                   text=True, capture_output=True, timeout=timeout)
         out, err = self.forks.output()
         child = self.forks.start(list(args), self.environment(), stdout=out, stderr=err)
-        try:
-            code = child.wait(timeout)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-            raise
+        code = child.wait_or_kill(timeout)
         return subprocess.CompletedProcess(["runmgr", *args], code, out.read_text(), err.read_text())
 
     @staticmethod

@@ -74,12 +74,7 @@ def runmgr(*args: str, cwd: Path = ROOT, env: Optional[dict] = None, timeout: fl
         child = server.start(list(args), module=None if script is not None else module,
                              script=str(script) if script is not None else None, cwd=str(cwd), env=env,
                              stdout=out, stderr=err, stdin=stdin)
-        try:
-            code = child.wait(timeout)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-            raise
+        code = child.wait_or_kill(timeout)
         return subprocess.CompletedProcess([sys.executable, "-m", module, *args], code,
                                            out.read_text(errors="replace"), err.read_text(errors="replace"))
 

@@ -61,6 +61,16 @@ class ForkedProcess:
             time.sleep(0.02)
         return self.returncode  # type: ignore[return-value]
 
+    def wait_or_kill(self, timeout: float) -> int:
+        """:meth:`wait`; a child still running after ``timeout`` is killed (and reaped) first,
+        and the timeout raised."""
+        try:
+            return self.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.wait()
+            raise
+
     def send_signal(self, signum: int) -> None:
         if self.poll() is None:
             try:
